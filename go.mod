@@ -1,0 +1,3 @@
+module github.com/sipvisor/sipvisor
+
+go 1.26
