@@ -1,0 +1,159 @@
+// Package config reads an opensips.cfg-style file into a validated Config.
+//
+// Two stages: grammar.go holds participle structs that mirror the file, each node
+// keeping its position; load.go turns that tree into the plain types below and
+// validates them, reporting every problem as FILE:LINE:COL: message. No parser
+// type escapes this package.
+//
+// It lives apart from supervisor/ because the worker processes load the same
+// file to run its routing script, and they must not import the supervisor.
+package config
+
+import (
+	"time"
+
+	"github.com/sipvisor/sipvisor/profile"
+	"github.com/sipvisor/sipvisor/script"
+)
+
+// Config is a loaded, validated configuration. Each field names the config
+// keyword that sets it.
+type Config struct {
+	// File is the path the config was read from ("<default>" for the built-in one).
+	File string `json:"-"`
+
+	// AutoScalingCycle: auto_scaling_cycle = SECONDS (default 1).
+	AutoScalingCycle time.Duration `json:"auto_scaling_cycle"`
+	// Profiles: auto_scaling_profile = NAME scale up to ..., keyed by lower-case name.
+	Profiles map[string]profile.Profile `json:"profiles"`
+
+	// Sockets: socket = proto:host:port ... (listen = as an alias), in file order.
+	Sockets []Socket `json:"sockets"`
+	// UDPWorkers: udp_workers = N [use_auto_scaling_profile NAME]; the default
+	// for every UDP socket that has no use_workers of its own.
+	UDPWorkers Group `json:"udp_workers"`
+	// TCPWorkers: tcp_workers = N [use_auto_scaling_profile NAME]; one group for
+	// all TCP sockets.
+	TCPWorkers Group `json:"tcp_workers"`
+	// TimerWorkers: timer_workers = N [use_auto_scaling_profile NAME].
+	TimerWorkers Group `json:"timer_workers"`
+
+	// HTTPListen: http_listen = IP:PORT, the control/metrics address
+	// (default 127.0.0.1:8888).
+	HTTPListen string `json:"http_listen"`
+	// HTTPToken: http_token = "secret"; required when HTTPListen is not loopback.
+	HTTPToken string `json:"http_token,omitempty"`
+
+	// Workers holds process-level settings of all groups.
+	Workers WorkerSettings `json:"workers"`
+	// Suspend holds the auto-suspend watermarks.
+	Suspend Suspend `json:"suspend"`
+	// Throttle holds the RTT load throttle settings.
+	Throttle Throttle `json:"throttle"`
+	// Limits holds session limits and queue admission.
+	Limits Limits `json:"limits"`
+	// SlowStart holds the ramp-in settings of new workers.
+	SlowStart SlowStart `json:"slow_start"`
+	// FlipHealth holds the flapping-health settings.
+	FlipHealth FlipHealth `json:"flip_health"`
+	// RetryAfter: retry_after = SECONDS or MIN-MAX, sent with every 503 that
+	// admission control answers.
+	RetryAfter RetryAfter `json:"retry_after"`
+
+	// Params holds every global `name = value` line as written, for the script
+	// and for diagnostics.
+	Params map[string]string `json:"-"`
+
+	// Script holds the routing blocks.
+	Script *script.Script `json:"script"`
+}
+
+// Socket is one socket= (or listen=) line.
+type Socket struct {
+	Proto string `json:"proto"` // "udp" or "tcp"
+	Host  string `json:"host"`
+	Port  int    `json:"port"`
+	// Workers: use_workers N; 0 means udp_workers applies.
+	Workers int `json:"workers,omitempty"`
+	// Profile: use_auto_scaling_profile NAME (udp only), lower-case; "" for none.
+	Profile string `json:"profile,omitempty"`
+}
+
+// Group is the initial worker count and optional scaling profile of a group.
+type Group struct {
+	Workers int `json:"workers"`
+	// Profile is the lower-case profile name, "" for a fixed-size group.
+	Profile string `json:"profile,omitempty"`
+}
+
+// WorkerSettings are process-level settings shared by all groups.
+type WorkerSettings struct {
+	// ReadyTimeout: worker_ready_timeout (default 5s).
+	ReadyTimeout time.Duration `json:"ready_timeout"`
+	// DrainTimeout: worker_drain_timeout (default 40s, longer than SIP's timer F).
+	DrainTimeout time.Duration `json:"drain_timeout"`
+	// MemoryLimit: worker_memory_limit in bytes (default 256 MiB); the Go
+	// memory limit of each worker and the base of heap_usage.
+	MemoryLimit int64 `json:"memory_limit"`
+}
+
+// Watermark is a high/low pair of one monitor.
+type Watermark struct {
+	High float64 `json:"high"`
+	Low  float64 `json:"low"`
+}
+
+// Suspend holds auto-suspend: suspend_enable and
+// suspend_<monitor>_high / suspend_<monitor>_low.
+type Suspend struct {
+	Enable           bool      `json:"enable"`
+	EventQueueUsage  Watermark `json:"event_queue_usage"`
+	HeapUsage        Watermark `json:"heap_usage"`
+	NumberOfSessions Watermark `json:"number_of_sessions"`
+	SystemMemory     Watermark `json:"system_memory_usage"`
+}
+
+// Throttle holds the RTT load throttle: throttle_enable, throttle_rtt_threshold,
+// throttle_count, throttle_step, echo_interval.
+type Throttle struct {
+	Enable       bool          `json:"enable"`
+	RTTThreshold time.Duration `json:"rtt_threshold"`
+	Count        int           `json:"count"`
+	StepPercent  float64       `json:"step_percent"`
+	EchoInterval time.Duration `json:"echo_interval"`
+}
+
+// Limits holds maximum sessions (0 = unlimited) and queue admission.
+type Limits struct {
+	MaxSessions          int `json:"max_sessions"`
+	MaxSessionsPerGroup  int `json:"max_sessions_per_group"`
+	MaxSessionsPerSocket int `json:"max_sessions_per_socket"`
+	MaxRegistrations     int `json:"max_registrations"`
+	MaxCalls             int `json:"max_calls"`
+	MaxSubscriptions     int `json:"max_subscriptions"`
+	// QueueAdmission: queue_admission_threshold, percent 0..90, 0 = no limiting.
+	QueueAdmission float64 `json:"queue_admission_threshold"`
+}
+
+// SlowStart holds the ramp-in of new workers: slow_start_mode (off, manual,
+// auto), slow_start_unit (per_second, percent), slow_start_value,
+// slow_start_interval, slow_start_increment.
+type SlowStart struct {
+	Mode      string        `json:"mode"`
+	Unit      string        `json:"unit"`
+	Value     float64       `json:"value"`
+	Interval  time.Duration `json:"interval"`
+	Increment float64       `json:"increment"`
+}
+
+// FlipHealth: flip_window (default 30m), flip_threshold (default 10).
+type FlipHealth struct {
+	Window    time.Duration `json:"window"`
+	Threshold int           `json:"threshold"`
+}
+
+// RetryAfter is a fixed value (Min == Max) or a range to draw from.
+type RetryAfter struct {
+	Min time.Duration `json:"min"`
+	Max time.Duration `json:"max"`
+}
