@@ -1,6 +1,12 @@
 // Package profile holds an auto-scaling profile, a group's load history and the
-// scaling decision, as OpenSIPS 3.x defines them. Nothing here does I/O or reads
-// the clock: the supervisor's cycle loop samples, appends and asks Decide.
+// scaling decision, as OpenSIPS 3.x defines them (seed 002, "Auto process
+// scaling"): Decide forks a worker on sustained high load and drains one on
+// sustained low load, never within a cooldown after startup or a fork, and
+// never when the load expected on one worker fewer would reach the up
+// threshold. History is the per-group ring Decide reads, and Views keeps the
+// 1 s / 1 min / 10 min load means OpenSIPS reports. Nothing here does I/O or
+// reads the clock: the supervisor's cycle loop samples, appends and asks
+// Decide, then rescales the history after it forks or drains.
 package profile
 
 // Profile is one `auto_scaling_profile = NAME scale up to UpTo on UpLoad% for
