@@ -1,0 +1,225 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Exit codes of sipload, for automation (docs/SIPLOAD.md).
+const (
+	ExitOK      = 0 // failed calls within --max-failed
+	ExitFailed  = 1 // more failed calls than --max-failed
+	ExitUsage   = 2 // bad flags or arguments
+	ExitError   = 3 // could not run: bind, connect, write CSV or plot
+	ExitNoCalls = 4 // a client scenario offered calls and completed none
+)
+
+// config is everything the command line says; Options is the part Run needs.
+type config struct {
+	Options
+	csv       string
+	plot      string
+	maxFailed int64
+	quiet     bool
+}
+
+// durationFlag reads a SIPp time value: a bare number in a default unit.
+type durationFlag struct {
+	d    *time.Duration
+	unit time.Duration
+}
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := parseDuration(s, f.unit)
+	if err != nil {
+		return fmt.Errorf("want a number or a duration such as 1500ms")
+	}
+	*f.d = d
+	return nil
+}
+
+func parseArgs(args []string, stderr io.Writer) (*config, error) {
+	cfg := &config{}
+	o := &cfg.Options
+	fs := flag.NewFlagSet("sipload", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		rate, rateIncr, rateMax float64
+		ratePeriod              = time.Second
+		rateInterval            time.Duration
+		noRateQuit              bool
+		schedule                string
+		traceStat               bool
+		stf                     string
+	)
+	fs.StringVar(&o.Scenario, "sn", "uac", "scenario: uac, uas, register or options")
+	fs.Float64Var(&rate, "r", 10, "call rate: calls per -rp period")
+	fs.Var(durationFlag{&ratePeriod, time.Millisecond}, "rp", "rate period (ms, or a duration such as 5s)")
+	fs.Float64Var(&rateIncr, "rate_increase", 0, "add this to the rate every -rate_interval")
+	fs.Float64Var(&rateMax, "rate_max", 0, "with -rate_increase: stop one interval after reaching this rate")
+	fs.Var(durationFlag{&rateInterval, time.Second}, "rate_interval", "interval of -rate_increase (s, or a duration)")
+	fs.BoolVar(&noRateQuit, "no_rate_quit", false, "with -rate_increase: keep going at -rate_max")
+	fs.StringVar(&schedule, "schedule", "", "rate schedule 'CPS/DURATION,...' such as '10/20s,350/60s', or @FILE")
+	fs.Int64Var(&o.MaxCalls, "m", 0, "stop after this many calls")
+	fs.IntVar(&o.Limit, "l", 0, "most simultaneous calls (0: no limit)")
+	fs.Var(durationFlag{&o.Hold, time.Millisecond}, "d", "call length between ACK and BYE (ms, or a duration)")
+	fs.StringVar(&o.Service, "s", "service", "user part of the Request-URI (and register user prefix)")
+	fs.StringVar(&o.LocalIP, "i", "", "local IP address")
+	fs.IntVar(&o.LocalPort, "p", 0, "local port (0: any free port; uas default 5060)")
+	fs.StringVar(&o.Transport, "t", "u1", "transport: u1 (UDP, one socket) or t1 (TCP, one connection)")
+	fs.Var(durationFlag{&o.Timeout, time.Second}, "timeout", "end the run after this long (s, or a duration)")
+	fs.Var(durationFlag{&o.RecvTimeout, time.Millisecond}, "recv_timeout", "transaction timeout (ms, or a duration; default 64*T1)")
+	fs.Var(durationFlag{&o.T1, time.Millisecond}, "t1", "RFC 3261 timer T1 (ms, or a duration)")
+	fs.BoolVar(&o.NoRetrans, "nr", false, "disable UDP retransmissions")
+	fs.IntVar(&o.BufSize, "buff_size", 4<<20, "socket send and receive buffer size in bytes")
+	fs.IntVar(&o.Users, "users", 0, "register: distinct users; further registrations refresh them (0: every one new)")
+	fs.IntVar(&o.Expires, "expires", 3600, "register: Expires in seconds")
+	fs.IntVar(&o.RejectEvery, "reject_every", 0, "uas: answer every Nth INVITE with 503 and Retry-After")
+	fs.StringVar(&o.Scrape, "scrape", "", "Prometheus metrics URL of the server, read each second")
+	fs.StringVar(&cfg.csv, "csv", "", "write one CSV row per second to this file")
+	fs.BoolVar(&traceStat, "trace_stat", false, "write per-second CSV statistics (to -stf, or sipload_<scenario>_<pid>.csv)")
+	fs.StringVar(&stf, "stf", "", "file for -trace_stat")
+	fs.StringVar(&cfg.plot, "plot", "", "draw the run into FILE.svg or FILE.png")
+	fs.Int64Var(&cfg.maxFailed, "max-failed", 0, "failure budget: exit 0 only if at most this many calls failed")
+	fs.BoolVar(&cfg.quiet, "q", false, "no live status line")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: sipload [target host:port] [flags]\n\nSIPp-compatible flags where SIPp has them; long flags take one or two dashes.\n\n")
+		fs.PrintDefaults()
+	}
+	// SIPp users put the target first; flag stops at it, so parse in turns.
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return nil, err
+		}
+		rest = fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if o.Target != "" {
+			return nil, fmt.Errorf("%w: more than one target: %q and %q", ErrUsage, o.Target, rest[0])
+		}
+		o.Target = rest[0]
+		rest = rest[1:]
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.Scenario == "uas" && !set["p"] {
+		o.LocalPort = 5060
+	}
+	if rate < 0 || ratePeriod <= 0 {
+		return nil, fmt.Errorf("%w: -r must be >= 0 and -rp > 0", ErrUsage)
+	}
+	perSec := rate / ratePeriod.Seconds()
+	switch {
+	case schedule != "":
+		if set["r"] || set["rate_increase"] {
+			return nil, fmt.Errorf("%w: --schedule replaces -r and -rate_increase; give one of them", ErrUsage)
+		}
+		s, err := ParseSchedule(schedule)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		}
+		o.Schedule = s
+	case rateIncr > 0:
+		if rateInterval <= 0 {
+			rateInterval = ratePeriod // SIPp's default interval is the rate period
+		}
+		o.Schedule = Ramp(perSec, rateIncr/ratePeriod.Seconds(), rateMax/ratePeriod.Seconds(), rateInterval, noRateQuit)
+	default:
+		o.Schedule = Constant(perSec)
+	}
+	if traceStat && cfg.csv == "" {
+		cfg.csv = stf
+		if cfg.csv == "" {
+			cfg.csv = "sipload_" + o.Scenario + "_" + strconv.Itoa(os.Getpid()) + ".csv"
+		}
+	}
+	if cfg.plot != "" && !strings.HasSuffix(cfg.plot, ".svg") && !strings.HasSuffix(cfg.plot, ".png") {
+		return nil, fmt.Errorf("%w: --plot %q: want a .svg or .png file name", ErrUsage, cfg.plot)
+	}
+	if o.MaxCalls < 0 || o.Limit < 0 || cfg.maxFailed < 0 {
+		return nil, fmt.Errorf("%w: -m, -l and --max-failed cannot be negative", ErrUsage)
+	}
+	return cfg, o.defaults()
+}
+
+// Main runs sipload with command-line args and returns the exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sipload: %v\n", err)
+		return ExitUsage
+	}
+	var csvw *csvWriter
+	if cfg.csv != "" {
+		f, err := os.Create(cfg.csv)
+		if err != nil {
+			fmt.Fprintf(stderr, "sipload: %v\n", err)
+			return ExitError
+		}
+		defer f.Close()
+		csvw = newCSVWriter(f)
+	}
+	status := newStatus(stderr, cfg.quiet)
+	o := cfg.Options
+	o.OnListen = func(a netip.AddrPort) {
+		fmt.Fprintf(stderr, "sipload: %s on %s/%s", o.Scenario, a, strings.ToUpper(map[string]string{"u1": "udp", "t1": "tcp"}[o.Transport]))
+		if o.Target != "" {
+			fmt.Fprintf(stderr, " -> %s", o.Target)
+		}
+		fmt.Fprintln(stderr)
+	}
+	o.OnRow = func(r Row) {
+		if csvw != nil {
+			csvw.write(r)
+		}
+		status.row(r)
+	}
+	st, runErr := Run(ctx, o)
+	status.end()
+	if csvw != nil {
+		if err := csvw.close(); err != nil {
+			fmt.Fprintf(stderr, "sipload: write %s: %v\n", cfg.csv, err)
+			return ExitError
+		}
+	}
+	if runErr != nil && !errors.Is(runErr, context.Canceled) {
+		fmt.Fprintf(stderr, "sipload: %v\n", runErr)
+		if st.Offered == 0 {
+			return ExitError
+		}
+	}
+	writeSummary(stdout, &o, st)
+	if cfg.plot != "" {
+		if err := Plot(cfg.plot, st.Rows); err != nil {
+			fmt.Fprintf(stderr, "sipload: plot: %v\n", err)
+			return ExitError
+		}
+	}
+	switch {
+	case st.Failed > cfg.maxFailed:
+		return ExitFailed
+	case o.Scenario != "uas" && st.Succeeded == 0 && st.Offered > 0:
+		return ExitNoCalls
+	}
+	return ExitOK
+}

@@ -1,0 +1,257 @@
+package loadgen
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// packet is one received SIP message, handed from a reader goroutine to the
+// endpoint's loop, which owns all call state.
+type packet struct {
+	buf  []byte // backing buffer, back to bufPool when handled
+	data []byte
+	from peer
+}
+
+// peer is where a reply goes: a UDP address, or the TCP connection the
+// request came on.
+type peer struct {
+	ap netip.AddrPort
+	c  *streamConn
+}
+
+const maxDatagram = 65535
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, maxDatagram); return &b }}
+
+// transport is one UDP socket or a set of TCP connections.
+type transport interface {
+	send(b []byte, to peer) error
+	localAddr() netip.AddrPort
+	close() error
+	// drops reports datagrams the kernel dropped on this socket, or -1.
+	drops() int64
+}
+
+type udpTransport struct {
+	c    *net.UDPConn
+	port int
+}
+
+func listenUDP(ip string, port int, bufSize int, in chan<- *packet, errc chan<- error) (*udpTransport, error) {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return nil, fmt.Errorf("local IP %q: %w", ip, err)
+	}
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, uint16(port))))
+	if err != nil {
+		return nil, fmt.Errorf("listen udp: %w", err)
+	}
+	// Small socket buffers, not the server, are what loses calls under
+	// load; ask for large ones (the kernel caps them at rmem_max).
+	_ = c.SetReadBuffer(bufSize)
+	_ = c.SetWriteBuffer(bufSize)
+	t := &udpTransport{c: c, port: c.LocalAddr().(*net.UDPAddr).Port}
+	go func() {
+		for {
+			bp := bufPool.Get().(*[]byte)
+			n, from, err := c.ReadFromUDPAddrPort(*bp)
+			if err != nil {
+				bufPool.Put(bp)
+				if !errors.Is(err, net.ErrClosed) {
+					errc <- fmt.Errorf("read udp: %w", err)
+				}
+				return
+			}
+			in <- &packet{buf: *bp, data: (*bp)[:n], from: peer{ap: from}}
+		}
+	}()
+	return t, nil
+}
+
+func (t *udpTransport) send(b []byte, to peer) error {
+	_, err := t.c.WriteToUDPAddrPort(b, to.ap)
+	return err
+}
+
+func (t *udpTransport) localAddr() netip.AddrPort {
+	return t.c.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+func (t *udpTransport) close() error { return t.c.Close() }
+
+func (t *udpTransport) drops() int64 { return udpDrops(t.port) }
+
+// udpDrops reads the kernel's per-socket drop counter from /proc/net/udp{,6}.
+func udpDrops(port int) int64 {
+	var total int64 = -1
+	hexPort := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"/proc/net/udp", "/proc/net/udp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(l)
+			if len(fs) < 13 || !strings.HasSuffix(fs[1], hexPort) {
+				continue
+			}
+			n, err := strconv.ParseInt(fs[len(fs)-1], 10, 64)
+			if err != nil {
+				continue
+			}
+			if total < 0 {
+				total = 0
+			}
+			total += n
+		}
+	}
+	return total
+}
+
+// streamConn is one TCP connection; writes come only from the loop.
+type streamConn struct {
+	c net.Conn
+	w *bufio.Writer
+}
+
+type tcpTransport struct {
+	ln    net.Listener // uas
+	conn  *streamConn  // uac: the one connection of -t t1
+	local netip.AddrPort
+	mu    sync.Mutex
+	conns map[*streamConn]struct{}
+}
+
+func readStream(sc *streamConn, in chan<- *packet, errc chan<- error, done func()) {
+	defer done()
+	buf := make([]byte, 0, 256<<10)
+	tmp := make([]byte, 64<<10)
+	for {
+		n, err := sc.c.Read(tmp)
+		buf = append(buf, tmp[:n]...)
+		for {
+			skip, l, ferr := frameLen(buf)
+			if ferr != nil {
+				errc <- fmt.Errorf("tcp from %s: %w", sc.c.RemoteAddr(), ferr)
+				sc.c.Close()
+				return
+			}
+			if l == 0 {
+				buf = buf[:copy(buf, buf[skip:])]
+				break
+			}
+			bp := bufPool.Get().(*[]byte)
+			if l > len(*bp) {
+				b := make([]byte, l)
+				bp = &b
+			}
+			copy(*bp, buf[skip:skip+l])
+			in <- &packet{buf: *bp, data: (*bp)[:l], from: peer{c: sc}}
+			buf = buf[:copy(buf, buf[skip+l:])]
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func dialTCP(ip string, target string, in chan<- *packet, errc chan<- error) (*tcpTransport, error) {
+	d := net.Dialer{}
+	if ip != "" {
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			return nil, fmt.Errorf("local IP %q: %w", ip, err)
+		}
+		d.LocalAddr = &net.TCPAddr{IP: a.AsSlice()}
+	}
+	c, err := d.Dial("tcp", target)
+	if err != nil {
+		return nil, fmt.Errorf("connect tcp: %w", err)
+	}
+	sc := &streamConn{c: c, w: bufio.NewWriterSize(c, 64<<10)}
+	t := &tcpTransport{conn: sc, local: c.LocalAddr().(*net.TCPAddr).AddrPort()}
+	go readStream(sc, in, errc, func() {})
+	return t, nil
+}
+
+func listenTCP(ip string, port int, in chan<- *packet, errc chan<- error) (*tcpTransport, error) {
+	ln, err := net.Listen("tcp", joinHostPort(ip, port))
+	if err != nil {
+		return nil, fmt.Errorf("listen tcp: %w", err)
+	}
+	t := &tcpTransport{ln: ln, local: ln.Addr().(*net.TCPAddr).AddrPort(), conns: map[*streamConn]struct{}{}}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			sc := &streamConn{c: c, w: bufio.NewWriterSize(c, 64<<10)}
+			t.mu.Lock()
+			t.conns[sc] = struct{}{}
+			t.mu.Unlock()
+			go readStream(sc, in, errc, func() {
+				t.mu.Lock()
+				delete(t.conns, sc)
+				t.mu.Unlock()
+				c.Close()
+			})
+		}
+	}()
+	return t, nil
+}
+
+func (t *tcpTransport) send(b []byte, to peer) error {
+	sc := to.c
+	if sc == nil {
+		sc = t.conn
+	}
+	if sc == nil {
+		return errors.New("no tcp connection")
+	}
+	// Buffered: the loop flushes once per batch of work, not per message.
+	_, err := sc.w.Write(b)
+	return err
+}
+
+// flush writes out what send buffered; the loop calls it when idle.
+func (t *tcpTransport) flush() {
+	if t.conn != nil {
+		t.conn.w.Flush()
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for sc := range t.conns {
+		if sc.w.Buffered() > 0 {
+			sc.w.Flush()
+		}
+	}
+}
+
+func (t *tcpTransport) localAddr() netip.AddrPort { return t.local }
+
+func (t *tcpTransport) close() error {
+	if t.conn != nil {
+		t.conn.w.Flush()
+		return t.conn.c.Close()
+	}
+	err := t.ln.Close()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for sc := range t.conns {
+		sc.w.Flush()
+		sc.c.Close()
+	}
+	return err
+}
+
+func (t *tcpTransport) drops() int64 { return -1 }

@@ -1,0 +1,289 @@
+package loadgen
+
+import (
+	"bytes"
+	"strconv"
+	"time"
+)
+
+// call is one dialog or transaction, on either side. Fields are copied out of
+// messages because a packet's buffer is reused as soon as it is handled.
+type call struct {
+	n      int64
+	callID string
+	state  uint8
+	ruri   []byte // Request-URI of the initial request
+	target []byte // remote target (the 2xx's Contact) for ACK and BYE
+	to     []byte // To with the remote tag
+	routes [][]byte
+	cseq   uint32
+	user   int           // register: index into uac.users
+	req    []byte        // the message retransmitted by timers
+	peer   peer          // uas: where responses go
+	sent   time.Duration // when the current transaction began
+	rtx    time.Duration // current retransmission interval
+	gen    uint32        // bumped when a transaction ends, voiding its timers
+	noRtx  bool          // a provisional stopped INVITE retransmissions
+}
+
+const (
+	sInvite uint8 = iota // INVITE sent, no final response yet
+	sHold                // ACK sent, waiting -d before BYE
+	sBye                 // BYE sent
+	sReq                 // REGISTER or OPTIONS sent
+	sDone
+)
+
+type regUser struct {
+	callID string
+	cseq   uint32
+	busy   bool
+}
+
+type uac struct {
+	*core
+	calls    map[string]*call
+	due      int64 // calls the schedule has made due
+	sent     int64
+	stopped  bool
+	users    []regUser
+	method   string
+	schedLen time.Duration
+}
+
+func newUAC(c *core) *uac {
+	u := &uac{core: c, calls: make(map[string]*call, 1024), schedLen: c.o.Schedule.Len()}
+	if c.o.Scenario == "register" && c.o.Users > 0 {
+		u.users = make([]regUser, c.o.Users)
+	}
+	return u
+}
+
+func (u *uac) inFlight() int64 { return int64(len(u.calls)) }
+
+func (u *uac) done() bool { return u.stopped && len(u.calls) == 0 }
+
+func (u *uac) abort() int64 {
+	n := int64(len(u.calls))
+	for _, cl := range u.calls {
+		cl.gen++
+	}
+	clear(u.calls)
+	return n
+}
+
+// tick starts every call the schedule has made due by now. The schedule, not
+// the server's answers, decides when a call starts (open loop); how late a
+// start is measures sipload's own ability to keep up.
+func (u *uac) tick(now time.Duration) {
+	if u.stopped {
+		return
+	}
+	want := u.o.Schedule.Calls(now)
+	for n := 0; float64(u.due)+1 <= want+1e-9; n++ {
+		if n == 500 {
+			// Leave the rest for the next tick so replies are read between
+			// bursts; the lag they accrue is reported, not hidden.
+			break
+		}
+		if u.o.MaxCalls > 0 && u.sent >= u.o.MaxCalls {
+			u.stopped = true
+			return
+		}
+		u.due++
+		if at, ok := u.o.Schedule.At(float64(u.due)); ok && now-at > u.secLag {
+			u.secLag = now - at
+		}
+		if u.o.Limit > 0 && len(u.calls) >= u.o.Limit {
+			u.sec.Limited++
+			continue
+		}
+		u.startCall(now)
+	}
+	if u.o.MaxCalls > 0 && u.sent >= u.o.MaxCalls {
+		u.stopped = true
+	}
+	if u.schedLen > 0 && now >= u.schedLen {
+		u.stopped = true
+	}
+}
+
+func (u *uac) startCall(now time.Duration) {
+	u.sent++
+	cl := &call{n: u.sent, cseq: 1, sent: now, rtx: u.o.T1}
+	var b []byte
+	switch u.o.Scenario {
+	case "uac":
+		cl.callID = string(u.ep.callID(nil, cl.n))
+		cl.ruri = []byte("sip:" + u.o.Service + "@" + u.ep.remote)
+		cl.state = sInvite
+		b = u.ep.invite(nil, cl)
+	case "options":
+		cl.callID = string(u.ep.callID(nil, cl.n))
+		cl.ruri = []byte("sip:" + u.o.Service + "@" + u.ep.remote)
+		cl.state = sReq
+		b = u.ep.options(nil, cl)
+	case "register":
+		cl.ruri = []byte("sip:" + u.ep.remote)
+		cl.state = sReq
+		user := u.o.Service + strconv.FormatInt(cl.n, 10)
+		if u.users != nil {
+			cl.user = int((cl.n - 1) % int64(len(u.users)))
+			ru := &u.users[cl.user]
+			if ru.busy {
+				u.sent--
+				u.sec.Limited++
+				return
+			}
+			if ru.callID == "" {
+				ru.callID = string(u.ep.callID(nil, cl.n))
+			}
+			ru.cseq++
+			ru.busy = true
+			cl.callID, cl.cseq = ru.callID, ru.cseq
+			user = u.o.Service + strconv.Itoa(cl.user+1)
+		} else {
+			cl.callID = string(u.ep.callID(nil, cl.n))
+		}
+		b = u.ep.register(nil, cl, user, u.o.Expires)
+	}
+	cl.req = b
+	u.calls[cl.callID] = cl
+	u.sec.Offered++
+	if !u.send(b, u.target) {
+		u.finish(cl, failOther, false)
+		return
+	}
+	u.armTxn(cl, now)
+}
+
+// armTxn starts timers A/E (UDP only) and the transaction timeout B/F.
+func (u *uac) armTxn(cl *call, now time.Duration) {
+	if u.o.Transport == "u1" && !u.o.NoRetrans {
+		u.arm(now+cl.rtx, cl, tRetrans)
+	}
+	u.arm(now+u.o.RecvTimeout, cl, tTimeout)
+}
+
+func (u *uac) finish(cl *call, r failReason, ok bool) {
+	if ok {
+		u.sec.Succeeded++
+	} else {
+		u.sec.fail(r)
+	}
+	cl.gen++
+	cl.state = sDone
+	delete(u.calls, cl.callID)
+	if u.users != nil && u.o.Scenario == "register" {
+		u.users[cl.user].busy = false
+	}
+}
+
+func (u *uac) fire(t timer, now time.Duration) {
+	cl := t.c
+	switch t.kind {
+	case tRetrans:
+		if cl.noRtx {
+			return
+		}
+		u.sec.Retransmissions++
+		u.send(cl.req, u.target)
+		cl.rtx *= 2
+		if cl.state != sInvite && cl.rtx > u.o.T2 {
+			cl.rtx = u.o.T2 // timer E caps at T2; timer A does not
+		}
+		u.arm(now+cl.rtx, cl, tRetrans)
+	case tTimeout:
+		u.finish(cl, failTimeout, false)
+	case tBye:
+		u.sendBye(cl, now)
+	}
+}
+
+func (u *uac) sendBye(cl *call, now time.Duration) {
+	cl.gen++
+	cl.state = sBye
+	cl.cseq++
+	cl.rtx = u.o.T1
+	cl.noRtx = false
+	cl.req = u.ep.bye(cl.req[:0], cl)
+	if !u.send(cl.req, u.target) {
+		u.finish(cl, failOther, false)
+		return
+	}
+	u.armTxn(cl, now)
+}
+
+func (u *uac) handle(m *msg, _ peer, now time.Duration) {
+	if !m.isResp {
+		// A server-originated request (BYE from the far end, OPTIONS
+		// keepalive): answer it so the peer's transaction ends.
+		if !bytes.Equal(m.method, []byte("ACK")) {
+			u.out = u.ep.response(u.out[:0], m, 200, "OK", "", false, "", nil)
+			u.send(u.out, u.target)
+		}
+		u.sec.Unexpected++
+		return
+	}
+	cl := u.calls[string(m.callID)]
+	if cl == nil {
+		if m.status >= 200 {
+			u.sec.RetransReceived++ // a late duplicate of a finished call
+		}
+		return
+	}
+	isInvite := bytes.Equal(m.cseqM, []byte("INVITE"))
+	switch {
+	case cl.state == sInvite && isInvite && m.cseqNum == cl.cseq:
+		if m.status < 200 {
+			cl.noRtx = true // the server has it; timer A stops in Proceeding
+			return
+		}
+		cl.to = append(cl.to[:0], m.to...)
+		if m.status >= 300 {
+			u.out = u.ep.ack(u.out[:0], cl, false)
+			u.send(u.out, u.target)
+			u.finish(cl, reasonOf(m.status, m.retryAfter), false)
+			return
+		}
+		u.secHist.add(now - cl.sent)
+		cl.target = append(cl.target[:0], m.contact...)
+		if len(cl.target) == 0 {
+			cl.target = cl.ruri
+		}
+		cl.routes = cl.routes[:0]
+		for _, rr := range m.rrs {
+			cl.routes = append(cl.routes, append([]byte(nil), rr...))
+		}
+		cl.gen++
+		cl.state = sHold
+		u.out = u.ep.ack(u.out[:0], cl, true)
+		u.send(u.out, u.target)
+		if u.o.Hold <= 0 {
+			u.sendBye(cl, now)
+		} else {
+			u.arm(now+u.o.Hold, cl, tBye)
+		}
+	case isInvite && m.status >= 200 && m.status < 300 && (cl.state == sHold || cl.state == sBye):
+		// The 2xx was retransmitted: our ACK was lost, send it again.
+		u.sec.RetransReceived++
+		u.sec.Retransmissions++
+		u.out = u.ep.ack(u.out[:0], cl, true)
+		u.send(u.out, u.target)
+	case cl.state == sBye && bytes.Equal(m.cseqM, []byte("BYE")) && m.cseqNum == cl.cseq:
+		if m.status < 200 {
+			return
+		}
+		u.finish(cl, reasonOf(m.status, m.retryAfter), m.status < 300)
+	case cl.state == sReq && m.cseqNum == cl.cseq && !isInvite:
+		if m.status < 200 {
+			return
+		}
+		if m.status < 300 {
+			u.secHist.add(now - cl.sent)
+		}
+		u.finish(cl, reasonOf(m.status, m.retryAfter), m.status < 300)
+	default:
+		u.sec.RetransReceived++
+	}
+}
