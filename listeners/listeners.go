@@ -1,0 +1,172 @@
+// Package listeners parses SIP socket addresses, binds them, and moves the
+// bound sockets between processes as inherited file descriptors.
+//
+// The supervisor binds every SIP socket once, before any worker exists, and
+// holds it for its whole life: a worker that exits or is replaced never takes a
+// socket with it, and a bind error stops start-up before anything is forked.
+package listeners
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Addr is a SIP socket address such as udp:127.0.0.1:5060.
+type Addr struct {
+	Proto string // "udp" or "tcp"
+	Host  string
+	Port  int
+}
+
+// String renders the address as the config writes it.
+func (a Addr) String() string {
+	return a.Proto + ":" + net.JoinHostPort(a.Host, strconv.Itoa(a.Port))
+}
+
+// ParseAddr parses proto:host:port (IPv6 hosts in brackets).
+func ParseAddr(s string) (Addr, error) {
+	proto, rest, ok := strings.Cut(s, ":")
+	if !ok {
+		return Addr{}, fmt.Errorf("socket %q: want proto:host:port", s)
+	}
+	proto = strings.ToLower(proto)
+	if proto != "udp" && proto != "tcp" {
+		return Addr{}, fmt.Errorf("socket %q: protocol %q is not udp or tcp", s, proto)
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil {
+		return Addr{}, fmt.Errorf("socket %q: %w", s, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return Addr{}, fmt.Errorf("socket %q: port %q is not a number from 0 to 65535", s, port)
+	}
+	return Addr{Proto: proto, Host: host, Port: p}, nil
+}
+
+// Socket is one bound SIP socket.
+type Socket struct {
+	// Addr is the configured address; Bound is the address actually bound
+	// (differs when the configured port is 0).
+	Addr  Addr
+	Bound Addr
+	// Exactly one of UDP and TCP is set.
+	UDP *net.UDPConn
+	TCP *net.TCPListener
+}
+
+// Name is how the socket is named to workers: the bound address.
+func (s *Socket) Name() string { return s.Bound.String() }
+
+// ReadBuffer is the receive buffer asked for on every UDP socket. Bursts of
+// several thousand datagrams must fit while the front door is busy.
+const ReadBuffer = 8 << 20
+
+// Bind binds every address, in order. On any error it closes what it bound.
+func Bind(addrs []Addr) ([]*Socket, error) {
+	var out []*Socket
+	fail := func(err error) ([]*Socket, error) {
+		Close(out)
+		return nil, err
+	}
+	for _, a := range addrs {
+		s := &Socket{Addr: a}
+		hp := net.JoinHostPort(a.Host, strconv.Itoa(a.Port))
+		switch a.Proto {
+		case "udp":
+			ua, err := net.ResolveUDPAddr("udp", hp)
+			if err != nil {
+				return fail(fmt.Errorf("bind %s: %w", a, err))
+			}
+			c, err := net.ListenUDP("udp", ua)
+			if err != nil {
+				return fail(fmt.Errorf("bind %s: %w", a, err))
+			}
+			_ = c.SetReadBuffer(ReadBuffer)
+			_ = c.SetWriteBuffer(ReadBuffer)
+			s.UDP = c
+			s.Bound = boundAddr("udp", c.LocalAddr())
+		case "tcp":
+			ta, err := net.ResolveTCPAddr("tcp", hp)
+			if err != nil {
+				return fail(fmt.Errorf("bind %s: %w", a, err))
+			}
+			l, err := net.ListenTCP("tcp", ta)
+			if err != nil {
+				return fail(fmt.Errorf("bind %s: %w", a, err))
+			}
+			s.TCP = l
+			s.Bound = boundAddr("tcp", l.Addr())
+		default:
+			return fail(fmt.Errorf("bind %s: unknown protocol", a))
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func boundAddr(proto string, a net.Addr) Addr {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return Addr{Proto: proto, Host: a.String()}
+	}
+	return Addr{Proto: proto, Host: ap.Addr().Unmap().String(), Port: int(ap.Port())}
+}
+
+// Close closes every socket.
+func Close(ss []*Socket) {
+	for _, s := range ss {
+		if s.UDP != nil {
+			s.UDP.Close()
+		}
+		if s.TCP != nil {
+			s.TCP.Close()
+		}
+	}
+}
+
+// Files duplicates the UDP sockets' descriptors for a child process, in order,
+// with their names. TCP listeners stay with the supervisor: it accepts and
+// hands each connection over, so no worker ever accepts.
+func Files(ss []*Socket) (files []*os.File, names []string, err error) {
+	for _, s := range ss {
+		if s.UDP == nil {
+			continue
+		}
+		f, err := s.UDP.File()
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, nil, fmt.Errorf("export %s: %w", s.Name(), err)
+		}
+		files = append(files, f)
+		names = append(names, s.Name())
+	}
+	return files, names, nil
+}
+
+// FromFiles rebuilds inherited UDP sockets in a worker.
+func FromFiles(names []string, files []*os.File) ([]net.PacketConn, error) {
+	if len(names) != len(files) {
+		return nil, errors.New("import sockets: names and descriptors differ in number")
+	}
+	out := make([]net.PacketConn, 0, len(files))
+	for i, f := range files {
+		c, err := net.FilePacketConn(f)
+		f.Close()
+		if err != nil {
+			for _, c := range out {
+				c.Close()
+			}
+			return nil, fmt.Errorf("import %s: %w", names[i], err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}

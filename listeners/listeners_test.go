@@ -1,0 +1,90 @@
+package listeners
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+func TestParseAddr(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Addr
+		err  bool
+	}{
+		{in: "udp:127.0.0.1:5060", want: Addr{"udp", "127.0.0.1", 5060}},
+		{in: "TCP:[::1]:5061", want: Addr{"tcp", "::1", 5061}},
+		{in: "udp:127.0.0.1:0", want: Addr{"udp", "127.0.0.1", 0}},
+		{in: "sctp:127.0.0.1:5060", err: true},
+		{in: "udp:127.0.0.1:70000", err: true},
+		{in: "udp:127.0.0.1", err: true},
+		{in: "127.0.0.1:5060", err: true},
+	} {
+		have, err := ParseAddr(tc.in)
+		if (err != nil) != tc.err {
+			t.Errorf("%s: want error %v, have %v", tc.in, tc.err, err)
+			continue
+		}
+		if err == nil && have != tc.want {
+			t.Errorf("%s: want %v, have %v", tc.in, tc.want, have)
+		}
+	}
+}
+
+// A socket exported with Files and rebuilt with FromFiles sends from the very
+// address the supervisor bound: what a worker relies on to reply from the
+// listening address.
+func TestExportImportSendsFromBoundAddress(t *testing.T) {
+	ss, err := Bind([]Addr{{"udp", "127.0.0.1", 0}, {"tcp", "127.0.0.1", 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(ss)
+	if ss[0].Bound.Port == 0 || ss[1].Bound.Port == 0 {
+		t.Fatalf("want bound ports, have %v %v", ss[0].Bound, ss[1].Bound)
+	}
+	files, names, err := Files(ss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 1 || names[0] != ss[0].Name() {
+		t.Fatalf("want one udp file named %s, have %v", ss[0].Name(), names)
+	}
+	conns, err := FromFiles(names, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conns[0].Close()
+
+	peer, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	if _, err := conns[0].WriteTo([]byte("hello"), peer.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	n, from, err := peer.ReadFrom(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(buf[:n]) != "hello" || from.(*net.UDPAddr).Port != ss[0].Bound.Port {
+		t.Fatalf("want hello from port %d, have %q from %v", ss[0].Bound.Port, buf[:n], from)
+	}
+}
+
+func TestBindFailureClosesEverything(t *testing.T) {
+	ss, err := Bind([]Addr{{"udp", "127.0.0.1", 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(ss)
+	// The same port again must fail, and the first socket of the second call
+	// must have been released.
+	_, err = Bind([]Addr{{"udp", "127.0.0.1", 0}, ss[0].Bound})
+	if err == nil {
+		t.Fatal("want bind error for a port in use")
+	}
+}

@@ -1,0 +1,48 @@
+// Package pool runs groups of worker OS processes: it spawns them, hands them
+// work, samples their load, drains and retires them, and replaces the ones that
+// crash.
+//
+// A worker is the sipvisor binary re-executed with the argument "worker" and
+// the environment variable SIPVISOR_WORKER set to a cookie; started by hand it
+// says so in one sentence and exits 2.
+//
+// # Supervisor ↔ worker protocol
+//
+// Inherited descriptors (exec.Cmd.ExtraFiles):
+//
+//	fd 3  control  unix SOCK_SEQPACKET, worker → supervisor: 'R' ready,
+//	               'e' echo answer, 'd' drained; EOF tells the worker its
+//	               supervisor is gone, and it exits at once
+//	fd 4  data     unix SOCK_SEQPACKET, supervisor → worker, one frame per
+//	               packet, handled strictly in order: 'M' SIP message,
+//	               'E' echo, 'J' timer job, 'C' TCP connection (SCM_RIGHTS),
+//	               'D' drain, 'Z' end of work
+//	fd 5  stats    a shared memory page the worker writes and the supervisor
+//	               reads: messages handled, busy nanoseconds, the start of the
+//	               message in progress, heap in use, sessions held
+//	fd 6… sockets  the UDP SIP sockets, named in SIPVISOR_SOCKETS
+//
+// Environment: SIPVISOR_WORKER (cookie), SIPVISOR_GROUP, SIPVISOR_WORKER_ID,
+// SIPVISOR_SOCKETS (comma-separated socket names), SIPVISOR_CONFIG (the file
+// the worker loads its script from), GOMEMLIMIT.
+//
+// Exit codes: 0 after a drain ('Z' received), anything else is a crash.
+//
+// # Why work goes through the supervisor
+//
+// The supervisor reads every datagram and hands it to one worker, so every
+// message of a transaction reaches the process that holds it (see DESIGN.md).
+// Echo frames travel behind real work in the same queue, so their round trip
+// measures queueing delay. A drain is a frame too: everything handed to a
+// worker before its 'Z' is handled before it exits, which is why draining
+// never loses a message.
+//
+// # Invariants
+//
+//   - A group never has more live workers than its ceiling.
+//   - A worker is handed new work only while Ready; a Draining worker only gets
+//     messages for what it already holds.
+//   - Workers never outlive the supervisor: Pdeathsig kills them when it dies,
+//     and EOF on the control channel makes them exit if that ever fails.
+//   - The supervisor, not the worker, holds every SIP socket for its whole life.
+package pool

@@ -1,0 +1,474 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Kind is what a group serves.
+type Kind string
+
+// The kinds of group.
+const (
+	KindUDP   Kind = "udp"
+	KindTCP   Kind = "tcp"
+	KindTimer Kind = "timer"
+)
+
+// GroupOptions configures a group.
+type GroupOptions struct {
+	Name    string
+	Kind    Kind
+	Initial int
+	// Ceiling is the most live workers the group may have.
+	Ceiling int
+	Command Command
+	// ConfigPath is the file workers load their script from.
+	ConfigPath   string
+	Sockets      []*os.File
+	SocketNames  []string
+	ReadyTimeout time.Duration
+	DrainTimeout time.Duration
+	MemoryLimit  int64
+	Logger       *slog.Logger
+	Metrics      *Metrics
+	// OnEcho, when set, receives each echo's round trip.
+	OnEcho func(w *Worker, rtt time.Duration)
+	// OnExit, when set, is told of every worker exit and its reason.
+	OnExit func(w *Worker, reason string)
+	// OnReady, when set, is told when a worker becomes ready.
+	OnReady func(w *Worker)
+}
+
+// Group is a set of worker processes that share one kind of work.
+type Group struct {
+	opts GroupOptions
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	nextID  int
+	workers []*Worker // not yet reaped
+	stopped bool
+	crashes []time.Time // recent unplanned exits, for back-off
+	pending int         // replacements scheduled but not started
+
+	// routable is the workers that may take new work, swapped whole on every
+	// state change so the front door reads it without a lock.
+	routable atomic.Pointer[[]*Worker]
+	rr       atomic.Uint32
+	echoSeq  atomic.Uint64
+}
+
+// NewGroup makes a group; Start spawns its initial workers.
+func NewGroup(o GroupOptions) *Group {
+	if o.Ceiling < o.Initial {
+		o.Ceiling = o.Initial
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = 5 * time.Second
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 40 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	g := &Group{opts: o, log: o.Logger.With("group", o.Name)}
+	g.routable.Store(&[]*Worker{})
+	return g
+}
+
+// Name is the group's name.
+func (g *Group) Name() string { return g.opts.Name }
+
+// Kind is what the group serves.
+func (g *Group) Kind() Kind { return g.opts.Kind }
+
+// Start spawns the initial workers.
+func (g *Group) Start() error {
+	var errs []error
+	for i := 0; i < g.opts.Initial; i++ {
+		if _, err := g.Grow(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Live is the number of workers that count towards the group's size:
+// spawning or ready, not draining.
+func (g *Group) Live() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.liveLocked()
+}
+
+func (g *Group) liveLocked() int {
+	n := g.pending
+	for _, w := range g.workers {
+		if s := w.State(); s == Spawning || s == Ready {
+			n++
+		}
+	}
+	return n
+}
+
+// ErrCeiling: the group already has as many workers as it may.
+var ErrCeiling = errors.New("group at its ceiling")
+
+// Grow spawns one worker, unless the group is at its ceiling.
+func (g *Group) Grow() (*Worker, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return nil, errors.New("group stopped")
+	}
+	if g.liveLocked() >= g.opts.Ceiling {
+		return nil, ErrCeiling
+	}
+	return g.spawnLocked()
+}
+
+func (g *Group) spawnLocked() (*Worker, error) {
+	g.nextID++
+	id := g.nextID
+	o := g.opts
+	t0 := time.Now()
+	p, err := start(o.Command, o.Name, id, o.ConfigPath, o.MemoryLimit, o.Sockets, o.SocketNames)
+	if err != nil {
+		return nil, fmt.Errorf("spawn worker for %s: %w", o.Name, err)
+	}
+	w := &Worker{ID: id, Pid: p.cmd.Process.Pid, Started: t0, g: g, p: p, done: make(chan struct{})}
+	w.state.Store(int32(Spawning))
+	g.workers = append(g.workers, w)
+	o.Metrics.spawns.WithLabelValues(o.Name).Inc()
+	g.log.Debug("worker spawned", "worker", id, "pid", w.Pid)
+	g.publishLocked()
+
+	timer := time.AfterFunc(o.ReadyTimeout, func() { g.event(w, EvReadyTimeout) })
+	go g.readControl(w, timer)
+	go g.wait(w)
+	return w, nil
+}
+
+// readControl handles the worker's control messages until its channel closes.
+func (g *Group) readControl(w *Worker, readyTimer *time.Timer) {
+	buf := make([]byte, 64)
+	for {
+		n, err := w.p.ctl.Read(buf)
+		if err != nil || n == 0 {
+			readyTimer.Stop()
+			return
+		}
+		switch buf[0] {
+		case ctlReady:
+			readyTimer.Stop()
+			g.event(w, EvReady)
+		case ctlEcho:
+			if seq, sent, ok := parseEcho(buf[:n]); ok && g.opts.OnEcho != nil {
+				_ = seq
+				g.opts.OnEcho(w, time.Duration(time.Now().UnixNano()-sent))
+			}
+		case ctlDrained:
+			// Nothing it holds needs more messages: end its work. Frames
+			// already queued are still handled before the end frame.
+			w.end()
+		}
+	}
+}
+
+// wait reaps the process and records why it ended.
+func (g *Group) wait(w *Worker) {
+	err := w.p.cmd.Wait()
+	g.mu.Lock()
+	reason := ExitCrash
+	switch {
+	case w.killReason != "":
+		reason = w.killReason
+	case err == nil && w.State() == Draining:
+		reason = ExitClean
+	}
+	w.exitReason = reason
+	g.mu.Unlock()
+	w.p.ctl.Close()
+	w.sendMu.Lock()
+	w.ended = true
+	w.p.data.Close()
+	w.sendMu.Unlock()
+	g.event(w, EvExit)
+	w.p.stats.unmap()
+	close(w.done)
+}
+
+// event applies one lifecycle event to a worker and carries out the action.
+func (g *Group) event(w *Worker, e Event) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	from := w.State()
+	to, action := next(from, e)
+	w.state.Store(int32(to))
+	if from != to {
+		g.publishLocked()
+	}
+	o := g.opts
+	switch {
+	case from == Spawning && to == Ready:
+		w.readyAt = time.Now()
+		w.lastAt = w.readyAt.UnixNano()
+		w.lastBusy = w.p.stats.busyAt(w.lastAt)
+		o.Metrics.ready.WithLabelValues(o.Name).Observe(w.readyAt.Sub(w.Started).Seconds())
+		g.log.Info("worker ready", "worker", w.ID, "pid", w.Pid, "after", w.readyAt.Sub(w.Started))
+		if o.OnReady != nil {
+			go o.OnReady(w)
+		}
+	}
+	switch action {
+	case SendDrain:
+		go func() {
+			if err := w.Send([]byte{FrameDrain}); err != nil {
+				// No room for the drain frame: the deadline will kill it.
+				g.log.Warn("drain frame not delivered", "worker", w.ID, "pid", w.Pid, "error", err)
+			}
+		}()
+		time.AfterFunc(o.DrainTimeout, func() { g.event(w, EvDrainDeadline) })
+	case Kill:
+		reason := ExitKilled
+		if e == EvReadyTimeout {
+			reason = ExitReadyTimeout
+			g.log.Warn("worker not ready in time, killing", "worker", w.ID, "pid", w.Pid, "timeout", o.ReadyTimeout)
+		} else if e == EvDrainDeadline {
+			g.log.Warn("worker did not drain in time, killing", "worker", w.ID, "pid", w.Pid, "timeout", o.DrainTimeout)
+		}
+		w.kill(reason)
+	case Replace, Retire:
+		g.removeLocked(w)
+		o.Metrics.exits.WithLabelValues(o.Name, w.exitReason).Inc()
+		if o.OnExit != nil {
+			go o.OnExit(w, w.exitReason)
+		}
+		if action == Replace && !g.stopped {
+			g.log.Warn("worker exited unexpectedly, replacing", "worker", w.ID, "pid", w.Pid, "reason", w.exitReason)
+			g.scheduleReplacementLocked(time.Now())
+		} else {
+			g.log.Info("worker exited", "worker", w.ID, "pid", w.Pid, "reason", w.exitReason)
+		}
+	}
+}
+
+func (g *Group) removeLocked(w *Worker) {
+	for i, x := range g.workers {
+		if x == w {
+			g.workers = append(g.workers[:i], g.workers[i+1:]...)
+			break
+		}
+	}
+	g.publishLocked()
+}
+
+// crashWindow is how far back unplanned exits count towards the back-off.
+const crashWindow = time.Minute
+
+// RestartDelay is how long to wait before replacing a worker when n workers
+// of the group exited unexpectedly within the last minute, this one included.
+// The first is replaced at once; a crash loop backs off exponentially to 30 s
+// so it cannot become a fork storm.
+func RestartDelay(n int) time.Duration {
+	if n <= 1 {
+		return 0
+	}
+	d := 250 * time.Millisecond
+	for i := 2; i < n && d < 30*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 30*time.Second)
+}
+
+func (g *Group) scheduleReplacementLocked(now time.Time) {
+	keep := g.crashes[:0]
+	for _, t := range g.crashes {
+		if now.Sub(t) < crashWindow {
+			keep = append(keep, t)
+		}
+	}
+	g.crashes = append(keep, now)
+	delay := RestartDelay(len(g.crashes))
+	g.pending++
+	g.opts.Metrics.restarts.WithLabelValues(g.opts.Name).Inc()
+	time.AfterFunc(delay, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.pending--
+		if g.stopped {
+			return
+		}
+		if _, err := g.spawnLocked(); err != nil {
+			g.log.Error("replace worker", "error", err)
+		}
+	})
+}
+
+// publishLocked recomputes the routable set and the state gauges.
+func (g *Group) publishLocked() {
+	r := make([]*Worker, 0, len(g.workers))
+	var counts [4]int
+	for _, w := range g.workers {
+		s := w.State()
+		counts[s]++
+		if s == Ready {
+			r = append(r, w)
+		}
+	}
+	g.routable.Store(&r)
+	for s, n := range counts {
+		g.opts.Metrics.workers.WithLabelValues(g.opts.Name, State(s).String()).Set(float64(n))
+	}
+}
+
+// Routable is the workers that may take new work now. The slice is shared:
+// do not modify it.
+func (g *Group) Routable() []*Worker { return *g.routable.Load() }
+
+// Pick returns the ready worker with the shortest queue, or nil. Ties go
+// round-robin so that equal workers share new work evenly.
+func (g *Group) Pick() *Worker {
+	ws := *g.routable.Load()
+	n := len(ws)
+	if n == 0 {
+		return nil
+	}
+	start := int(g.rr.Add(1)) % n
+	best := ws[start]
+	bq := best.Queue()
+	for i := 1; i < n && bq > 0; i++ {
+		w := ws[(start+i)%n]
+		if q := w.Queue(); q < bq {
+			best, bq = w, q
+		}
+	}
+	return best
+}
+
+// Shrink drains one ready worker: the one holding the fewest sessions, the
+// newest among equals (it has the least state and the least warm caches).
+// It returns nil when no worker is ready.
+func (g *Group) Shrink() *Worker {
+	g.mu.Lock()
+	var pick *Worker
+	for _, w := range g.workers {
+		if w.State() != Ready {
+			continue
+		}
+		if pick == nil || w.Sessions() < pick.Sessions() || (w.Sessions() == pick.Sessions() && w.ID > pick.ID) {
+			pick = w
+		}
+	}
+	g.mu.Unlock()
+	if pick != nil {
+		g.event(pick, EvDrain)
+	}
+	return pick
+}
+
+// Drain asks one worker to drain.
+func (g *Group) Drain(w *Worker) { g.event(w, EvDrain) }
+
+// WorkerSample is one worker's state at a sampling instant.
+type WorkerSample struct {
+	ID       int
+	Pid      int
+	State    State
+	Load     float64 // percent busy since the previous sample
+	Queue    int
+	Sessions int
+	Heap     uint64
+	Handled  uint64
+	Dropped  uint64
+	Age      time.Duration
+}
+
+// Sample measures every worker's busy share since its previous sample and
+// returns the group's load: the mean over ready workers. ok is false when no
+// worker was ready, which is no sample rather than zero load.
+func (g *Group) Sample(now time.Time) (load float64, ok bool, ws []WorkerSample) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	nowNs := now.UnixNano()
+	var sum float64
+	var n int
+	for _, w := range g.workers {
+		s := WorkerSample{ID: w.ID, Pid: w.Pid, State: w.State(), Queue: w.Queue(), Sessions: w.Sessions(),
+			Heap: w.HeapBytes(), Handled: w.Handled(), Dropped: w.Dropped(), Age: now.Sub(w.Started)}
+		if s.State == Ready || s.State == Draining {
+			busy := w.p.stats.busyAt(nowNs)
+			if dt := nowNs - w.lastAt; dt > 0 {
+				w.load = clamp(100*float64(busy-w.lastBusy)/float64(dt), 0, 100)
+			}
+			w.lastBusy, w.lastAt = busy, nowNs
+			s.Load = w.load
+		}
+		if s.State == Ready {
+			sum += s.Load
+			n++
+		}
+		ws = append(ws, s)
+	}
+	sort.Slice(ws, func(i, j int) bool { return ws[i].ID < ws[j].ID })
+	if n == 0 {
+		return 0, false, ws
+	}
+	load = sum / float64(n)
+	g.opts.Metrics.load.WithLabelValues(g.opts.Name).Set(load / 100)
+	return load, true, ws
+}
+
+func clamp(v, lo, hi float64) float64 { return max(lo, min(hi, v)) }
+
+// Echo sends every ready or draining worker an echo frame, queued behind its
+// real work; answers come to OnEcho.
+func (g *Group) Echo(now time.Time) {
+	var b [echoLen]byte
+	for _, w := range g.Workers() {
+		if s := w.State(); s == Ready || s == Draining {
+			frame := putEcho(b[:0], FrameEcho, g.echoSeq.Add(1), now.UnixNano())
+			_ = w.Send(frame)
+		}
+	}
+}
+
+// Workers is a snapshot of the group's workers that have not been reaped.
+func (g *Group) Workers() []*Worker {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*Worker(nil), g.workers...)
+}
+
+// Stop drains every worker and waits until all have exited or the deadline
+// passes, then kills what is left. No replacement is started after Stop.
+func (g *Group) Stop(deadline time.Time) {
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
+	ws := g.Workers()
+	for _, w := range ws {
+		g.event(w, EvDrain)
+	}
+	for _, w := range ws {
+		select {
+		case <-w.done:
+		case <-time.After(time.Until(deadline)):
+			g.mu.Lock()
+			w.kill(ExitKilled)
+			g.mu.Unlock()
+			<-w.done
+		}
+	}
+}

@@ -1,0 +1,263 @@
+package pool
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestRunWorkerRefusedByHand(t *testing.T) {
+	t.Setenv(EnvCookie, "")
+	err := RunWorker(t.Context(), nil, newTestHandler)
+	if !errors.Is(err, ErrNotChild) {
+		t.Fatalf("want %v, have %v", ErrNotChild, err)
+	}
+}
+
+func TestWorkersServeThroughSharedSocket(t *testing.T) {
+	fx := newFixture(t, GroupOptions{Initial: 2, Command: testCommand("echo", 0)})
+	waitFor(t, "2 ready workers", 10*time.Second, func() bool { return len(fx.g.Routable()) == 2 })
+	const n = 200
+	for i := 0; i < n; i++ {
+		if err := fx.send(fx.g.Pick(), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := fx.receive(n, 10*time.Second)
+	if len(got) != n {
+		t.Fatalf("want %d replies, have %d", n, len(got))
+	}
+	// Both workers took work: Pick spreads it.
+	for _, w := range fx.g.Workers() {
+		if w.Handled() == 0 {
+			t.Errorf("worker %d handled nothing", w.ID)
+		}
+	}
+}
+
+// A worker given a per-message cost reports busy time: the group's load is
+// the share of wall time spent in the handler.
+func TestLoadIsBusyShare(t *testing.T) {
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("echo", 2*time.Millisecond)})
+	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	w := fx.g.Routable()[0]
+	fx.g.Sample(time.Now())
+	time.Sleep(50 * time.Millisecond)
+	if load, ok, _ := fx.g.Sample(time.Now()); !ok || load > 50 {
+		t.Fatalf("idle worker: want load under 50%%, have %.1f (ok %v)", load, ok)
+	}
+	// 300 messages of 2 ms keep it busy for at least 600 ms.
+	for i := 0; i < 300; i++ {
+		if err := fx.send(w, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	load, ok, ws := fx.g.Sample(time.Now())
+	if !ok || load < 80 {
+		t.Fatalf("busy worker: want load over 80%%, have %.1f after %v (ok %v)", load, time.Since(start), ok)
+	}
+	if ws[0].Queue == 0 {
+		t.Errorf("want a queue behind the busy worker, have 0")
+	}
+	fx.receive(300, 20*time.Second)
+}
+
+// Everything handed to a worker before it was told to drain is handled
+// before it exits, and it exits cleanly.
+func TestDrainLosesNothing(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("echo", 200*time.Microsecond), Metrics: NewMetrics(reg)})
+	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	w := fx.g.Routable()[0]
+	const n = 1000
+	for i := 0; i < n; i++ {
+		if err := fx.send(w, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fx.g.Drain(w)
+	if err := fx.send(w, n); err != nil {
+		// A draining worker still takes frames sent to it (the front door
+		// sends it messages of transactions it holds).
+		t.Fatalf("send to draining worker: %v", err)
+	}
+	got := fx.receive(n+1, 20*time.Second)
+	select {
+	case <-w.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("drained worker did not exit")
+	}
+	if len(got) != n+1 {
+		t.Fatalf("want %d replies, have %d", n+1, len(got))
+	}
+	if r := w.ExitReason(); r != ExitClean {
+		t.Fatalf("want exit reason %s, have %s", ExitClean, r)
+	}
+	if v := testutil.ToFloat64(fx.g.opts.Metrics.exits.WithLabelValues("udp0", ExitClean)); v != 1 {
+		t.Fatalf("want 1 clean exit counted, have %v", v)
+	}
+	if fx.g.Live() != 0 {
+		t.Fatalf("want a drained worker not replaced, have %d live", fx.g.Live())
+	}
+}
+
+func TestCrashedWorkerIsReplacedAndCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	fx := newFixture(t, GroupOptions{Initial: 2, Command: testCommand("echo", 0), Metrics: NewMetrics(reg)})
+	waitFor(t, "2 ready workers", 10*time.Second, func() bool { return len(fx.g.Routable()) == 2 })
+	victim := fx.g.Routable()[0]
+	if err := victim.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-victim.Done()
+	if r := victim.ExitReason(); r != ExitCrash {
+		t.Fatalf("want %s, have %s", ExitCrash, r)
+	}
+	waitFor(t, "a replacement", 10*time.Second, func() bool {
+		ws := fx.g.Routable()
+		return len(ws) == 2 && ws[0] != victim && ws[1] != victim
+	})
+	m := fx.g.opts.Metrics
+	if v := testutil.ToFloat64(m.exits.WithLabelValues("udp0", ExitCrash)); v != 1 {
+		t.Errorf("want 1 crash counted, have %v", v)
+	}
+	if v := testutil.ToFloat64(m.restarts.WithLabelValues("udp0")); v != 1 {
+		t.Errorf("want 1 restart counted, have %v", v)
+	}
+	if v := testutil.ToFloat64(m.spawns.WithLabelValues("udp0")); v != 3 {
+		t.Errorf("want 3 spawns, have %v", v)
+	}
+}
+
+func TestReadyTimeoutKills(t *testing.T) {
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("never-ready", 0), ReadyTimeout: 300 * time.Millisecond})
+	w := fx.g.Workers()[0]
+	select {
+	case <-w.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("worker that never got ready is still there")
+	}
+	if r := w.ExitReason(); r != ExitReadyTimeout {
+		t.Fatalf("want %s, have %s", ExitReadyTimeout, r)
+	}
+}
+
+func TestDrainDeadlineKills(t *testing.T) {
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("slow-drain", 0), DrainTimeout: 300 * time.Millisecond})
+	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	w := fx.g.Shrink()
+	if w == nil {
+		t.Fatal("Shrink found no worker")
+	}
+	select {
+	case <-w.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("worker past its drain deadline is still there")
+	}
+	if r := w.ExitReason(); r != ExitKilled {
+		t.Fatalf("want %s, have %s", ExitKilled, r)
+	}
+}
+
+func TestCrashLoopBacksOff(t *testing.T) {
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("crash-after-ready", 0)})
+	// Each worker dies 50 ms after it starts. Without back-off there would be
+	// dozens of spawns in 1.5 s; with it, a handful.
+	time.Sleep(1500 * time.Millisecond)
+	spawns := testutil.ToFloat64(fx.g.opts.Metrics.spawns.WithLabelValues("udp0"))
+	if spawns < 2 || spawns > 8 {
+		t.Fatalf("want between 2 and 8 spawns in a crash loop, have %v", spawns)
+	}
+}
+
+func TestRestartDelay(t *testing.T) {
+	for _, r := range []struct {
+		n    int
+		want time.Duration
+	}{
+		{1, 0}, {2, 250 * time.Millisecond}, {3, 500 * time.Millisecond}, {4, time.Second},
+		{9, 32 * time.Second / 1}, {100, 30 * time.Second},
+	} {
+		want := min(r.want, 30*time.Second)
+		if have := RestartDelay(r.n); have != want {
+			t.Errorf("n=%d: want %v, have %v", r.n, want, have)
+		}
+	}
+}
+
+// Workers never outlive their supervisor, even one killed with SIGKILL.
+func TestWorkersDieWithSupervisor(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "POOL_TEST_SUPERVISOR=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var pids []int
+	sc := bufio.NewScanner(out)
+	lines := make(chan string)
+	go func() {
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	timeout := time.After(20 * time.Second)
+loop:
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("supervisor ended early")
+			}
+			if p, found := strings.CutPrefix(l, "pid "); found {
+				pid, _ := strconv.Atoi(p)
+				pids = append(pids, pid)
+			}
+			if l == "ready" {
+				break loop
+			}
+		case <-timeout:
+			t.Fatal("supervisor did not start its workers")
+		}
+	}
+	if len(pids) != 2 {
+		t.Fatalf("want 2 worker pids, have %v", pids)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	waitFor(t, "workers to die", 10*time.Second, func() bool {
+		for _, pid := range pids {
+			if alive(pid) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// alive reports whether pid runs; a zombie waiting to be reaped is dead.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}

@@ -1,0 +1,303 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotChild is returned by RunWorker in a process the supervisor did not start.
+var ErrNotChild = errors.New("sipvisor worker processes are started by the sipvisor supervisor, not by hand; run sipvisor (see sipvisor -h)")
+
+// Env is what a worker is given by its supervisor.
+type Env struct {
+	Group  string
+	ID     int
+	Config string
+	// Sockets are the supervisor's UDP SIP sockets, to send from; Message.Socket
+	// indexes them.
+	Sockets     []net.PacketConn
+	SocketNames []string
+	Logger      *slog.Logger
+
+	// Submit runs fn on the worker's loop, counted as busy time like a
+	// message. Handlers use it for work that arrives outside the data channel
+	// (TCP connections they were handed).
+	Submit func(fn func())
+}
+
+// Message is one SIP datagram handed to a worker. Data is valid only during
+// the HandleMessage call.
+type Message struct {
+	Socket int
+	From   netip.AddrPort
+	Data   []byte
+}
+
+// Handler is the work a worker does. All methods are called from the worker's
+// single loop, one at a time, so a handler needs no locks of its own for state
+// it touches only there.
+type Handler interface {
+	HandleMessage(m *Message)
+	HandleJob(name string)
+	HandleConn(c net.Conn)
+	// Tick runs the handler's timers (retransmissions, expiries).
+	Tick(now time.Time)
+	// Held is the number of sessions or transactions the worker still holds;
+	// a draining worker reports drained when it reaches 0.
+	Held() int
+}
+
+// IsWorker reports whether this process was started as a worker.
+func IsWorker() bool { return os.Getenv(EnvCookie) != "" }
+
+// tickEvery is how often the loop runs the handler's timers when idle.
+const tickEvery = 20 * time.Millisecond
+
+// RunWorker is the whole life of a worker process: it rebuilds what the
+// supervisor passed, makes the handler, says ready, and handles frames in
+// order until the end frame (returns nil: exit 0) or an error.
+func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Handler, error)) error {
+	if os.Getenv(EnvCookie) != cookie {
+		return ErrNotChild
+	}
+	id, _ := strconv.Atoi(os.Getenv(EnvWorkerID))
+	env := &Env{Group: os.Getenv(EnvGroup), ID: id, Config: os.Getenv(EnvConfig)}
+	if logger == nil {
+		logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	env.Logger = logger.With("group", env.Group, "worker", id, "pid", os.Getpid())
+
+	ctl, err := net.FileConn(os.NewFile(fdControl, "control"))
+	if err != nil {
+		return fmt.Errorf("control channel: %w", err)
+	}
+	statsFile := os.NewFile(fdStats, "stats")
+	stats, err := mapStats(statsFile)
+	statsFile.Close()
+	if err != nil {
+		return err
+	}
+	if s := os.Getenv(EnvSockets); s != "" {
+		env.SocketNames = strings.Split(s, ",")
+	}
+	files := make([]*os.File, len(env.SocketNames))
+	for i, name := range env.SocketNames {
+		files[i] = os.NewFile(uintptr(fdSockets+i), name)
+	}
+	// The data channel stays a raw descriptor: frames may carry descriptors
+	// (TCP connections), which need recvmsg.
+	dataFD := fdData
+	unix.CloseOnExec(dataFD)
+	env.Sockets, err = importSockets(env.SocketNames, files)
+	if err != nil {
+		return err
+	}
+
+	w := &workerLoop{env: env, ctl: ctl, stats: stats, dataFD: dataFD, submit: make(chan func(), 64)}
+	env.Submit = func(fn func()) { w.submit <- fn }
+	h, err := newHandler(env)
+	if err != nil {
+		return fmt.Errorf("start handler: %w", err)
+	}
+	w.h = h
+
+	// The supervisor gone means this worker must go too: nothing would route
+	// to it, and Pdeathsig may not have fired if the forking thread lived on.
+	go func() {
+		var b [1]byte
+		for {
+			if _, err := ctl.Read(b[:]); err != nil {
+				os.Exit(3)
+			}
+		}
+	}()
+	go w.reportHeap(ctx)
+	if _, err := ctl.Write([]byte{ctlReady}); err != nil {
+		return fmt.Errorf("ready: %w", err)
+	}
+	return w.run(ctx)
+}
+
+func importSockets(names []string, files []*os.File) ([]net.PacketConn, error) {
+	out := make([]net.PacketConn, 0, len(files))
+	for i, f := range files {
+		c, err := net.FilePacketConn(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("import %s: %w", names[i], err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+type workerLoop struct {
+	env      *Env
+	h        Handler
+	ctl      net.Conn
+	stats    *statsPage
+	dataFD   int
+	submit   chan func()
+	draining bool
+	drained  bool
+}
+
+type frame struct {
+	buf []byte
+	fd  int // a passed descriptor, or -1
+	err error
+}
+
+// run is the worker's one loop. A reader goroutine turns the data channel into
+// frames; the loop handles frames, submitted work and timer ticks, and counts
+// the time it spends on them as busy.
+func (w *workerLoop) run(ctx context.Context) error {
+	frames := make(chan frame, 1)
+	free := make(chan []byte, 2)
+	for i := 0; i < cap(free); i++ {
+		free <- make([]byte, maxFrame)
+	}
+	go w.read(frames, free)
+	tick := time.NewTicker(tickEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case f := <-frames:
+			if f.err != nil {
+				return fmt.Errorf("data channel: %w", f.err)
+			}
+			end := w.handle(f)
+			free <- f.buf[:cap(f.buf)]
+			if end {
+				return nil
+			}
+		case fn := <-w.submit:
+			w.busy(fn)
+		case now := <-tick.C:
+			w.h.Tick(now)
+			w.checkDrained()
+		}
+	}
+}
+
+func (w *workerLoop) read(frames chan<- frame, free <-chan []byte) {
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		buf := <-free
+		n, oobn, _, _, err := unix.Recvmsg(w.dataFD, buf, oob, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			frames <- frame{err: err}
+			return
+		}
+		if n == 0 {
+			frames <- frame{err: errors.New("supervisor closed the data channel")}
+			return
+		}
+		fd := -1
+		if oobn > 0 {
+			if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) > 0 {
+				if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) > 0 {
+					fd = fds[0]
+				}
+			}
+		}
+		frames <- frame{buf: buf[:n], fd: fd}
+	}
+}
+
+// handle handles one frame; it reports true for the end frame.
+func (w *workerLoop) handle(f frame) bool {
+	defer w.stats.add(offHandled, 1)
+	b := f.buf
+	switch b[0] {
+	case FrameMessage:
+		if len(b) < MsgHeaderLen {
+			return false
+		}
+		sock, from := parseMsgHeader(b)
+		m := Message{Socket: sock, From: from, Data: b[MsgHeaderLen:]}
+		w.busy(func() { w.h.HandleMessage(&m) })
+	case FrameJob:
+		name := string(b[1:])
+		w.busy(func() { w.h.HandleJob(name) })
+	case FrameConn:
+		if f.fd < 0 {
+			return false
+		}
+		file := os.NewFile(uintptr(f.fd), "tcp")
+		c, err := net.FileConn(file)
+		file.Close()
+		if err != nil {
+			w.env.Logger.Warn("take tcp connection", "error", err)
+			return false
+		}
+		w.busy(func() { w.h.HandleConn(c) })
+	case FrameEcho:
+		// Answered at once: the round trip is the time the echo waited in the
+		// queue behind real work.
+		var ans [echoLen]byte
+		copy(ans[:], b)
+		ans[0] = ctlEcho
+		w.ctl.Write(ans[:])
+	case FrameDrain:
+		w.draining = true
+		w.env.Logger.Info("worker draining")
+	case FrameEnd:
+		return true
+	}
+	w.checkDrained()
+	return false
+}
+
+func (w *workerLoop) checkDrained() {
+	held := w.h.Held()
+	w.stats.store(offSessions, uint64(held))
+	if w.draining && !w.drained && held == 0 {
+		w.drained = true
+		w.ctl.Write([]byte{ctlDrained})
+	}
+}
+
+// busy runs fn and adds its wall time to the busy counter, which is the load
+// OpenSIPS defines: time inside the handler, not CPU time.
+func (w *workerLoop) busy(fn func()) {
+	start := time.Now().UnixNano()
+	w.stats.store(offBusySince, uint64(start))
+	fn()
+	end := time.Now().UnixNano()
+	w.stats.add(offBusyNs, uint64(end-start))
+	w.stats.store(offBusySince, 0)
+}
+
+func (w *workerLoop) reportHeap(ctx context.Context) {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		metrics.Read(s)
+		if s[0].Value.Kind() == metrics.KindUint64 {
+			w.stats.store(offHeap, s[0].Value.Uint64())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

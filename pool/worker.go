@@ -1,0 +1,175 @@
+package pool
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Errors of Worker.Send.
+var (
+	// ErrQueueFull: the worker's queue (its data channel) has no room. The
+	// frame is not delivered; UDP senders retransmit.
+	ErrQueueFull = errors.New("worker queue full")
+	// ErrEnded: the worker has been told its work is over.
+	ErrEnded = errors.New("worker ended")
+	// ErrReadyTimeout is the exit reason of a worker that never became ready.
+	ErrReadyTimeout = errors.New("worker not ready in time")
+)
+
+// Exit reasons, as metric labels.
+const (
+	ExitClean        = "clean"
+	ExitCrash        = "crash"
+	ExitKilled       = "killed"
+	ExitReadyTimeout = "ready_timeout"
+)
+
+// Worker is the supervisor's handle on one worker process.
+type Worker struct {
+	ID      int
+	Pid     int
+	Started time.Time
+
+	g     *Group
+	p     *spawned
+	state atomic.Int32 // State; written under g.mu
+
+	// sendMu orders Send against End: a frame that passed the ended check is
+	// written before the end frame, so nothing is written after it.
+	sendMu  sync.RWMutex
+	ended   bool
+	sent    atomic.Uint64
+	dropped atomic.Uint64
+
+	// Written under g.mu.
+	readyAt    time.Time
+	killReason string
+	exitReason string
+	lastBusy   int64
+	lastAt     int64
+	load       float64
+
+	done chan struct{}
+}
+
+// State is the worker's current state.
+func (w *Worker) State() State { return State(w.state.Load()) }
+
+// Send hands the worker one frame. It never blocks.
+func (w *Worker) Send(frame []byte) error {
+	w.sendMu.RLock()
+	defer w.sendMu.RUnlock()
+	if w.ended {
+		return ErrEnded
+	}
+	for {
+		_, err := unix.Write(w.p.dataFD, frame)
+		switch err {
+		case nil:
+			w.sent.Add(1)
+			return nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			w.dropped.Add(1)
+			return ErrQueueFull
+		default:
+			w.dropped.Add(1)
+			return err
+		}
+	}
+}
+
+// SendConn hands the worker a TCP connection (by descriptor) and closes the
+// supervisor's copy once the worker has it.
+func (w *Worker) SendConn(c *net.TCPConn) error {
+	f, err := c.File()
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w.sendMu.RLock()
+	defer w.sendMu.RUnlock()
+	if w.ended {
+		return ErrEnded
+	}
+	rights := unix.UnixRights(int(f.Fd()))
+	if err := unix.Sendmsg(w.p.dataFD, []byte{FrameConn}, rights, nil, 0); err != nil {
+		if err == unix.EAGAIN {
+			return ErrQueueFull
+		}
+		return err
+	}
+	w.sent.Add(1)
+	c.Close()
+	return nil
+}
+
+// end sends the end-of-work frame; after it the worker gets nothing more.
+func (w *Worker) end() {
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
+	if w.ended {
+		return
+	}
+	w.ended = true
+	// The end frame must get through even behind a full queue: retry until
+	// the worker has room or is gone.
+	for i := 0; i < 1000; i++ {
+		_, err := unix.Write(w.p.dataFD, []byte{FrameEnd})
+		if err != unix.EAGAIN && err != unix.EINTR {
+			if err == nil {
+				w.sent.Add(1)
+			}
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Queue is how many frames the worker has been handed and not yet handled.
+func (w *Worker) Queue() int {
+	q := int64(w.sent.Load()) - int64(w.p.stats.load(offHandled))
+	if q < 0 {
+		return 0
+	}
+	return int(q)
+}
+
+// Handled is how many frames the worker has handled.
+func (w *Worker) Handled() uint64 { return w.p.stats.load(offHandled) }
+
+// Dropped is how many frames could not be handed to the worker.
+func (w *Worker) Dropped() uint64 { return w.dropped.Load() }
+
+// Sessions is how many sessions or transactions the worker holds.
+func (w *Worker) Sessions() int { return int(w.p.stats.load(offSessions)) }
+
+// HeapBytes is the worker's Go heap in use.
+func (w *Worker) HeapBytes() uint64 { return w.p.stats.load(offHeap) }
+
+// Done is closed when the process has exited and been reaped.
+func (w *Worker) Done() <-chan struct{} { return w.done }
+
+// ExitReason is set once Done is closed.
+func (w *Worker) ExitReason() string {
+	w.g.mu.Lock()
+	defer w.g.mu.Unlock()
+	return w.exitReason
+}
+
+func (w *Worker) kill(reason string) {
+	if w.killReason == "" {
+		w.killReason = reason
+	}
+	w.p.cmd.Process.Signal(os.Kill)
+}
+
+// Signal sends a signal to the worker process (used by operators and tests).
+func (w *Worker) Signal(sig os.Signal) error { return w.p.cmd.Process.Signal(sig) }
