@@ -24,6 +24,9 @@ type Config struct {
 
 	// AutoScalingCycle: auto_scaling_cycle = SECONDS (default 1).
 	AutoScalingCycle time.Duration `json:"auto_scaling_cycle"`
+	// AutoScalingCooldown: auto_scaling_cooldown = CYCLES (default 0, meaning
+	// OpenSIPS's 10 × scale-down cycles); copied into every profile's Cooldown.
+	AutoScalingCooldown int `json:"auto_scaling_cooldown"`
 	// Profiles: auto_scaling_profile = NAME scale up to ..., keyed by lower-case name.
 	Profiles map[string]profile.Profile `json:"profiles"`
 
@@ -59,6 +62,9 @@ type Config struct {
 	// RetryAfter: retry_after = SECONDS or MIN-MAX, sent with every 503 that
 	// admission control answers.
 	RetryAfter RetryAfter `json:"retry_after"`
+
+	// LogLevel: log_level = debug|info|warn|error (default info).
+	LogLevel string `json:"log_level"`
 
 	// Params holds every global `name = value` line as written, for the script
 	// and for diagnostics.

@@ -1,0 +1,222 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the expectations of golden files and docs/CONFIG.md")
+
+const dashes = "\n----------\n"
+
+// goldenOutput is what a .cfgtest file expects below its dashes: the Config as
+// indented JSON, or one error per line.
+func goldenOutput(name string, src []byte) string {
+	c, err := Load(name, src)
+	if err != nil {
+		return err.Error() + "\n"
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(c); err != nil {
+		return "marshal: " + err.Error() + "\n"
+	}
+	return b.String()
+}
+
+func goldenFiles(t testing.TB) []string {
+	files, err := filepath.Glob(filepath.Join("testdata", "*.cfgtest"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden files: %v", err)
+	}
+	return files
+}
+
+func splitGolden(t testing.TB, path string) (cfg, want string) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, want, ok := strings.Cut(string(raw), dashes)
+	if !ok {
+		t.Fatalf("%s: no line of ten dashes", path)
+	}
+	return cfg + "\n", want
+}
+
+func TestGolden(t *testing.T) {
+	for _, path := range goldenFiles(t) {
+		base := strings.TrimSuffix(filepath.Base(path), ".cfgtest")
+		t.Run(base, func(t *testing.T) {
+			cfg, want := splitGolden(t, path)
+			have := goldenOutput(filepath.Join("testdata", base+".cfg"), []byte(cfg))
+			if *update {
+				out := strings.TrimSuffix(cfg, "\n") + dashes + have
+				if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if have != want {
+				t.Errorf("want\n%s\nhave\n%s", want, have)
+			}
+			// Cases named ok_* must load and the others must fail, so that an
+			// -update cannot quietly turn a rule off.
+			isErr := !strings.HasPrefix(have, "{")
+			if strings.HasPrefix(base, "ok_") == isErr {
+				t.Errorf("want ok_ cases to load and others to fail; have %s", strings.SplitN(have, "\n", 2)[0])
+			}
+		})
+	}
+}
+
+// TestErrorsArePositioned checks that every problem comes out as an *Error
+// with a real position, whatever combination of them a file holds.
+func TestErrorsArePositioned(t *testing.T) {
+	for _, path := range goldenFiles(t) {
+		base := strings.TrimSuffix(filepath.Base(path), ".cfgtest")
+		cfg, _ := splitGolden(t, path)
+		_, err := Load(filepath.Join("testdata", base+".cfg"), []byte(cfg))
+		if err == nil {
+			continue
+		}
+		errs := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = j.Unwrap()
+		}
+		for _, e := range errs {
+			var ce *Error
+			if !errors.As(e, &ce) || ce.Pos.Line < 1 || ce.Pos.Col < 1 || ce.Pos.File == "" {
+				t.Errorf("%s: want a positioned *Error, have %#v", base, e)
+			}
+		}
+	}
+}
+
+func TestDefault(t *testing.T) {
+	c := Default()
+	if len(c.Sockets) != 2 || c.Sockets[0].Proto != "udp" || c.Sockets[1].Proto != "tcp" {
+		t.Errorf("want udp and tcp sockets, have %+v", c.Sockets)
+	}
+	for _, s := range c.Sockets {
+		if s.Host != "127.0.0.1" || s.Port != 5060 {
+			t.Errorf("want 127.0.0.1:5060, have %s:%d", s.Host, s.Port)
+		}
+	}
+	if c.HTTPListen != "127.0.0.1:8888" {
+		t.Errorf("want http_listen 127.0.0.1:8888, have %v", c.HTTPListen)
+	}
+	if c.UDPWorkers.Profile == "" || c.TCPWorkers.Profile == "" {
+		t.Errorf("want a default scaling profile on udp and tcp, have %+v %+v", c.UDPWorkers, c.TCPWorkers)
+	}
+	if c.Script.Routes[""] == nil {
+		t.Errorf("want a main route")
+	}
+	if c.File != DefaultName {
+		t.Errorf("want File %q, have %q", DefaultName, c.File)
+	}
+}
+
+// TestExamples loads every config in examples/, so the files users copy from
+// cannot rot.
+func TestExamples(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "examples", "*.cfg"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			if _, err := LoadFile(f); err != nil {
+				t.Errorf("want no error, have\n%v", err)
+			}
+		})
+	}
+}
+
+// TestExampleDefaultMatches keeps examples/default.cfg the same config as the
+// built-in one, comments aside.
+func TestExampleDefaultMatches(t *testing.T) {
+	ex, err := LoadFile(filepath.Join("..", "examples", "default.cfg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := Default()
+	ex.Script, def.Script = nil, nil // positions differ with the comments
+	a, _ := json.Marshal(ex)
+	b, _ := json.Marshal(def)
+	if !bytes.Equal(a, b) {
+		t.Errorf("want examples/default.cfg to load as the built-in config\nwant %s\nhave %s", b, a)
+	}
+}
+
+func TestLoadFileMissing(t *testing.T) {
+	_, err := LoadFile(filepath.Join(t.TempDir(), "nope.cfg"))
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("want os.ErrNotExist, have %v", err)
+	}
+}
+
+// TestIncludeNotRegular refuses devices and directories, which would hang or
+// exhaust memory rather than fail.
+func TestIncludeNotRegular(t *testing.T) {
+	for _, target := range []string{"/dev/zero", t.TempDir()} {
+		src := "include_file \"" + target + "\"\n"
+		_, err := Load(filepath.Join(t.TempDir(), "main.cfg"), []byte(src))
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("%s: want a not a regular file error, have %v", target, err)
+		}
+	}
+}
+
+func TestSettingDefaultsParse(t *testing.T) {
+	for _, s := range settings {
+		if s.Default == "" {
+			continue
+		}
+		if s.set == nil && s.Kind != kindGroup {
+			t.Errorf("%s: a default without a setter", s.Name)
+		}
+		if s.set != nil {
+			if _, err := s.parse(s.Default); err != nil {
+				t.Errorf("%s: default %q: %v", s.Name, s.Default, err)
+			}
+		}
+	}
+}
+
+func TestDidYouMean(t *testing.T) {
+	names := []string{"udp_workers", "tcp_workers", "timer_workers", "log_level"}
+	for _, tc := range []struct{ word, want string }{
+		{"udp_worker", "udp_workers"},
+		{"tpc_workers", "tcp_workers"},
+		{"loglevel", "log_level"},
+		{"frobnicate", ""},
+		{"", ""},
+	} {
+		if have := didYouMean(tc.word, names); have != tc.want {
+			t.Errorf("%q: want %q, have %q", tc.word, tc.want, have)
+		}
+	}
+}
+
+func TestUnquote(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`"a\"b"`, `a"b`},
+		{`"^\+1"`, `^\+1`},
+		{`"x\r\n"`, "x\r\n"},
+		{`'a\b'`, `a\b`},
+		{`bare`, `bare`},
+	} {
+		if have := unquote(tc.in); have != tc.want {
+			t.Errorf("%s: want %q, have %q", tc.in, tc.want, have)
+		}
+	}
+}

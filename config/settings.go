@@ -1,0 +1,341 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// kind says how a setting's value is written and what it turns into.
+type kind int
+
+const (
+	kindInt      kind = iota // whole number
+	kindBool                 // yes/no, true/false, on/off, 1/0
+	kindDuration             // 500ms, 5s, 30m; a bare number is seconds
+	kindPercent              // 10 or 10%
+	kindString               // a word or a quoted string
+	kindEnum                 // one of Enum
+	kindBytes                // 268435456, 256MiB, 1GB
+	kindHostPort             // IP:PORT
+	kindRetry                // SECONDS or MIN-MAX
+	kindGroup                // N [use_auto_scaling_profile NAME]
+	kindSocket               // proto:host:port [use_workers N] [use_auto_scaling_profile NAME]
+	kindProfile              // NAME scale up to ... (see the profile grammar)
+	kindInclude              // "path"
+)
+
+var kindNames = map[kind]string{
+	kindInt: "integer", kindBool: "boolean", kindDuration: "duration", kindPercent: "percent",
+	kindString: "string", kindEnum: "enum", kindBytes: "bytes", kindHostPort: "IP:PORT",
+	kindRetry: "seconds or MIN-MAX", kindGroup: "workers", kindSocket: "socket",
+	kindProfile: "profile", kindInclude: "path",
+}
+
+// value is a parsed setting value; which field is set depends on the kind.
+type value struct {
+	i      int64
+	f      float64
+	b      bool
+	d      time.Duration
+	s      string
+	lo, hi time.Duration
+}
+
+// setting is one row of the settings table. The table is the single source of
+// every global name: it drives parsing, range checks, defaults, "did you mean"
+// and the reference in docs/CONFIG.md, so none of them can drift apart.
+type setting struct {
+	Name string
+	Kind kind
+	// Default is written as it would be in a config file and is parsed by the
+	// same code as user input; "" means the setting has no default value.
+	Default string
+	// Min and Max bound numbers in the kind's unit: seconds for durations,
+	// bytes, percent. HasMax false means no upper bound.
+	Min, Max float64
+	HasMax   bool
+	Enum     []string
+	Doc      string
+	// set stores a parsed value; nil for the structured settings that load.go
+	// handles itself.
+	set func(c *Config, v value)
+}
+
+// settings is in the order the reference lists them.
+var settings = []setting{
+	{Name: "include_file", Kind: kindInclude, Doc: "Read another config file here; a relative path is relative to the including file. Cycles are an error."},
+	{Name: "log_level", Kind: kindEnum, Default: "info", Enum: []string{"debug", "info", "warn", "error"}, Doc: "Least severe level that is logged.",
+		set: func(c *Config, v value) { c.LogLevel = v.s }},
+
+	{Name: "socket", Kind: kindSocket, Doc: "A SIP socket, `udp:IP:PORT` or `tcp:IP:PORT` (port 0 picks a free one; default port 5060), with optional `use_workers N` and, for UDP, `use_auto_scaling_profile NAME`. Each UDP socket is a worker group of its own; all TCP sockets share the tcp_workers group."},
+	{Name: "listen", Kind: kindSocket, Doc: "Alias of socket, as in OpenSIPS 2.x."},
+	{Name: "udp_workers", Kind: kindGroup, Default: "2", Min: 1, Max: 999, HasMax: true, Doc: "Workers of each UDP socket without use_workers, with an optional `use_auto_scaling_profile NAME`."},
+	{Name: "tcp_workers", Kind: kindGroup, Default: "2", Min: 1, Max: 999, HasMax: true, Doc: "Workers of the TCP group, with an optional `use_auto_scaling_profile NAME`."},
+	{Name: "timer_workers", Kind: kindGroup, Default: "1", Min: 1, Max: 999, HasMax: true, Doc: "Workers that run timer_route blocks and periodic jobs, with an optional `use_auto_scaling_profile NAME`."},
+
+	{Name: "auto_scaling_profile", Kind: kindProfile, Doc: "Defines a profile: `NAME scale up to MAX on UP% for N cycles [within W] [scale down to MIN on DOWN% for Z cycles]`; see below."},
+	{Name: "auto_scaling_cycle", Kind: kindDuration, Default: "1", Min: 0.01, Max: 3600, HasMax: true, Doc: "Length of one monitoring cycle; a bare number is seconds.",
+		set: func(c *Config, v value) { c.AutoScalingCycle = v.d }},
+	{Name: "auto_scaling_cooldown", Kind: kindInt, Default: "0", Min: 0, Max: 100000, HasMax: true, Doc: "Cycles after startup and after each fork during which no worker is drained; 0 means 10 × the profile's scale-down cycles, as OpenSIPS does.",
+		set: func(c *Config, v value) { c.AutoScalingCooldown = int(v.i) }},
+
+	{Name: "worker_ready_timeout", Kind: kindDuration, Default: "5s", Min: 0.001, Max: 600, HasMax: true, Doc: "How long a new worker may take to report ready before it is killed.",
+		set: func(c *Config, v value) { c.Workers.ReadyTimeout = v.d }},
+	{Name: "worker_drain_timeout", Kind: kindDuration, Default: "40s", Min: 0, Max: 3600, HasMax: true, Doc: "How long a draining worker may take to finish its transactions before it is killed; longer than SIP timer F (32 s).",
+		set: func(c *Config, v value) { c.Workers.DrainTimeout = v.d }},
+	{Name: "worker_memory_limit", Kind: kindBytes, Default: "256MiB", Min: 16 << 20, Doc: "Go memory limit of each worker and the 100% of heap_usage.",
+		set: func(c *Config, v value) { c.Workers.MemoryLimit = v.i }},
+
+	{Name: "http_listen", Kind: kindHostPort, Default: "127.0.0.1:8888", Doc: "Address of the control, metrics and health HTTP server.",
+		set: func(c *Config, v value) { c.HTTPListen = v.s }},
+	{Name: "http_token", Kind: kindString, Doc: "Bearer token the control API requires; mandatory when http_listen is not a loopback address.",
+		set: func(c *Config, v value) { c.HTTPToken = v.s }},
+
+	{Name: "suspend_enable", Kind: kindBool, Default: "yes", Doc: "Refuse new sessions while any monitor is over its high watermark, until all are under their low ones.",
+		set: func(c *Config, v value) { c.Suspend.Enable = v.b }},
+	{Name: "suspend_event_queue_usage_high", Kind: kindPercent, Default: "80", Min: 1, Max: 100, HasMax: true, Doc: "Suspend when a group's queued messages reach this share of its queue capacity.",
+		set: func(c *Config, v value) { c.Suspend.EventQueueUsage.High = v.f }},
+	{Name: "suspend_event_queue_usage_low", Kind: kindPercent, Default: "50", Min: 0, Max: 100, HasMax: true, Doc: "Resume when queue usage is back under this (and every other monitor is under its low watermark).",
+		set: func(c *Config, v value) { c.Suspend.EventQueueUsage.Low = v.f }},
+	{Name: "suspend_heap_usage_high", Kind: kindPercent, Default: "85", Min: 1, Max: 100, HasMax: true, Doc: "Suspend when a worker's heap reaches this share of worker_memory_limit.",
+		set: func(c *Config, v value) { c.Suspend.HeapUsage.High = v.f }},
+	{Name: "suspend_heap_usage_low", Kind: kindPercent, Default: "70", Min: 0, Max: 100, HasMax: true, Doc: "Resume when every worker's heap is back under this share.",
+		set: func(c *Config, v value) { c.Suspend.HeapUsage.Low = v.f }},
+	{Name: "suspend_number_of_sessions_high", Kind: kindInt, Default: "100000", Min: 1, Doc: "Suspend when this many sessions (dialogs and registrations) are open.",
+		set: func(c *Config, v value) { c.Suspend.NumberOfSessions.High = float64(v.i) }},
+	{Name: "suspend_number_of_sessions_low", Kind: kindInt, Default: "90000", Min: 0, Doc: "Resume when open sessions are back under this.",
+		set: func(c *Config, v value) { c.Suspend.NumberOfSessions.Low = float64(v.i) }},
+	{Name: "suspend_system_memory_usage_high", Kind: kindPercent, Default: "85", Min: 1, Max: 100, HasMax: true, Doc: "Suspend when system memory use reaches this share of total memory (AppGate's default).",
+		set: func(c *Config, v value) { c.Suspend.SystemMemory.High = v.f }},
+	{Name: "suspend_system_memory_usage_low", Kind: kindPercent, Default: "70", Min: 0, Max: 100, HasMax: true, Doc: "Resume when system memory use is back under this share (AppGate's default).",
+		set: func(c *Config, v value) { c.Suspend.SystemMemory.Low = v.f }},
+
+	{Name: "throttle_enable", Kind: kindBool, Default: "yes", Doc: "Refuse a share of new sessions while worker echo round trips exceed throttle_rtt_threshold.",
+		set: func(c *Config, v value) { c.Throttle.Enable = v.b }},
+	{Name: "throttle_rtt_threshold", Kind: kindDuration, Default: "1s", Min: 0.001, Max: 60, HasMax: true, Doc: "Echo round trip above which a measurement counts as over.",
+		set: func(c *Config, v value) { c.Throttle.RTTThreshold = v.d }},
+	{Name: "throttle_count", Kind: kindInt, Default: "3", Min: 1, Max: 100, HasMax: true, Doc: "Consecutive measurements over (or under) the threshold that tighten (or remove) the throttle.",
+		set: func(c *Config, v value) { c.Throttle.Count = int(v.i) }},
+	{Name: "throttle_step", Kind: kindPercent, Default: "10", Min: 1, Max: 100, HasMax: true, Doc: "Share of new sessions refused more at each tightening.",
+		set: func(c *Config, v value) { c.Throttle.StepPercent = v.f }},
+	{Name: "echo_interval", Kind: kindDuration, Default: "1s", Min: 0.01, Max: 60, HasMax: true, Doc: "How often each worker is sent an echo, queued behind its real work.",
+		set: func(c *Config, v value) { c.Throttle.EchoInterval = v.d }},
+
+	{Name: "max_sessions", Kind: kindInt, Default: "0", Min: 0, Doc: "Most open sessions on this server; 0 = unlimited.",
+		set: func(c *Config, v value) { c.Limits.MaxSessions = int(v.i) }},
+	{Name: "max_sessions_per_group", Kind: kindInt, Default: "0", Min: 0, Doc: "Most open sessions per worker group; 0 = unlimited.",
+		set: func(c *Config, v value) { c.Limits.MaxSessionsPerGroup = int(v.i) }},
+	{Name: "max_sessions_per_socket", Kind: kindInt, Default: "0", Min: 0, Doc: "Most open sessions per socket; 0 = unlimited.",
+		set: func(c *Config, v value) { c.Limits.MaxSessionsPerSocket = int(v.i) }},
+	{Name: "max_registrations", Kind: kindInt, Default: "0", Min: 0, Doc: "Most registrations; 0 = unlimited.",
+		set: func(c *Config, v value) { c.Limits.MaxRegistrations = int(v.i) }},
+	{Name: "max_calls", Kind: kindInt, Default: "0", Min: 0, Doc: "Most INVITE dialogs; 0 = unlimited.",
+		set: func(c *Config, v value) { c.Limits.MaxCalls = int(v.i) }},
+	{Name: "max_subscriptions", Kind: kindInt, Default: "0", Min: 0, Doc: "Most SUBSCRIBE dialogs; 0 = unlimited.",
+		set: func(c *Config, v value) { c.Limits.MaxSubscriptions = int(v.i) }},
+	{Name: "queue_admission_threshold", Kind: kindPercent, Default: "0", Min: 0, Max: 90, HasMax: true, Doc: "Refuse new sessions to a group whose queue is this full; 0 = no limiting (Junos' range 0..90).",
+		set: func(c *Config, v value) { c.Limits.QueueAdmission = v.f }},
+	{Name: "retry_after", Kind: kindRetry, Default: "5", Min: 0, Max: 86400, HasMax: true, Doc: "Retry-After seconds of each 503 that admission control sends; `MIN-MAX` draws a random value per reply so clients do not all return at once.",
+		set: func(c *Config, v value) { c.RetryAfter = RetryAfter{Min: v.lo, Max: v.hi} }},
+
+	{Name: "slow_start_mode", Kind: kindEnum, Default: "off", Enum: []string{"off", "manual", "auto"}, Doc: "Ramp of new sessions to a new or restarted worker: off, manual (a fixed slow_start_value until changed) or auto (grow by slow_start_increment every slow_start_interval up to an equal share).",
+		set: func(c *Config, v value) { c.SlowStart.Mode = v.s }},
+	{Name: "slow_start_unit", Kind: kindEnum, Default: "per_second", Enum: []string{"per_second", "percent"}, Doc: "Unit of slow_start_value and slow_start_increment: new sessions per second, or percent of an existing worker's share.",
+		set: func(c *Config, v value) { c.SlowStart.Unit = v.s }},
+	{Name: "slow_start_value", Kind: kindInt, Default: "0", Min: 0, Max: 1000000, HasMax: true, Doc: "Rate a worker in slow start receives at first (manual: until changed); 0 means no slow start, as in Citrix ADC.",
+		set: func(c *Config, v value) { c.SlowStart.Value = float64(v.i) }},
+	{Name: "slow_start_interval", Kind: kindDuration, Default: "10s", Min: 0, Max: 3600, HasMax: true, Doc: "How often auto mode raises the rate (Citrix ADC's example: 10 s).",
+		set: func(c *Config, v value) { c.SlowStart.Interval = v.d }},
+	{Name: "slow_start_increment", Kind: kindInt, Default: "4", Min: 0, Max: 1000000, HasMax: true, Doc: "How much auto mode raises the rate each interval (Citrix ADC's example: 4).",
+		set: func(c *Config, v value) { c.SlowStart.Increment = float64(v.i) }},
+
+	{Name: "flip_window", Kind: kindDuration, Default: "30m", Min: 1, Max: 86400, HasMax: true, Doc: "How long health status flips are remembered.",
+		set: func(c *Config, v value) { c.FlipHealth.Window = v.d }},
+	{Name: "flip_threshold", Kind: kindInt, Default: "10", Min: 1, Max: 100000, HasMax: true, Doc: "Flips within flip_window that mark a worker unhealthy.",
+		set: func(c *Config, v value) { c.FlipHealth.Threshold = int(v.i) }},
+}
+
+// settingByName indexes settings.
+var settingByName = func() map[string]*setting {
+	m := make(map[string]*setting, len(settings))
+	for i := range settings {
+		m[settings[i].Name] = &settings[i]
+	}
+	return m
+}()
+
+func settingNames() []string {
+	names := make([]string, len(settings))
+	for i, s := range settings {
+		names[i] = s.Name
+	}
+	return names
+}
+
+// parse reads text as the setting's kind and checks its range. quoted says the
+// text came from a quoted string, which only strings and paths expect but all
+// kinds accept.
+func (s *setting) parse(text string) (value, error) {
+	var v value
+	switch s.Kind {
+	case kindInt:
+		n, err := strconv.ParseInt(text, 10, 64)
+		if err != nil {
+			return v, fmt.Errorf("%s wants a whole number, have %q", s.Name, text)
+		}
+		v.i = n
+		return v, s.check(float64(n), text)
+	case kindBool:
+		switch strings.ToLower(text) {
+		case "yes", "true", "on", "1":
+			v.b = true
+		case "no", "false", "off", "0":
+		default:
+			return v, fmt.Errorf("%s wants yes or no, have %q", s.Name, text)
+		}
+		return v, nil
+	case kindDuration:
+		d, err := parseDuration(text)
+		if err != nil {
+			return v, fmt.Errorf("%s wants a duration such as 500ms, 5s or 2m (a bare number is seconds), have %q", s.Name, text)
+		}
+		v.d = d
+		return v, s.check(d.Seconds(), text)
+	case kindPercent:
+		f, err := strconv.ParseFloat(strings.TrimSuffix(text, "%"), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return v, fmt.Errorf("%s wants a percentage such as 70 or 70%%, have %q", s.Name, text)
+		}
+		v.f = f
+		return v, s.check(f, text)
+	case kindString:
+		v.s = text
+		return v, nil
+	case kindEnum:
+		for _, e := range s.Enum {
+			if strings.EqualFold(e, text) {
+				v.s = e
+				return v, nil
+			}
+		}
+		msg := fmt.Sprintf("%s wants one of %s, have %q", s.Name, strings.Join(s.Enum, ", "), text)
+		if m := didYouMean(strings.ToLower(text), s.Enum); m != "" {
+			msg += "; did you mean " + strconv.Quote(m) + "?"
+		}
+		return v, fmt.Errorf("%s", msg)
+	case kindBytes:
+		n, err := parseBytes(text)
+		if err != nil {
+			return v, fmt.Errorf("%s wants a size such as 268435456, 256MiB or 1GB, have %q", s.Name, text)
+		}
+		v.i = n
+		return v, s.check(float64(n), text)
+	case kindHostPort:
+		hp, err := parseHostPort(text)
+		if err != nil {
+			return v, fmt.Errorf("%s %v", s.Name, err)
+		}
+		v.s = hp
+		return v, nil
+	case kindRetry:
+		lo, hi, ok := strings.Cut(text, "-")
+		if !ok {
+			hi = lo
+		}
+		a, errA := strconv.ParseUint(lo, 10, 32)
+		b, errB := strconv.ParseUint(hi, 10, 32)
+		if errA != nil || errB != nil {
+			return v, fmt.Errorf("%s wants whole seconds or a range MIN-MAX such as 5-15, have %q", s.Name, text)
+		}
+		if a > b {
+			return v, fmt.Errorf("%s range %q runs backwards; want MIN-MAX with MIN <= MAX", s.Name, text)
+		}
+		if err := s.check(float64(b), text); err != nil {
+			return v, err
+		}
+		v.lo, v.hi = time.Duration(a)*time.Second, time.Duration(b)*time.Second
+		return v, nil
+	}
+	return v, fmt.Errorf("%s cannot be set this way", s.Name)
+}
+
+func (s *setting) check(f float64, text string) error {
+	if f < s.Min || (s.HasMax && f > s.Max) {
+		return fmt.Errorf("%s = %s is out of range %s", s.Name, text, s.rangeText())
+	}
+	return nil
+}
+
+// rangeText gives the allowed range in the kind's own notation.
+func (s *setting) rangeText() string {
+	switch s.Kind {
+	case kindInt, kindDuration, kindPercent, kindBytes, kindRetry, kindGroup:
+	default:
+		if len(s.Enum) > 0 {
+			return strings.Join(s.Enum, " \\| ")
+		}
+		return ""
+	}
+	f := func(x float64) string {
+		switch s.Kind {
+		case kindDuration:
+			return time.Duration(x * float64(time.Second)).String()
+		case kindPercent:
+			return strconv.FormatFloat(x, 'f', -1, 64) + "%"
+		case kindBytes:
+			return formatBytes(int64(x))
+		}
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	if !s.HasMax {
+		return ">= " + f(s.Min)
+	}
+	return f(s.Min) + ".." + f(s.Max)
+}
+
+func parseDuration(text string) (time.Duration, error) {
+	if n, err := strconv.ParseFloat(text, 64); err == nil {
+		if math.IsNaN(n) || math.IsInf(n, 0) || math.Abs(n) > 1e9 {
+			return 0, fmt.Errorf("bad duration")
+		}
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	return time.ParseDuration(text)
+}
+
+var byteUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
+	{"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000},
+	{"B", 1},
+}
+
+func parseBytes(text string) (int64, error) {
+	mult := int64(1)
+	num := text
+	for _, u := range byteUnits {
+		if strings.HasSuffix(text, u.suffix) {
+			mult, num = u.mult, strings.TrimSuffix(text, u.suffix)
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("bad size")
+	}
+	return n * mult, nil
+}
+
+func formatBytes(n int64) string {
+	for _, u := range byteUnits[:3] {
+		if n >= u.mult && n%u.mult == 0 && n/u.mult < 1024 {
+			return strconv.FormatInt(n/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}

@@ -1,0 +1,47 @@
+package script
+
+import "sort"
+
+// FuncSpec describes a script function: how many arguments it takes and one
+// line for the docs. The routing engine pairs each name with its
+// implementation; the config loader uses the table to reject unknown names and
+// wrong argument counts before anything runs.
+type FuncSpec struct {
+	MinArgs int
+	MaxArgs int
+	Doc     string
+}
+
+// Functions lists every function a script may call, by name.
+var Functions = map[string]FuncSpec{
+	"sl_send_reply":            {2, 2, "sl_send_reply(code, reason): send a stateless reply, e.g. sl_send_reply(404, \"Not Found\")."},
+	"t_relay":                  {0, 1, "t_relay([flags]): forward the request statefully to $du, or $ru when $du is unset; false when it cannot be sent."},
+	"t_on_reply":               {1, 1, "t_on_reply(name): run onreply_route[name] for replies of this transaction."},
+	"t_on_failure":             {1, 1, "t_on_failure(name): run failure_route[name] when the transaction ends with a negative reply."},
+	"t_check_trans":            {0, 0, "t_check_trans(): true when the request belongs to a known transaction; retransmissions are absorbed, a CANCEL or ACK is matched."},
+	"record_route":             {0, 0, "record_route(): add a Record-Route header so in-dialog requests come back through this server."},
+	"loose_route":              {0, 0, "loose_route(): follow the Route headers of an in-dialog request; true when one applied."},
+	"mf_process_maxfwd_header": {1, 1, "mf_process_maxfwd_header(n): add Max-Forwards: n when missing, else decrement it; false when it reached 0."},
+	"is_method":                {1, 1, "is_method(\"INVITE|REGISTER\"): true when the request method is one of the |-separated names."},
+	"has_totag":                {0, 0, "has_totag(): true when the To header has a tag, i.e. the request is in-dialog."},
+	"is_myself":                {1, 1, "is_myself(uri): true when the URI's host and port are one of this server's sockets."},
+	"save":                     {1, 1, "save(table): store the REGISTER's contacts in the location table and reply 200."},
+	"lookup":                   {1, 1, "lookup(table): rewrite $ru to the registered contact of the request URI; false when none."},
+	"append_hf":                {1, 1, "append_hf(\"Name: value\\r\\n\"): append a header to the request."},
+	"remove_hf":                {1, 1, "remove_hf(name): remove every header of that name."},
+	"xlog":                     {1, 2, "xlog([level,] text): log text with pseudo-variables expanded; level L_ERR, L_WARN, L_INFO (default) or L_DBG."},
+	"force_rport":              {0, 0, "force_rport(): add rport to the top Via so replies go to the source port (RFC 3581)."},
+	"usleep":                   {1, 1, "usleep(us): block this worker for us microseconds, as a slow database call would."},
+	"sleep":                    {1, 1, "sleep(s): block this worker for s seconds."},
+	"cpu_burn":                 {1, 1, "cpu_burn(us): spin the CPU for us microseconds; a test and demo knob that makes each message cost a known amount of work."},
+}
+
+// FunctionNames returns the names of Functions in sorted order.
+func FunctionNames() []string {
+	names := make([]string, 0, len(Functions))
+	for n := range Functions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
