@@ -237,3 +237,35 @@ func BenchmarkAdmit(b *testing.B) {
 		n++
 	}
 }
+
+// TestConcurrentAdmit has the front door admitting while the echo monitor
+// observes; run with -race. Whatever the interleaving, Admit sees either no
+// throttle or a 10 % one, so at most every tenth session is refused.
+func TestConcurrentAdmit(t *testing.T) {
+	th := New(DefaultConfig())
+	done := make(chan int)
+	go func() {
+		refused := 0
+		for n := range uint64(100000) {
+			if !th.Admit(n) {
+				refused++
+			}
+		}
+		done <- refused
+	}()
+	for i := range 3000 {
+		rtt := 500 * ms
+		if i%6 < 3 {
+			rtt = 1500 * ms
+		}
+		th.Observe(rtt)
+	}
+	select {
+	case refused := <-done:
+		if refused > 10000 {
+			t.Errorf("want at most %v refused, have %v", 10000, refused)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("admitting did not finish within 10 s")
+	}
+}
