@@ -1,0 +1,195 @@
+package watermark
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ReadSystemMemory returns the percent of memory in use for system_memory_usage,
+// reading files under root ("/" on a live system, a fixture tree in tests).
+//
+// Inside a cgroup v2 with a memory limit (<root>/sys/fs/cgroup/memory.max other
+// than "max") it is memory.current less inactive_file from memory.stat, as a
+// share of the limit: page cache the kernel can drop does not count, just as
+// MemAvailable leaves it out on the host. Since a limit may be larger than the
+// machine, the host's own figure is read too and the larger of the two returned.
+// Without a limit it is MemTotal − MemAvailable from <root>/proc/meminfo.
+//
+// A read or parse that fails is an error, never a zero that would read as an
+// idle machine.
+func ReadSystemMemory(root string) (usedPercent float64, err error) {
+	host, err := readMeminfo(filepath.Join(root, "proc", "meminfo"))
+	if err != nil {
+		return 0, err
+	}
+	cg, limited, err := readCgroup(filepath.Join(root, "sys", "fs", "cgroup"))
+	if err != nil {
+		return 0, err
+	}
+	if limited && cg > host {
+		return cg, nil
+	}
+	return host, nil
+}
+
+func readMeminfo(path string) (float64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("read system memory: %w", err)
+	}
+	total, avail, err := parseMeminfo(b)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", path, err)
+	}
+	return percent(total-avail, total), nil
+}
+
+// readCgroup reports the cgroup's memory use in percent of its limit, and
+// whether there is a limit at all.
+func readCgroup(dir string) (float64, bool, error) {
+	maxPath := filepath.Join(dir, "memory.max")
+	b, err := os.ReadFile(maxPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		// No cgroup v2 memory controller here: the host figure is all there is.
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read cgroup memory limit: %w", err)
+	}
+	limit, limited, err := parseCgroupMax(b)
+	if err != nil {
+		return 0, false, fmt.Errorf("parse %s: %w", maxPath, err)
+	}
+	if !limited {
+		return 0, false, nil
+	}
+	curPath := filepath.Join(dir, "memory.current")
+	b, err = os.ReadFile(curPath)
+	if err != nil {
+		return 0, false, fmt.Errorf("read cgroup memory use: %w", err)
+	}
+	current, err := parseUint(b)
+	if err != nil {
+		return 0, false, fmt.Errorf("parse %s: %w", curPath, err)
+	}
+	statPath := filepath.Join(dir, "memory.stat")
+	b, err = os.ReadFile(statPath)
+	if err != nil {
+		return 0, false, fmt.Errorf("read cgroup memory stat: %w", err)
+	}
+	inactive, err := parseInactiveFile(b)
+	if err != nil {
+		return 0, false, fmt.Errorf("parse %s: %w", statPath, err)
+	}
+	used := current
+	if inactive < used {
+		used -= inactive
+	} else {
+		used = 0
+	}
+	return percent(used, limit), true, nil
+}
+
+func percent(used, total uint64) float64 {
+	return float64(used) / float64(total) * 100
+}
+
+// parseMeminfo returns MemTotal and MemAvailable in bytes from the text of
+// /proc/meminfo.
+func parseMeminfo(b []byte) (total, available uint64, err error) {
+	var haveTotal, haveAvail bool
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for line := 1; sc.Scan(); line++ {
+		key, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			return 0, 0, fmt.Errorf("line %d: no colon in %q", line, sc.Text())
+		}
+		if key != "MemTotal" && key != "MemAvailable" {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 || len(fields) > 2 || (len(fields) == 2 && fields[1] != "kB") {
+			return 0, 0, fmt.Errorf("line %d: want %s: N kB, have %q", line, key, sc.Text())
+		}
+		n, err := strconv.ParseUint(fields[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("line %d: %s: %w", line, key, err)
+		}
+		if n > 1<<54 {
+			return 0, 0, fmt.Errorf("line %d: %s %d kB is out of range", line, key, n)
+		}
+		if key == "MemTotal" {
+			total, haveTotal = n*1024, true
+		} else {
+			available, haveAvail = n*1024, true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, err
+	}
+	switch {
+	case !haveTotal:
+		return 0, 0, errors.New("no MemTotal line")
+	case !haveAvail:
+		return 0, 0, errors.New("no MemAvailable line (kernel older than 3.14?)")
+	case total == 0:
+		return 0, 0, errors.New("MemTotal is 0")
+	case available > total:
+		return 0, 0, fmt.Errorf("MemAvailable %d kB exceeds MemTotal %d kB", available/1024, total/1024)
+	}
+	return total, available, nil
+}
+
+// parseCgroupMax reads memory.max: "max" when there is no limit, else bytes.
+func parseCgroupMax(b []byte) (limit uint64, limited bool, err error) {
+	if strings.TrimSpace(string(b)) == "max" {
+		return 0, false, nil
+	}
+	n, err := parseUint(b)
+	if err != nil {
+		return 0, false, err
+	}
+	if n == 0 {
+		return 0, false, errors.New("memory limit is 0")
+	}
+	return n, true, nil
+}
+
+// parseInactiveFile returns inactive_file from memory.stat, in bytes.
+func parseInactiveFile(b []byte) (uint64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for line := 1; sc.Scan(); line++ {
+		key, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok || key != "inactive_file" {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(val), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("line %d: inactive_file: %w", line, err)
+		}
+		return n, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("no inactive_file line")
+}
+
+func parseUint(b []byte) (uint64, error) {
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return 0, errors.New("empty file")
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("want a byte count, have %q", s)
+	}
+	return n, nil
+}
