@@ -237,7 +237,12 @@ func (r *Ramp) Allow(now time.Time) bool {
 	if elapsed < 0 {
 		elapsed = 0
 	}
-	budget := int64(r.rate*elapsed.Seconds()) + 1
+	f := r.rate * elapsed.Seconds()
+	if f >= 1<<62 {
+		// A limit no front door can reach; converting it would overflow.
+		return true
+	}
+	budget := int64(f) + 1
 	if r.handed < budget-1 {
 		r.handed = budget - 1
 	}

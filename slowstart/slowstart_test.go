@@ -472,6 +472,15 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+func TestAllowHugeRate(t *testing.T) {
+	r := mustNew(t, Config{Mode: Manual, Unit: PerSecond, Value: 1e300}, t0, 0)
+	for i := range 5 {
+		if !r.Allow(t0.Add(time.Duration(i+1) * time.Second)) {
+			t.Fatalf("session %d: want allowed, have refused", i)
+		}
+	}
+}
+
 // TestAllowDoesNotAllocate guards the front door's per-session cost.
 func TestAllowDoesNotAllocate(t *testing.T) {
 	r := mustNew(t, Config{Mode: Manual, Unit: PerSecond, Value: 1000}, t0, 0)
