@@ -44,6 +44,9 @@ type GroupOptions struct {
 	OnExit func(w *Worker, reason string)
 	// OnReady, when set, is told when a worker becomes ready.
 	OnReady func(w *Worker)
+	// OnCall answers a worker's request (Env.Call). It runs on the worker's
+	// control reader, so one worker's calls are answered in order.
+	OnCall func(w *Worker, req []byte) []byte
 }
 
 // Group is a set of worker processes that share one kind of work.
@@ -162,7 +165,8 @@ func (g *Group) spawnLocked() (*Worker, error) {
 
 // readControl handles the worker's control messages until its channel closes.
 func (g *Group) readControl(w *Worker, readyTimer *time.Timer) {
-	buf := make([]byte, 64)
+	buf := make([]byte, maxCall+9)
+	var ans []byte
 	for {
 		n, err := w.p.ctl.Read(buf)
 		if err != nil || n == 0 {
@@ -178,6 +182,19 @@ func (g *Group) readControl(w *Worker, readyTimer *time.Timer) {
 				_ = seq
 				g.opts.OnEcho(w, time.Duration(time.Now().UnixNano()-sent))
 			}
+		case ctlCall:
+			if n < 9 {
+				continue
+			}
+			ans = append(ans[:0], ctlAnswer)
+			ans = append(ans, buf[1:9]...)
+			if g.opts.OnCall != nil {
+				ans = append(ans, g.opts.OnCall(w, buf[9:n])...)
+			}
+			if len(ans) > maxCall+9 {
+				ans = ans[:9]
+			}
+			w.p.ctl.Write(ans)
 		case ctlDrained:
 			// Nothing it holds needs more messages: end its work. Frames
 			// already queued are still handled before the end frame.

@@ -61,7 +61,15 @@ func (h *testHandler) HandleMessage(m *Message) {
 		time.Sleep(h.cost)
 	}
 	h.n++
-	h.env.Sockets[m.Socket].WriteTo(m.Data, net.UDPAddrFromAddrPort(m.From))
+	data := m.Data
+	if h.mode == "call" {
+		ans, err := h.env.Call(data)
+		if err != nil {
+			ans = []byte(err.Error())
+		}
+		data = ans
+	}
+	h.env.Sockets[m.Socket].WriteTo(data, net.UDPAddrFromAddrPort(m.From))
 }
 func (h *testHandler) HandleJob(name string) {}
 func (h *testHandler) HandleConn(c net.Conn) { c.Close() }

@@ -261,3 +261,22 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
+
+// A worker reaches state kept in the supervisor with Env.Call.
+func TestWorkerCallsSupervisor(t *testing.T) {
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("call", 0),
+		OnCall: func(w *Worker, req []byte) []byte { return append([]byte("7"), req...) }})
+	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	w := fx.g.Routable()[0]
+	for i := 0; i < 20; i++ {
+		if err := fx.send(w, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := fx.receive(20, 10*time.Second)
+	for i := 0; i < 20; i++ {
+		if !got[700+i] && !(i < 10 && got[70+i]) {
+			t.Fatalf("want answer 7%d, have %v", i, got)
+		}
+	}
+}

@@ -41,7 +41,12 @@ const (
 	ctlReady   = 'R'
 	ctlEcho    = 'e'
 	ctlDrained = 'd'
+	ctlCall    = 'c' // worker → supervisor request: id (8 bytes), payload
+	ctlAnswer  = 'a' // supervisor → worker answer: id (8 bytes), payload
 )
+
+// maxCall bounds a request or an answer on the control channel.
+const maxCall = 64 << 10
 
 // MsgHeaderLen is the size of the header in front of a SIP message frame:
 // kind, socket index, source IP (16 bytes, IPv4 mapped) and source port.

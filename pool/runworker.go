@@ -34,6 +34,11 @@ type Env struct {
 	// message. Handlers use it for work that arrives outside the data channel
 	// (TCP connections they were handed).
 	Submit func(fn func())
+
+	// Call sends a request to the supervisor and waits for its answer (see
+	// GroupOptions.OnCall): how workers reach state kept outside them, such
+	// as registrations. Safe for concurrent use.
+	Call func(req []byte) ([]byte, error)
 }
 
 // Message is one SIP datagram handed to a worker. Data is valid only during
@@ -112,13 +117,19 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 	}
 	w.h = h
 
+	calls := newCaller(ctl)
+	env.Call = calls.call
 	// The supervisor gone means this worker must go too: nothing would route
 	// to it, and Pdeathsig may not have fired if the forking thread lived on.
 	go func() {
-		var b [1]byte
+		b := make([]byte, maxCall+9)
 		for {
-			if _, err := ctl.Read(b[:]); err != nil {
+			n, err := ctl.Read(b)
+			if err != nil {
 				os.Exit(3)
+			}
+			if n >= 9 && b[0] == ctlAnswer {
+				calls.answer(b[1:n])
 			}
 		}
 	}()
