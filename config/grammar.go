@@ -9,30 +9,11 @@ import (
 // can say more than "unexpected token": global values are single tokens whose
 // meaning depends on the setting, profile numbers keep their text (70%), and
 // bare words in expressions are sorted out in load.go. Newlines carry no
-// meaning, which is what lets a profile spread over several lines.
-
-var cfgLexer = lexer.MustSimple([]lexer.SimpleRule{
-	{Name: "Comment", Pattern: `#[^\n]*`},
-	{Name: "BlockComment", Pattern: `/\*(?s:.*?)\*/`},
-	// An opening /* with no end becomes a token of its own so the parser
-	// reports it where it starts rather than deep in what follows.
-	{Name: "Unclosed", Pattern: `/\*`},
-	{Name: "String", Pattern: `"(?:\\.|[^"\\\n])*"|'[^'\n]*'`},
-	{Name: "Addr", Pattern: `[A-Za-z]+:[0-9A-Za-z_.\-\[\]:*]+`},
-	{Name: "PV", Pattern: `\$[A-Za-z_][A-Za-z0-9_]*(?:\([^()\s]*\))?`},
-	// Numbers swallow their unit (70%, 500ms, 256MiB, 127.0.0.1:8888, 5-10)
-	// so the setting decides what the text means and can say what is wrong.
-	{Name: "Number", Pattern: `-?[0-9][0-9A-Za-z_.:%\-]*`},
-	{Name: "Ident", Pattern: `[A-Za-z_][A-Za-z0-9_]*`},
-	{Name: "Op", Pattern: `==|!=|=~|!~|<=|>=|&&|\|\||:=`},
-	{Name: "Punct", Pattern: `[-+*/%!<>=(){}\[\],;|&~@.:]`},
-	{Name: "Whitespace", Pattern: `\s+`},
-})
+// meaning, which is what lets a profile spread over several lines. The tokens
+// come from lexer.go.
 
 var cfgParser = participle.MustBuild[fileAST](
 	participle.Lexer(cfgLexer),
-	participle.Elide("Comment", "BlockComment", "Whitespace"),
-	participle.UseLookahead(3),
 )
 
 type fileAST struct {

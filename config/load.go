@@ -202,7 +202,6 @@ func (l *loader) readFile(name string, src []byte, from script.Pos) {
 // syntaxMessage rewords the parser's messages where its own words would not
 // help a user.
 func syntaxMessage(msg string) string {
-	msg = strings.Replace(msg, `unexpected token "/*"`, `comment "/*" is never closed with "*/"`, 1)
 	msg = strings.Replace(msg, `unexpected token "<EOF>"`, `unexpected end of file`, 1)
 	if _, rest, ok := strings.Cut(msg, `invalid input text "`); ok && (strings.HasPrefix(rest, `\"`) || strings.HasPrefix(rest, `'`)) {
 		msg = "string is never closed on its line"

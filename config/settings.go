@@ -275,7 +275,7 @@ func (s *setting) rangeText() string {
 	case kindInt, kindDuration, kindPercent, kindBytes, kindRetry, kindGroup:
 	default:
 		if len(s.Enum) > 0 {
-			return strings.Join(s.Enum, " \\| ")
+			return strings.Join(s.Enum, " | ")
 		}
 		return ""
 	}
