@@ -149,19 +149,26 @@ func (r *Reply) Append(dst []byte, req []byte, m *Msg) []byte {
 	return append(out, "Content-Length: 0\r\n\r\n"...)
 }
 
-// appendUnfolded copies a header line, turning the line ends of continuation
-// lines into spaces so the reply has one line per header and no bare LF.
+// appendUnfolded copies a header line. A folded one is joined as RFC 3261
+// 7.3.1 reads it, each line end and the whitespace around it replaced by one
+// space, so the reply has one line per header and no bare LF.
 func appendUnfolded(out, line []byte, folded bool) []byte {
-	n := len(out)
-	out = append(out, line...)
-	if folded {
-		for i := n; i < len(out); i++ {
-			if out[i] == '\r' || out[i] == '\n' {
-				out[i] = ' '
-			}
-		}
+	if !folded {
+		return append(out, line...)
 	}
-	return out
+	for {
+		nl := bytes.IndexByte(line, '\n')
+		if nl < 0 {
+			return append(out, line...)
+		}
+		seg := line[:nl]
+		for len(seg) > 0 && isLWS(seg[len(seg)-1]) {
+			seg = seg[:len(seg)-1]
+		}
+		out = append(out, seg...)
+		out = append(out, ' ')
+		line = line[skipLWS(line, nl, len(line)):]
+	}
 }
 
 func appendUint(out []byte, v uint) []byte {

@@ -197,11 +197,11 @@ func (m *Msg) scan(b []byte, start, maxLine int) Error {
 // header decodes one header line if it is one routing needs, and reports
 // which single-instance header it was.
 func (m *Msg) header(b []byte, h *header, seen uint) (uint, Error) {
-	var lower [16]byte
 	name := b[h.start:h.nameEnd]
-	if len(name) > len(lower) {
+	if !interesting(name) {
 		return 0, 0
 	}
+	var lower [14]byte
 	for i, c := range name {
 		if 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'
@@ -221,7 +221,7 @@ func (m *Msg) header(b []byte, h *header, seen uint) (uint, Error) {
 		if seen&seenCallID != 0 {
 			return seenCallID, 0
 		}
-		if s == e || bytes.ContainsAny(b[s:e], " \t\r\n") {
+		if !word(b[s:e]) {
 			m.ErrOffset = h.start
 			return 0, ErrBadCallID
 		}
@@ -285,6 +285,32 @@ func (m *Msg) header(b []byte, h *header, seen uint) (uint, Error) {
 	return 0, 0
 }
 
+// interesting is a cheap first filter on header names: most headers in a
+// typical message (Contact, Allow, Supported, User-Agent, ...) are not read,
+// and their length or first letter tells so without lower-casing them.
+func interesting(name []byte) bool {
+	switch len(name) {
+	case 1, 2, 3, 4, 7, 12, 14:
+	default:
+		return false
+	}
+	switch name[0] | 0x20 {
+	case 'v', 'i', 't', 'f', 'c', 'm', 'l':
+		return true
+	}
+	return false
+}
+
+// word reports whether a Call-ID is one non-empty run of visible characters.
+func word(b []byte) bool {
+	for _, c := range b {
+		if c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return len(b) > 0
+}
+
 func (m *Msg) startLine(b []byte, s, e int) Error {
 	line := b[s:e]
 	m.ErrOffset = s
@@ -346,20 +372,15 @@ func (m *Msg) statusLine(line []byte) Error {
 	return 0
 }
 
-// validURI checks what the front door relies on: one token without
-// whitespace or angle brackets that starts with a URI scheme.
+// validURI checks what the front door relies on: a single token that starts
+// with a URI scheme. RFC 4475 ltgtruri (a bracketed URI) fails the scheme.
 func validURI(u []byte) bool {
 	colon := bytes.IndexByte(u, ':')
-	if colon <= 0 || !isAlpha(u[0]) {
+	if colon <= 0 || !isAlpha(u[0]) || bytes.IndexByte(u, ' ') >= 0 {
 		return false
 	}
 	for _, c := range u[1:colon] {
 		if !isAlpha(c) && !isDigit(c) && c != '+' && c != '-' && c != '.' {
-			return false
-		}
-	}
-	for _, c := range u[colon+1:] {
-		if c <= ' ' || c == '<' || c == '>' || c == 0x7f {
 			return false
 		}
 	}
@@ -475,28 +496,46 @@ func param(b []byte, n0, e int) (n1, v0, v1, next int) {
 }
 
 // addrTag reads a To or From value, name-addr or addr-spec, and finds its tag
-// parameter. t0 < 0 means the value is malformed; ok reports a tag.
+// parameter. t0 < 0 means the value is malformed; ok reports a tag. It jumps
+// between delimiters with IndexByte rather than walking every byte, since
+// From and To are the longest headers the front door reads.
 func addrTag(b []byte, s, e int) (t0, t1 int, ok bool) {
+	if s == e {
+		return -1, 0, false
+	}
 	i := s
-	for i < e && b[i] != ';' {
-		switch b[i] {
-		case '"':
-			i = quotedEnd(b, i, e)
-			if i < 0 {
-				return -1, 0, false
-			}
-		case '<':
-			k := bytes.IndexByte(b[i:e], '>')
-			if k < 0 {
-				return -1, 0, false
-			}
-			i += k + 1
-		default:
-			i++
+	if b[i] == '"' {
+		if i = quotedEnd(b, i, e); i < 0 {
+			return -1, 0, false
+		}
+		if i = skipLWS(b, i, e); i == e || b[i] != '<' {
+			return -1, 0, false
 		}
 	}
-	if i == s {
-		return -1, 0, false
+	if lt := bytes.IndexByte(b[i:e], '<'); lt >= 0 {
+		// A display name before the bracket is tokens and spaces only.
+		if bytes.IndexByte(b[i:i+lt], ';') >= 0 || bytes.IndexByte(b[i:i+lt], '"') >= 0 {
+			return -1, 0, false
+		}
+		i += lt
+		// RFC 4475 (badaspec): no whitespace inside the brackets.
+		k := bytes.IndexByte(b[i:e], '>')
+		if k < 2 || isLWS(b[i+1]) || isLWS(b[i+k-1]) {
+			return -1, 0, false
+		}
+		i += k + 1
+		i = skipLWS(b, i, e)
+	} else {
+		// In an addr-spec without brackets, the first ';' starts the
+		// header's parameters (RFC 3261 20.10).
+		semi := bytes.IndexByte(b[i:e], ';')
+		if semi == 0 {
+			return -1, 0, false
+		}
+		if semi < 0 {
+			return 0, 0, false
+		}
+		i += semi
 	}
 	for i < e && b[i] == ';' {
 		n0 := skipLWS(b, i+1, e)
@@ -700,7 +739,12 @@ func isLWS(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n'
 // skipLWS skips spaces, tabs and the line ends of folded lines: inside a
 // logical header value a CR or LF can only belong to a fold.
 func skipLWS(b []byte, i, e int) int {
-	for i < e && isLWS(b[i]) {
+	// Ranging over the sub-slice lets the compiler drop per-byte bounds
+	// checks; this and tokenEnd are the innermost loops.
+	for _, c := range b[i:e] {
+		if !isLWS(c) {
+			break
+		}
 		i++
 	}
 	return i
@@ -715,7 +759,10 @@ func trimLWS(b []byte, s, e int) (int, int) {
 }
 
 func tokenEnd(b []byte, i, e int) int {
-	for i < e && isToken(b[i]) {
+	for _, c := range b[i:e] {
+		if !tokenChars[c] {
+			break
+		}
 		i++
 	}
 	return i

@@ -260,6 +260,7 @@ func TestScanBareLF(t *testing.T) {
 // Date, missing From tag) pass through to the worker.
 func TestScanRFC4475(t *testing.T) {
 	want := map[string]Error{
+		"invalid/badaspec.dat":   ErrBadHeader,
 		"invalid/badinv01.dat":   ErrBadVia,
 		"invalid/badvers.dat":    ErrBadVersion,
 		"invalid/bigcode.dat":    ErrBadStartLine,
@@ -390,6 +391,8 @@ func TestScanMalformed(t *testing.T) {
 		{"Via unclosed IPv6", replace("Via", "Via: SIP/2.0/UDP [::1;branch=z9hG4bK1"), ErrBadVia, 2},
 		{"Via port", replace("Via", "Via: SIP/2.0/UDP h : 5060 ;branch=z9hG4bK1"), 0, 0},
 		{"To unclosed bracket", replace("To", "To: <sip:bob@biloxi.com"), ErrBadHeader, 3},
+		{"To empty brackets", replace("To", "To: <>"), ErrBadHeader, 3},
+		{"To space in brackets", replace("To", "To: < sip:bob@biloxi.com>"), ErrBadHeader, 3},
 		{"To empty", replace("To", "To:"), ErrBadHeader, 3},
 		{"From unbalanced quote", replace("From", "From: \"Alice <sip:a@b>;tag=1"), ErrBadHeader, 4},
 		{"To tag inside URI is no tag", replace("To", "To: <sip:bob@biloxi.com;tag=x>"), 0, 0},
