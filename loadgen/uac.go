@@ -192,7 +192,9 @@ func (u *uac) fire(t timer, now time.Duration) {
 		if cl.state != sInvite && cl.rtx > u.o.T2 {
 			cl.rtx = u.o.T2 // timer E caps at T2; timer A does not
 		}
-		u.arm(now+cl.rtx, cl, tRetrans)
+		// From the time it was due, not when it ran: a late loop must not
+		// push retransmissions past the transaction timeout.
+		u.arm(t.at+cl.rtx, cl, tRetrans)
 	case tTimeout:
 		u.finish(cl, failTimeout, false)
 	case tBye:

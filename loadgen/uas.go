@@ -146,7 +146,9 @@ func (u *uas) fire(t timer, now time.Duration) {
 		if cl.rtx > u.o.T2 {
 			cl.rtx = u.o.T2
 		}
-		u.arm(now+cl.rtx, cl, tRetrans)
+		// From the time it was due, not when it ran: a late loop must not
+		// push retransmissions past the transaction timeout.
+		u.arm(t.at+cl.rtx, cl, tRetrans)
 	case tTimeout:
 		if cl.state == uWaitAck {
 			u.sec.fail(failTimeout)

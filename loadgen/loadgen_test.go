@@ -1,0 +1,276 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+type result struct {
+	st  Stats
+	err error
+}
+
+// startUAS runs sipload's uas on 127.0.0.1 port 0 and returns its address and
+// where its result arrives.
+func startUAS(t *testing.T, o Options) (netip.AddrPort, <-chan result) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	o.Scenario = "uas"
+	o.LocalIP = "127.0.0.1"
+	if o.Timeout == 0 {
+		o.Timeout = 30 * time.Second
+	}
+	addr := make(chan netip.AddrPort, 1)
+	o.OnListen = func(a netip.AddrPort) { addr <- a }
+	res := make(chan result, 1)
+	go func() {
+		st, err := Run(ctx, o)
+		res <- result{st, err}
+	}()
+	t.Cleanup(cancel)
+	select {
+	case a := <-addr:
+		return a, res
+	case r := <-res:
+		t.Fatalf("uas did not start: %v", r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("uas did not start within 10s")
+	}
+	return netip.AddrPort{}, nil
+}
+
+func wait(t *testing.T, res <-chan result, what string) Stats {
+	t.Helper()
+	select {
+	case r := <-res:
+		if r.err != nil {
+			t.Fatalf("%s: %v", what, r.err)
+		}
+		return r.st
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not end within 60s", what)
+	}
+	return Stats{}
+}
+
+func runClient(t *testing.T, o Options) Stats {
+	t.Helper()
+	o.LocalIP = "127.0.0.1"
+	if o.Timeout == 0 {
+		o.Timeout = 30 * time.Second
+	}
+	res := make(chan result, 1)
+	go func() {
+		st, err := Run(context.Background(), o)
+		res <- result{st, err}
+	}()
+	return wait(t, res, o.Scenario)
+}
+
+func TestUACAgainstUAS(t *testing.T) {
+	for _, tp := range []string{"u1", "t1"} {
+		t.Run(tp, func(t *testing.T) {
+			addr, res := startUAS(t, Options{Transport: tp, MaxCalls: 20})
+			c := runClient(t, Options{Scenario: "uac", Target: addr.String(), Transport: tp,
+				Schedule: Constant(50), MaxCalls: 20, Hold: 20 * time.Millisecond})
+			s := wait(t, res, "uas")
+			for _, tc := range []struct {
+				name       string
+				want, have int64
+			}{
+				{"uac offered", 20, c.Offered},
+				{"uac succeeded", 20, c.Succeeded},
+				{"uac failed", 0, c.Failed},
+				{"uas offered", 20, s.Offered},
+				{"uas succeeded", 20, s.Succeeded},
+				{"uas failed", 0, s.Failed},
+			} {
+				if tc.want != tc.have {
+					t.Errorf("%s: want %v, have %v", tc.name, tc.want, tc.have)
+				}
+			}
+			if c.SetupP50 <= 0 {
+				t.Errorf("setup p50: want > 0, have %v", c.SetupP50)
+			}
+			var rows int64
+			for _, r := range c.Rows {
+				rows += r.Offered
+			}
+			if rows != c.Offered || c.Rows[len(c.Rows)-1].Total.Offered != c.Offered {
+				t.Errorf("rows: want offered summing to %d, have %d (last total %d)", c.Offered, rows, c.Rows[len(c.Rows)-1].Total.Offered)
+			}
+		})
+	}
+}
+
+func TestRejectedCallsCountAs503RetryAfter(t *testing.T) {
+	addr, res := startUAS(t, Options{MaxCalls: 20, RejectEvery: 4})
+	c := runClient(t, Options{Scenario: "uac", Target: addr.String(), Schedule: Constant(100), MaxCalls: 20})
+	s := wait(t, res, "uas")
+	for _, tc := range []struct {
+		name       string
+		want, have int64
+	}{
+		{"uac succeeded", 15, c.Succeeded},
+		{"uac failed", 5, c.Failed},
+		{"uac 503+Retry-After", 5, c.Failed503RetryAfter},
+		{"uac 5xx", 0, c.Failed5xx},
+		{"uas failed", 5, s.Failed},
+	} {
+		if tc.want != tc.have {
+			t.Errorf("%s: want %v, have %v", tc.name, tc.want, tc.have)
+		}
+	}
+}
+
+func TestRegisterRefreshesUsers(t *testing.T) {
+	addr, res := startUAS(t, Options{MaxCalls: 12})
+	c := runClient(t, Options{Scenario: "register", Target: addr.String(), Schedule: Constant(40), MaxCalls: 12, Users: 4})
+	s := wait(t, res, "uas")
+	if c.Succeeded != 12 || s.Succeeded != 12 {
+		t.Errorf("want 12 registrations on both sides, have uac %d uas %d", c.Succeeded, s.Succeeded)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	addr, res := startUAS(t, Options{MaxCalls: 10})
+	c := runClient(t, Options{Scenario: "options", Target: addr.String(), Schedule: Constant(40), MaxCalls: 10, Transport: "u1"})
+	wait(t, res, "uas")
+	if c.Succeeded != 10 || c.Failed != 0 {
+		t.Errorf("want 10 succeeded 0 failed, have %d %d", c.Succeeded, c.Failed)
+	}
+}
+
+// A server that reads and never answers: every call must end as a timeout,
+// after RFC 3261 retransmissions, and the run must still end by itself.
+func TestSilentServerTimesOut(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	got := make(chan int, 1)
+	go func() {
+		n := 0
+		buf := make([]byte, 65535)
+		for {
+			pc.SetReadDeadline(time.Now().Add(3 * time.Second))
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				got <- n
+				return
+			}
+			n++
+		}
+	}()
+	c := runClient(t, Options{Scenario: "uac", Target: pc.LocalAddr().String(), Schedule: Constant(50),
+		MaxCalls: 5, T1: 10 * time.Millisecond})
+	if c.Failed != 5 || c.FailedTimeout != 5 || c.Succeeded != 0 {
+		t.Errorf("want 5 timeouts, have failed %d timeout %d succeeded %d", c.Failed, c.FailedTimeout, c.Succeeded)
+	}
+	// Timer A doubles from T1 within 64*T1: 6 retransmissions per INVITE.
+	if c.Retransmissions != 30 {
+		t.Errorf("retransmissions: want 30, have %d", c.Retransmissions)
+	}
+	select {
+	case n := <-got:
+		if n != 35 {
+			t.Errorf("datagrams at the server: want 35, have %d", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("server reader did not stop")
+	}
+}
+
+func TestLimitSkipsCalls(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	c := runClient(t, Options{Scenario: "uac", Target: pc.LocalAddr().String(), Schedule: Schedule{{100, 200 * time.Millisecond}},
+		Limit: 3, T1: 10 * time.Millisecond, NoRetrans: true})
+	if c.Offered != 3 || c.Limited != 17 {
+		t.Errorf("want 3 offered and 17 limited, have %d %d", c.Offered, c.Limited)
+	}
+}
+
+func TestMainExitCodesAndCSV(t *testing.T) {
+	addr, _ := startUAS(t, Options{RejectEvery: 5})
+	dir := t.TempDir()
+	csvName := filepath.Join(dir, "run.csv")
+	svg := filepath.Join(dir, "run.svg")
+	var out, errb bytes.Buffer
+	args := []string{addr.String(), "-sn", "uac", "-i", "127.0.0.1", "-r", "20", "-m", "10", "--csv", csvName, "--plot", svg, "-timeout", "20"}
+	if code := Main(context.Background(), args, &out, &errb); code != ExitFailed {
+		t.Errorf("2 of 10 rejected, no budget: want exit %d, have %d\n%s%s", ExitFailed, code, out.String(), errb.String())
+	}
+	if !strings.Contains(out.String(), "503+Retry-After 2") {
+		t.Errorf("summary: want 503+Retry-After 2, have\n%s", out.String())
+	}
+	out.Reset()
+	if code := Main(context.Background(), append(args, "--max-failed", "2"), &out, &errb); code != ExitOK {
+		t.Errorf("within budget: want exit %d, have %d\n%s%s", ExitOK, code, out.String(), errb.String())
+	}
+	f, err := os.Open(csvName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) < 2 || strings.Join(recs[0], ",") != strings.Join(csvColumns, ",") {
+		t.Fatalf("csv: want header %v and rows, have %v", csvColumns, recs)
+	}
+	last := recs[len(recs)-1]
+	if last[19] != "10" || last[20] != "8" || last[21] != "2" {
+		t.Errorf("csv totals: want 10 8 2, have %v %v %v", last[19], last[20], last[21])
+	}
+	if b, err := os.ReadFile(svg); err != nil || !bytes.Contains(b, []byte("<svg")) {
+		t.Errorf("plot: want an SVG file, have %v", err)
+	}
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"-sn", "bogus", "127.0.0.1:5060"}, "unknown scenario"},
+		{[]string{"-sn", "uac"}, "needs a target"},
+		{[]string{"127.0.0.1", "--schedule", "10/x"}, "schedule step 1"},
+		{[]string{"127.0.0.1", "-t", "l1"}, "transport"},
+		{[]string{"127.0.0.1", "--plot", "x.jpg"}, ".svg or .png"},
+		{[]string{"a:1", "b:2"}, "more than one target"},
+		{[]string{"a:1", "-r", "x"}, "invalid value"},
+	} {
+		errb.Reset()
+		if code := Main(context.Background(), tc.args, &out, &errb); code != ExitUsage || !strings.Contains(errb.String(), tc.msg) {
+			t.Errorf("%v: want exit %d with %q, have %d %q", tc.args, ExitUsage, tc.msg, code, errb.String())
+		}
+	}
+}
+
+func TestPlotPNG(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "run.png")
+	rows := []Row{
+		{Elapsed: time.Second, TargetCPS: 10, Counts: Counts{Offered: 10, Succeeded: 9}, Groups: []GroupSample{{"udp:127.0.0.1:5060", .1, 4}}},
+		{Elapsed: 2 * time.Second, TargetCPS: 350, Counts: Counts{Offered: 350, Succeeded: 350}, Groups: []GroupSample{{"udp:127.0.0.1:5060", .7, 7}}},
+	}
+	if err := Plot(name, rows); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(name)
+	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Fatalf("want a PNG file, have %v", err)
+	}
+	if err := Plot(name, nil); err == nil {
+		t.Error("no rows: want an error, have nil")
+	}
+}
