@@ -1,0 +1,281 @@
+package ctl
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// maxBody bounds a request body: the largest legitimate one is a number.
+const maxBody = 64 << 10
+
+// Handler serves the control API for b. Mount it at /mi/ without stripping
+// the prefix (mux.Handle("/mi/", ctl.Handler(b, token))); it also accepts
+// paths already stripped of /mi. When token is not empty, every request must
+// carry it as "Authorization: Bearer <token>" or "X-Sipvisor-Token: <token>".
+//
+//	GET  /mi/ps                 []Group
+//	GET  /mi/stats              Stats
+//	GET  /mi/get/<path>         a setting's value, or the subtree under a prefix
+//	POST /mi/set/<path>         body or ?value=: the new value; SetResult
+//	POST /mi/suspend            Stats after suspending
+//	POST /mi/resume             Stats after resuming
+//	GET  /mi/resource-monitor   []Resource
+//	POST /mi/reload             {"reloaded": true}
+//	GET  /mi/ul                 []Binding; ?aor= keeps one address of record
+//
+// Errors are {"error": "..."} with 400 (bad value or refused change), 401
+// (no or wrong token), 404 (no such endpoint or setting) or 405 (wrong
+// method).
+func Handler(b Backend, token string) http.Handler {
+	h := &handler{b: b}
+	if token != "" {
+		sum := sha256.Sum256([]byte(token))
+		h.token = sum[:]
+	}
+	return h
+}
+
+type handler struct {
+	b Backend
+	// token is the SHA-256 of the token, so the comparison takes the same
+	// time whatever the length of the guess.
+	token []byte
+}
+
+// SetResult answers POST /mi/set/<path>.
+type SetResult struct {
+	Path  string  `json:"path"`
+	Old   float64 `json:"old"`
+	Value any     `json:"value"`
+}
+
+// apiError is the body of every error answer.
+type apiError struct {
+	Error string `json:"error"`
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sipvisor"`)
+		writeError(w, http.StatusUnauthorized, "missing or wrong token: send Authorization: Bearer <token>")
+		return
+	}
+	path := strings.TrimPrefix(r.URL.Path, "/mi")
+	path = strings.TrimPrefix(path, "/")
+	cmd, rest, _ := strings.Cut(path, "/")
+	switch cmd {
+	case "ps":
+		if h.method(w, r, http.MethodGet) && h.noRest(w, rest) {
+			writeJSON(w, http.StatusOK, nonNil(h.b.PS()))
+		}
+	case "stats":
+		if h.method(w, r, http.MethodGet) && h.noRest(w, rest) {
+			writeJSON(w, http.StatusOK, h.b.Stats())
+		}
+	case "resource-monitor":
+		if h.method(w, r, http.MethodGet) && h.noRest(w, rest) {
+			writeJSON(w, http.StatusOK, nonNil(h.b.ResourceMonitor()))
+		}
+	case "ul":
+		if h.method(w, r, http.MethodGet) && h.noRest(w, rest) {
+			h.ul(w, r)
+		}
+	case "get":
+		if h.method(w, r, http.MethodGet) {
+			v, err := h.b.Params().Get(rest)
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, v)
+		}
+	case "set":
+		if h.method(w, r, http.MethodPost) {
+			h.set(w, r, rest)
+		}
+	case "suspend", "resume", "reload":
+		if !h.method(w, r, http.MethodPost) || !h.noRest(w, rest) {
+			return
+		}
+		var err error
+		switch cmd {
+		case "suspend":
+			err = h.b.Suspend()
+		case "resume":
+			err = h.b.Resume()
+		case "reload":
+			err = h.b.Reload()
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, cmd+": "+err.Error())
+			return
+		}
+		if cmd == "reload" {
+			writeJSON(w, http.StatusOK, map[string]bool{"reloaded": true})
+			return
+		}
+		writeJSON(w, http.StatusOK, h.b.Stats())
+	default:
+		msg := fmt.Sprintf("no endpoint %q", r.URL.Path)
+		if s := didYouMean(cmd, endpoints); s != "" {
+			msg += fmt.Sprintf(" (did you mean /mi/%s?)", s)
+		}
+		writeError(w, http.StatusNotFound, msg)
+	}
+}
+
+var endpoints = []string{"ps", "stats", "get", "set", "suspend", "resume", "resource-monitor", "reload", "ul"}
+
+func (h *handler) authorized(r *http.Request) bool {
+	if h.token == nil {
+		return true
+	}
+	got := r.Header.Get("X-Sipvisor-Token")
+	if a := r.Header.Get("Authorization"); got == "" && len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+		got = strings.TrimSpace(a[7:])
+	}
+	sum := sha256.Sum256([]byte(got))
+	return got != "" && subtle.ConstantTimeCompare(sum[:], h.token) == 1
+}
+
+// method answers 405 unless r uses want (HEAD counts as GET).
+func (h *handler) method(w http.ResponseWriter, r *http.Request, want string) bool {
+	if r.Method == want || (want == http.MethodGet && r.Method == http.MethodHead) {
+		return true
+	}
+	w.Header().Set("Allow", want)
+	writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, want))
+	return false
+}
+
+func (h *handler) noRest(w http.ResponseWriter, rest string) bool {
+	if rest == "" {
+		return true
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("unexpected %q after the endpoint", rest))
+	return false
+}
+
+func (h *handler) set(w http.ResponseWriter, r *http.Request, path string) {
+	text, err := setValue(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	p := h.b.Params()
+	old, err := p.Set(path, text)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	v, err := p.Get(path)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, SetResult{Path: clean(path), Old: old, Value: v})
+}
+
+// setValue finds the new value of a set: ?value=, or the body as a JSON
+// number, string or bool, as {"value": ...}, or as plain text.
+func setValue(r *http.Request) (string, error) {
+	if v, ok := r.URL.Query()["value"]; ok {
+		if len(v) != 1 {
+			return "", errors.New("give one value")
+		}
+		return v[0], nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return "", fmt.Errorf("reading the body: %v", err)
+	}
+	if len(body) > maxBody {
+		return "", fmt.Errorf("body over %d bytes", maxBody)
+	}
+	s := strings.TrimSpace(string(body))
+	if s == "" {
+		return "", errors.New("no value given: send it as the body or as ?value=")
+	}
+	if !strings.HasPrefix(s, "{") && !strings.HasPrefix(s, `"`) {
+		return s, nil
+	}
+	var raw json.RawMessage = []byte(s)
+	if strings.HasPrefix(s, "{") {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return "", fmt.Errorf("body is not valid JSON: %v", err)
+		}
+		var ok bool
+		if raw, ok = obj["value"]; !ok || len(obj) != 1 {
+			return "", errors.New(`body must be {"value": ...}`)
+		}
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", fmt.Errorf("body is not valid JSON: %v", err)
+	}
+	switch v := v.(type) {
+	case string:
+		return v, nil
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64), nil
+	case bool:
+		return strconv.FormatBool(v), nil
+	}
+	return "", fmt.Errorf("value must be a number, a string or a bool, not %s", raw)
+}
+
+func (h *handler) ul(w http.ResponseWriter, r *http.Request) {
+	all := h.b.Locations()
+	aor := r.URL.Query().Get("aor")
+	if aor == "" {
+		writeJSON(w, http.StatusOK, nonNil(all))
+		return
+	}
+	out := []Binding{}
+	for _, b := range all {
+		if b.AOR == aor {
+			out = append(out, b)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// nonNil makes an empty list encode as [] rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	status := http.StatusBadRequest
+	if errors.Is(err, ErrUnknownPath) {
+		status = http.StatusNotFound
+	}
+	writeError(w, status, err.Error())
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, apiError{msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(apiError{"encoding the answer: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}

@@ -1,0 +1,312 @@
+package ctl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultAddr is where `sipvisor ctl` looks for the control API unless told
+// otherwise: the supervisor's default http_listen.
+const DefaultAddr = "http://127.0.0.1:8888"
+
+const usage = `usage: sipvisor ctl [-addr URL] [-token T] COMMAND [--json]
+
+commands:
+  ps                     worker groups and their workers
+  stats                  state, throttle, flips and counters
+  get [PATH]             a setting, or every setting under PATH
+  set PATH VALUE         change a setting
+  suspend                refuse new sessions until resume
+  resume                 end a suspension made by suspend
+  resource-monitor       monitors and limits, * beside each over its threshold
+  reload                 re-read the config file (as SIGHUP)
+  ul show [AOR]          registered bindings
+
+flags:
+  -addr URL      control address (env SIPVISOR_CTL_ADDR, default ` + DefaultAddr + `)
+  -token T       control token (env SIPVISOR_CTL_TOKEN)
+  -timeout D     give up after D (default 10s)
+  --json         print the server's JSON instead of a table
+`
+
+// Main runs `sipvisor ctl` with args (the words after "ctl") and returns the
+// exit code: 0 done, 1 the server refused or could not be reached, 2 the
+// command line is wrong.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sipvisor ctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	addr := fs.String("addr", envOr("SIPVISOR_CTL_ADDR", DefaultAddr), "")
+	token := fs.String("token", os.Getenv("SIPVISOR_CTL_TOKEN"), "")
+	timeout := fs.Duration("timeout", 10*time.Second, "")
+	asJSON := fs.Bool("json", false, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "sipvisor ctl: %v\n%s", err, usage)
+		return 2
+	}
+	// Flags may follow the command too (`ctl ps --json`), as SIPp-style
+	// users expect; a lone - or -- ends them so `set x -5` stays possible.
+	var words []string
+	for i, a := range fs.Args() {
+		if a == "--" {
+			words = append(words, fs.Args()[i+1:]...)
+			break
+		}
+		if a == "--json" || a == "-json" {
+			*asJSON = true
+			continue
+		}
+		words = append(words, a)
+	}
+	if len(words) == 0 {
+		fmt.Fprintf(stderr, "sipvisor ctl: no command given\n%s", usage)
+		return 2
+	}
+	base, err := baseURL(*addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "sipvisor ctl: -addr %q: %v\n", *addr, err)
+		return 2
+	}
+	c := &client{base: base, token: *token, http: &http.Client{Timeout: *timeout}}
+	cmd := &command{c: c, stdout: stdout, json: *asJSON}
+	if err := cmd.run(ctx, words); err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "sipvisor ctl: %v\n%s", err, usage)
+			return 2
+		}
+		fmt.Fprintf(stderr, "sipvisor ctl: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// baseURL accepts a bare host:port as well as a URL, since http_listen in
+// the config is written without a scheme.
+func baseURL(addr string) (*url.URL, error) {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("scheme %q: want http or https", u.Scheme)
+	}
+	if u.Host == "" {
+		return nil, errors.New("no host")
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	return u, nil
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+type command struct {
+	c      *client
+	stdout io.Writer
+	json   bool
+}
+
+func (cmd *command) run(ctx context.Context, words []string) error {
+	name, args := words[0], words[1:]
+	want := func(min, max int, form string) error {
+		if len(args) < min || len(args) > max {
+			return usageError{fmt.Sprintf("%s: want %s", name, form)}
+		}
+		return nil
+	}
+	switch name {
+	case "ps":
+		if err := want(0, 0, "no arguments"); err != nil {
+			return err
+		}
+		var gs []Group
+		return cmd.call(ctx, http.MethodGet, "ps", nil, &gs, func() error { return writePS(cmd.stdout, gs) })
+	case "stats":
+		if err := want(0, 0, "no arguments"); err != nil {
+			return err
+		}
+		var s Stats
+		return cmd.call(ctx, http.MethodGet, "stats", nil, &s, func() error { return writeStats(cmd.stdout, s) })
+	case "get":
+		if err := want(0, 1, "get [PATH]"); err != nil {
+			return err
+		}
+		path := ""
+		if len(args) == 1 {
+			path = strings.Trim(args[0], "/")
+		}
+		var v any
+		return cmd.call(ctx, http.MethodGet, "get/"+escapePath(path), nil, &v, func() error { return writeGet(cmd.stdout, path, v) })
+	case "set":
+		if err := want(2, 2, "set PATH VALUE"); err != nil {
+			return err
+		}
+		path := strings.Trim(args[0], "/")
+		if path == "" {
+			return usageError{"set: PATH is empty"}
+		}
+		var r SetResult
+		body, _ := json.Marshal(map[string]string{"value": args[1]})
+		return cmd.call(ctx, http.MethodPost, "set/"+escapePath(path), body, &r, func() error {
+			_, err := fmt.Fprintf(cmd.stdout, "%s: %s -> %s\n", r.Path, fmtAny(r.Old), fmtAny(r.Value))
+			return err
+		})
+	case "suspend", "resume":
+		if err := want(0, 0, "no arguments"); err != nil {
+			return err
+		}
+		var s Stats
+		return cmd.call(ctx, http.MethodPost, name, nil, &s, func() error { return writeState(cmd.stdout, s) })
+	case "reload":
+		if err := want(0, 0, "no arguments"); err != nil {
+			return err
+		}
+		return cmd.call(ctx, http.MethodPost, "reload", nil, nil, func() error {
+			_, err := fmt.Fprintln(cmd.stdout, "reloaded")
+			return err
+		})
+	case "resource-monitor":
+		if err := want(0, 0, "no arguments"); err != nil {
+			return err
+		}
+		var rs []Resource
+		return cmd.call(ctx, http.MethodGet, "resource-monitor", nil, &rs, func() error { return writeResources(cmd.stdout, rs) })
+	case "ul":
+		if len(args) == 0 || args[0] != "show" || len(args) > 2 {
+			return usageError{"ul: want ul show [AOR]"}
+		}
+		q := "ul"
+		if len(args) == 2 {
+			q += "?aor=" + url.QueryEscape(args[1])
+		}
+		var bs []Binding
+		return cmd.call(ctx, http.MethodGet, q, nil, &bs, func() error { return writeBindings(cmd.stdout, bs, now()) })
+	}
+	msg := fmt.Sprintf("unknown command %q", name)
+	if s := didYouMean(name, endpoints); s != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	return usageError{msg}
+}
+
+// now is the clock `ul show` measures expiry against; tests fix it.
+var now = time.Now
+
+// call does one request; with --json it copies the answer to stdout as it
+// came, otherwise it decodes it into into and runs show.
+func (cmd *command) call(ctx context.Context, method, endpoint string, body []byte, into any, show func() error) error {
+	raw, err := cmd.c.do(ctx, method, endpoint, body)
+	if err != nil {
+		return err
+	}
+	if cmd.json {
+		_, err := cmd.stdout.Write(raw)
+		return err
+	}
+	if into != nil {
+		if err := json.Unmarshal(raw, into); err != nil {
+			return fmt.Errorf("%s: unreadable answer from %s: %v", endpoint, cmd.c.base, err)
+		}
+	}
+	return show()
+}
+
+func escapePath(p string) string {
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	return strings.Join(segs, "/")
+}
+
+type client struct {
+	base  *url.URL
+	token string
+	http  *http.Client
+}
+
+// do sends one request to /mi/<endpoint> and returns the body of a 2xx
+// answer, or an error carrying the server's message.
+func (c *client) do(ctx context.Context, method, endpoint string, body []byte) ([]byte, error) {
+	u := c.base.String() + "/mi/" + endpoint
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("cannot reach %s: connection refused (is sipvisor running? set -addr or SIPVISOR_CTL_ADDR)", c.base)
+		}
+		return nil, fmt.Errorf("cannot reach %s: %v", c.base, unwrapURL(err))
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer from %s: %v", c.base, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return raw, nil
+	}
+	var e apiError
+	msg := strings.TrimSpace(string(raw))
+	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+		msg = e.Error
+	}
+	if len(msg) > 500 {
+		msg = msg[:500] + "…"
+	}
+	switch resp.StatusCode {
+	case http.StatusUnauthorized:
+		return nil, fmt.Errorf("%s refused the token: %s (set -token or SIPVISOR_CTL_TOKEN)", c.base, msg)
+	case http.StatusNotFound, http.StatusBadRequest, http.StatusMethodNotAllowed:
+		return nil, errors.New(msg)
+	}
+	return nil, fmt.Errorf("%s answered %s: %s", c.base, resp.Status, msg)
+}
+
+// unwrapURL drops url.Error's "Get \"...\":" prefix, since the message
+// already names the address.
+func unwrapURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
