@@ -90,6 +90,7 @@ type loader struct {
 	setAt  map[string]script.Pos // where each global was set
 	first  *script.Pos           // first socket line, for "no main route"
 	groups []groupRef
+	udpAt  []udpRef
 
 	profiles map[string]script.Pos            // lower-case name → where defined
 	routes   map[string]map[string]script.Pos // block kind → name → where defined
@@ -98,11 +99,15 @@ type loader struct {
 // groupRef remembers a worker count that must fit under its profile's
 // ceiling, checked once every profile is known.
 type groupRef struct {
-	workers    int
-	profile    string
-	at         script.Pos
-	inherited  bool // the count comes from udp_workers, not this line
-	workersSet bool
+	workers int
+	profile string
+	at      script.Pos
+}
+
+// udpRef is a UDP socket and where to point at when its count does not fit.
+type udpRef struct {
+	index int
+	at    script.Pos
 }
 
 func pos(p lexer.Position) script.Pos {
@@ -136,8 +141,18 @@ func (l *loader) joined() error {
 			out = append(out, e)
 		}
 	}
+	if len(out) > maxErrors {
+		// A file that is not a config at all would otherwise bury the first,
+		// useful lines under thousands of others.
+		last := *out[maxErrors].(*Error)
+		last.Msg = "too many errors; stopping here"
+		out = append(out[:maxErrors], &last)
+	}
 	return errors.Join(out...)
 }
+
+// maxErrors is how many problems Load reports before it stops listing them.
+const maxErrors = 100
 
 // readFile parses one file and, in place of each include_file, the file it
 // names, so that items come out in the order a reader sees them.
@@ -247,14 +262,30 @@ func (l *loader) build() {
 		c.Profiles[k] = p
 	}
 	for _, g := range l.groups {
-		p, ok := c.Profiles[g.profile]
-		if !ok || g.workers <= p.UpTo {
+		if p, ok := c.Profiles[g.profile]; ok && g.workers > p.UpTo {
+			l.errorf(g.at, "%d workers exceed scale up to %d of profile %q", g.workers, p.UpTo, p.Name)
+		}
+	}
+	// A UDP socket takes what it lacks from udp_workers, which may come later
+	// in the file, so its count is checked only now.
+	for _, u := range l.udpAt {
+		s := c.Sockets[u.index]
+		key, n := s.Profile, s.Workers
+		if key == "" {
+			key = c.UDPWorkers.Profile
+		}
+		if n == 0 {
+			n = c.UDPWorkers.Workers
+		}
+		p, ok := c.Profiles[key]
+		if !ok || n <= p.UpTo {
 			continue
 		}
-		if g.inherited {
-			l.errorf(g.at, "udp_workers = %d exceeds scale up to %d of profile %q; give this socket use_workers N", g.workers, p.UpTo, p.Name)
-		} else {
-			l.errorf(g.at, "%d workers exceed scale up to %d of profile %q", g.workers, p.UpTo, p.Name)
+		switch {
+		case s.Workers > 0:
+			l.errorf(u.at, "use_workers %d exceeds scale up to %d of profile %q", n, p.UpTo, p.Name)
+		case s.Profile != "":
+			l.errorf(u.at, "udp_workers = %d exceeds scale up to %d of profile %q; give this socket use_workers N", n, p.UpTo, p.Name)
 		}
 	}
 	l.crossChecks()
@@ -595,12 +626,11 @@ func (l *loader) socket(g *globalAST, raw string, vp script.Pos) {
 			}
 		}
 	}
-	if sock.Profile != "" {
-		if sock.Workers > 0 {
-			l.groups = append(l.groups, groupRef{workers: sock.Workers, profile: sock.Profile, at: profAt})
-		} else {
-			l.groups = append(l.groups, groupRef{workers: l.cfg.UDPWorkers.Workers, profile: sock.Profile, at: profAt, inherited: true})
+	if proto == "udp" {
+		if profAt == (script.Pos{}) {
+			profAt = vp
 		}
+		l.udpAt = append(l.udpAt, udpRef{index: len(l.cfg.Sockets), at: profAt})
 	}
 	if l.first == nil {
 		l.first = &vp

@@ -220,3 +220,29 @@ func TestUnquote(t *testing.T) {
 		}
 	}
 }
+
+func TestTooManyErrors(t *testing.T) {
+	src := strings.Repeat("x = 1\n", maxErrors+50)
+	_, err := Load("many.cfg", []byte(src))
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != maxErrors+1 {
+		t.Fatalf("want %d lines, have %d", maxErrors+1, len(lines))
+	}
+	if want := "many.cfg:101:1: too many errors; stopping here"; lines[maxErrors] != want {
+		t.Errorf("want %q, have %q", want, lines[maxErrors])
+	}
+}
+
+func TestDefaultPanicsOnBrokenText(t *testing.T) {
+	saved := DefaultText
+	t.Cleanup(func() { DefaultText = saved })
+	DefaultText = "udp_workers = many\n"
+	defer func() {
+		r := recover()
+		msg, _ := r.(string)
+		if !strings.Contains(msg, "<default>:1:15") {
+			t.Errorf("want a panic naming the position, have %v", r)
+		}
+	}()
+	Default()
+}
