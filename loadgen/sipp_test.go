@@ -1,0 +1,190 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+const sippPath = "/usr/bin/sipp"
+
+func needSipp(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(sippPath); err != nil {
+		t.Skipf("SIPp is not installed at %s (Debian package sip-tester); interoperability not tested", sippPath)
+	}
+}
+
+// freePort finds a port SIPp can bind: SIPp cannot report a port it chose.
+func freePort(t *testing.T, network string) int {
+	t.Helper()
+	if network == "tcp" {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port
+	}
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).Port
+}
+
+// sippStats reads the cumulative counters from the last line of SIPp's
+// -trace_stat file.
+func sippStats(t *testing.T, name string) map[string]int64 {
+	t.Helper()
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatalf("sipp stat file: %v", err)
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.Comma = ';'
+	r.FieldsPerRecord = -1
+	recs, err := r.ReadAll()
+	if err != nil || len(recs) < 2 {
+		t.Fatalf("sipp stat file: want a header and rows, have %d records, %v", len(recs), err)
+	}
+	out := map[string]int64{}
+	last := recs[len(recs)-1]
+	for i, h := range recs[0] {
+		if i < len(last) {
+			if v, err := strconv.ParseInt(last[i], 10, 64); err == nil {
+				out[h] = v
+			}
+		}
+	}
+	return out
+}
+
+type sippRun struct {
+	done chan error
+	stf  string
+	out  *os.File
+}
+
+func startSipp(t *testing.T, args ...string) *sippRun {
+	t.Helper()
+	dir := t.TempDir()
+	s := &sippRun{done: make(chan error, 1), stf: filepath.Join(dir, "stat.csv")}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	args = append(args, "-trace_stat", "-stf", s.stf, "-fd", "1", "-buff_size", "4194304", "-nostdin", "-timeout", "40")
+	cmd := exec.CommandContext(ctx, sippPath, args...)
+	cmd.Dir = dir
+	out, err := os.Create(filepath.Join(dir, "screen.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.out = out
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start sipp: %v", err)
+	}
+	go func() { s.done <- cmd.Wait() }()
+	return s
+}
+
+func (s *sippRun) wait(t *testing.T) map[string]int64 {
+	t.Helper()
+	select {
+	case err := <-s.done:
+		// SIPp exits 1 when a call failed; the counts below say which.
+		if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() > 1) {
+			b, _ := os.ReadFile(s.out.Name())
+			t.Fatalf("sipp: %v\n%s", err, tail(b))
+		}
+	case <-time.After(70 * time.Second):
+		t.Fatal("sipp did not exit within 70s")
+	}
+	return sippStats(t, s.stf)
+}
+
+func tail(b []byte) string {
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+func TestSiploadUACAgainstSippUAS(t *testing.T) {
+	needSipp(t)
+	for _, tp := range []string{"u1", "t1"} {
+		t.Run(tp, func(t *testing.T) {
+			network := map[string]string{"u1": "udp", "t1": "tcp"}[tp]
+			port := freePort(t, network)
+			sp := startSipp(t, "-sn", "uas", "-i", "127.0.0.1", "-p", strconv.Itoa(port), "-t", tp, "-m", "20")
+			target := fmt.Sprintf("127.0.0.1:%d", port)
+			var c Stats
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				// SIPp needs a moment to bind; a refused TCP connect means
+				// try again, anything else is the result.
+				st, err := Run(context.Background(), Options{Scenario: "uac", Target: target, LocalIP: "127.0.0.1",
+					Transport: tp, Schedule: Constant(50), MaxCalls: 20, Hold: 20 * time.Millisecond, Timeout: 30 * time.Second})
+				if err == nil && (tp == "t1" || st.Succeeded > 0 || time.Now().After(deadline)) {
+					c = st
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("sipload uac: %v", err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			s := sp.wait(t)
+			t.Logf("sipp uas: %d incoming, %d successful, %d failed; sipload uac: %+v", s["IncomingCall(C)"], s["SuccessfulCall(C)"], s["FailedCall(C)"], c.Counts)
+			for _, tc := range []struct {
+				name       string
+				want, have int64
+			}{
+				{"calls placed (SIPp IncomingCall)", s["IncomingCall(C)"], c.Offered},
+				{"succeeded (SIPp SuccessfulCall)", s["SuccessfulCall(C)"], c.Succeeded},
+				{"failed (SIPp FailedCall)", s["FailedCall(C)"], c.Failed},
+				{"succeeded", 20, c.Succeeded},
+			} {
+				if tc.want != tc.have {
+					t.Errorf("%s: want %v, have %v", tc.name, tc.want, tc.have)
+				}
+			}
+		})
+	}
+}
+
+func TestSippUACAgainstSiploadUAS(t *testing.T) {
+	needSipp(t)
+	for _, tp := range []string{"u1", "t1"} {
+		t.Run(tp, func(t *testing.T) {
+			// Every 5th call is refused, so the failure counts are compared too.
+			addr, res := startUAS(t, Options{Transport: tp, MaxCalls: 20, RejectEvery: 5})
+			sp := startSipp(t, addr.String(), "-sn", "uac", "-i", "127.0.0.1", "-t", tp, "-r", "50", "-m", "20", "-d", "20")
+			s := sp.wait(t)
+			u := wait(t, res, "uas")
+			for _, tc := range []struct {
+				name       string
+				want, have int64
+			}{
+				{"calls received (SIPp OutgoingCall)", s["OutgoingCall(C)"], u.Offered},
+				{"succeeded (SIPp SuccessfulCall)", s["SuccessfulCall(C)"], u.Succeeded},
+				{"failed (SIPp FailedCall)", s["FailedCall(C)"], u.Failed},
+				{"succeeded", 16, u.Succeeded},
+				{"refused with 503", 4, u.Failed503RetryAfter},
+			} {
+				if tc.want != tc.have {
+					t.Errorf("%s: want %v, have %v", tc.name, tc.want, tc.have)
+				}
+			}
+		})
+	}
+}
