@@ -1,8 +1,11 @@
 package ctl
 
+import "strings"
+
 // didYouMean returns the candidate closest to word in edit distance, or ""
-// when none is close enough to be a likely typo. Ties go to the earlier
-// candidate so the answer is stable. (The config package has its own copy:
+// when none is close enough to be a likely typo; failing that, the shortest
+// candidate that word begins, since a path cut short is the other common
+// slip. Ties go to the earlier candidate so the answer is stable. (The config package has its own copy:
 // ctl stays free of sipvisor imports.)
 func didYouMean(word string, candidates []string) string {
 	best, bestD := "", -1
@@ -13,8 +16,14 @@ func didYouMean(word string, candidates []string) string {
 		}
 	}
 	limit := max(len(word)/6, 2)
-	if bestD < 0 || bestD > limit || bestD >= len(word) {
-		return ""
+	if bestD >= 0 && bestD <= limit && bestD < len(word) {
+		return best
+	}
+	best = ""
+	for _, c := range candidates {
+		if word != "" && strings.HasPrefix(c, word) && (best == "" || len(c) < len(best)) {
+			best = c
+		}
 	}
 	return best
 }
