@@ -107,6 +107,15 @@ func (g *Group) Start() error {
 	return errors.Join(errs...)
 }
 
+// SetCeiling changes the most live workers the group may have (after a
+// reload gives it another profile). Workers over it are not drained here: the
+// scaling decision does that, one per cycle.
+func (g *Group) SetCeiling(n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.opts.Ceiling = max(n, 1)
+}
+
 // Live is the number of workers that count towards the group's size:
 // spawning or ready, not draining.
 func (g *Group) Live() int {
@@ -150,7 +159,7 @@ func (g *Group) spawnLocked() (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spawn worker for %s: %w", o.Name, err)
 	}
-	w := &Worker{ID: id, Pid: p.cmd.Process.Pid, Started: t0, g: g, p: p, done: make(chan struct{})}
+	w := &Worker{ID: id, Pid: p.proc.Pid, Started: t0, g: g, p: p, done: make(chan struct{})}
 	w.state.Store(int32(Spawning))
 	g.workers = append(g.workers, w)
 	o.Metrics.spawns.WithLabelValues(o.Name).Inc()
@@ -205,7 +214,7 @@ func (g *Group) readControl(w *Worker, readyTimer *time.Timer) {
 
 // wait reaps the process and records why it ended.
 func (g *Group) wait(w *Worker) {
-	err := w.p.cmd.Wait()
+	err := w.p.wait()
 	g.mu.Lock()
 	reason := ExitCrash
 	switch {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,11 +21,23 @@ type Command struct {
 
 // spawned is what start hands back: the process and the supervisor's ends.
 type spawned struct {
-	cmd    *exec.Cmd
+	proc   *os.Process
 	ctl    *net.UnixConn
 	dataFD int
 	data   *os.File
 	stats  *statsPage
+}
+
+// wait reaps the process; nil for exit status 0.
+func (p *spawned) wait() error {
+	st, err := p.proc.Wait()
+	if err != nil {
+		return err
+	}
+	if !st.Success() {
+		return fmt.Errorf("worker %s", st)
+	}
+	return nil
 }
 
 // sndBuf is the data channel's send buffer: the worker's queue. Its size bounds
@@ -41,8 +52,25 @@ func socketpair(kind int) (ours, theirs *os.File, err error) {
 	return os.NewFile(uintptr(fds[0]), "sup"), os.NewFile(uintptr(fds[1]), "worker"), nil
 }
 
+// rawFD is f's descriptor without os.File.Fd's side effect: Fd switches the
+// open file description to blocking mode, which it shares with the
+// supervisor's own socket, whose reads would then ignore deadlines.
+func rawFD(f *os.File) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	var fd int
+	if err := rc.Control(func(x uintptr) { fd = int(x) }); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
 // start forks and execs one worker. The child gets its descriptors at fixed
 // numbers (see the package doc) and dies with the supervisor (Pdeathsig).
+// It uses syscall.StartProcess, which takes raw descriptors, rather than
+// os/exec, which calls Fd on every file it passes (see rawFD).
 func start(c Command, group string, id int, configPath string, memLimit int64, sockets []*os.File, socketNames []string) (*spawned, error) {
 	ctlOurs, ctlTheirs, err := socketpair(unix.SOCK_SEQPACKET)
 	if err != nil {
@@ -75,7 +103,6 @@ func start(c Command, group string, id int, configPath string, memLimit int64, s
 		return nil, fmt.Errorf("data channel: %w", err)
 	}
 
-	cmd := exec.Command(c.Path, c.Args...)
 	env := append(os.Environ(), c.Env...)
 	env = append(env,
 		EnvCookie+"="+cookie,
@@ -87,23 +114,38 @@ func start(c Command, group string, id int, configPath string, memLimit int64, s
 	if memLimit > 0 {
 		env = append(env, "GOMEMLIMIT="+strconv.FormatInt(memLimit, 10))
 	}
-	cmd.Env = env
-	cmd.Stdout = os.Stderr
-	cmd.Stderr = os.Stderr
-	cmd.ExtraFiles = append([]*os.File{ctlTheirs, dataTheirs, statsFile}, sockets...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// stdout goes to stderr too: a worker's output is log output.
+	fds := []uintptr{0, 2, 2}
+	for _, f := range append([]*os.File{ctlTheirs, dataTheirs, statsFile}, sockets...) {
+		fd, err := rawFD(f)
+		if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("pass descriptor %s: %w", f.Name(), err)
+		}
+		fds = append(fds, uintptr(fd))
+	}
+	pid, err := syscall.ForkExec(c.Path, append([]string{c.Path}, c.Args...), &syscall.ProcAttr{
+		Env:   env,
+		Files: fds,
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: false},
+	})
+	if err != nil {
 		cleanup()
-		return nil, fmt.Errorf("start worker: %w", err)
+		return nil, fmt.Errorf("start worker %s: %w", c.Path, err)
+	}
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		cleanup()
+		return nil, err
 	}
 	fc, err := net.FileConn(ctlOurs)
 	ctlOurs.Close()
 	if err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
+		proc.Kill()
+		proc.Wait()
 		dataOurs.Close()
 		stats.unmap()
 		return nil, fmt.Errorf("control channel: %w", err)
 	}
-	return &spawned{cmd: cmd, ctl: fc.(*net.UnixConn), dataFD: dataFD, data: dataOurs, stats: stats}, nil
+	return &spawned{proc: proc, ctl: fc.(*net.UnixConn), dataFD: dataFD, data: dataOurs, stats: stats}, nil
 }

@@ -89,22 +89,26 @@ func (w *Worker) Send(frame []byte) error {
 // SendConn hands the worker a TCP connection (by descriptor) and closes the
 // supervisor's copy once the worker has it.
 func (w *Worker) SendConn(c *net.TCPConn) error {
-	f, err := c.File()
+	rc, err := c.SyscallConn()
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	w.sendMu.RLock()
 	defer w.sendMu.RUnlock()
 	if w.ended {
 		return ErrEnded
 	}
-	rights := unix.UnixRights(int(f.Fd()))
-	if err := unix.Sendmsg(w.p.dataFD, []byte{FrameConn}, rights, nil, 0); err != nil {
-		if err == unix.EAGAIN {
+	var sendErr error
+	if err := rc.Control(func(fd uintptr) {
+		sendErr = unix.Sendmsg(w.p.dataFD, []byte{FrameConn}, unix.UnixRights(int(fd)), nil, 0)
+	}); err != nil {
+		return err
+	}
+	if sendErr != nil {
+		if sendErr == unix.EAGAIN {
 			return ErrQueueFull
 		}
-		return err
+		return sendErr
 	}
 	w.sent.Add(1)
 	c.Close()
@@ -168,8 +172,8 @@ func (w *Worker) kill(reason string) {
 	if w.killReason == "" {
 		w.killReason = reason
 	}
-	w.p.cmd.Process.Signal(os.Kill)
+	w.p.proc.Signal(os.Kill)
 }
 
 // Signal sends a signal to the worker process (used by operators and tests).
-func (w *Worker) Signal(sig os.Signal) error { return w.p.cmd.Process.Signal(sig) }
+func (w *Worker) Signal(sig os.Signal) error { return w.p.proc.Signal(sig) }

@@ -1,0 +1,99 @@
+package supervisor
+
+import (
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A group driven by real traffic to real worker processes grows from 2 to its
+// ceiling under load and shrinks back to 2 when the load goes, and every
+// message sent — including those handed to workers that were draining — is
+// answered.
+func TestGroupScalesUpAndDownLosingNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives real processes for several seconds")
+	}
+	st := startSupervisor(t, cfgf(`
+socket = udp:127.0.0.1:0
+http_listen = 127.0.0.1:0
+auto_scaling_cycle = 0.2
+auto_scaling_cooldown = 5
+auto_scaling_profile = P scale up to 4 on 60%% for 2 cycles within 3 scale down to 2 on 20%% for 3 cycles
+udp_workers = 2 use_auto_scaling_profile P
+route { exit; }
+`), costWorker(2*time.Millisecond), nil)
+	g := st.s.Groups()[0]
+	waitFor(t, "2 ready workers", 20*time.Second, func() bool { return len(g.Routable()) == 2 })
+
+	target := st.s.SIPAddrs()[0]
+	client, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	client.SetReadBuffer(8 << 20)
+	dst := &net.UDPAddr{IP: net.ParseIP(target.Host), Port: target.Port}
+
+	var mu sync.Mutex
+	got := map[int]bool{}
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, _, err := client.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if v, err := strconv.Atoi(string(buf[:n])); err == nil {
+				mu.Lock()
+				got[v] = true
+				mu.Unlock()
+			}
+		}
+	}()
+	seq := 0
+	// send paces datagrams at rate per second until stop says so.
+	send := func(rate int, stop func() bool, limit time.Duration) {
+		sentHere := 0
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		start := time.Now()
+		end := start.Add(limit)
+		for !stop() && time.Now().Before(end) {
+			<-tick.C
+			due := int(time.Since(start).Seconds() * float64(rate))
+			for ; sentHere < due; sentHere++ {
+				client.WriteTo([]byte(strconv.Itoa(seq)), dst)
+				seq++
+			}
+		}
+	}
+	maxLive := 0
+	// 1,400 messages/s of 2 ms each is 2.8 workers' worth: over 60 % on 2 or
+	// 3 workers, so the group must grow to its ceiling of 4.
+	send(1400, func() bool { maxLive = max(maxLive, g.Live()); return g.Live() == 4 }, 30*time.Second)
+	if g.Live() != 4 {
+		t.Fatalf("want the group at its ceiling of 4 under load, have %d", g.Live())
+	}
+	// 100 messages/s is 20 % of one worker, 5-10 % of the group: the group must shrink back to 2,
+	// each drain after the cooldown, with traffic still flowing.
+	send(100, func() bool { return g.Live() == 2 && len(g.Workers()) == 2 }, 40*time.Second)
+	if g.Live() != 2 {
+		t.Fatalf("want the group back at 2 when idle, have %d", g.Live())
+	}
+	sent := seq
+	waitFor(t, "every message answered", 20*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == sent
+	})
+	if v := counterValue(t, st.s, "sipvisor_pool_worker_exits_total", "reason", "clean"); v != 2 {
+		t.Errorf("want 2 clean exits (the drained workers), have %v", v)
+	}
+	if v := counterValue(t, st.s, "sipvisor_frontdoor_dropped_total", "", ""); v != 0 {
+		t.Errorf("want no message dropped by the front door, have %v", v)
+	}
+	t.Logf("sent and answered %d messages; the group peaked at %d workers", sent, maxLive)
+}

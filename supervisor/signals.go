@@ -1,0 +1,92 @@
+package supervisor
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sipvisor/sipvisor/config"
+)
+
+var sigTERM os.Signal = syscall.SIGTERM
+
+// hupLoop reloads on SIGHUP and on requests from the control API.
+func (s *Supervisor) hupLoop(ctx context.Context) error {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGHUP)
+	defer signal.Stop(c)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c:
+			if err := s.doReload(); err != nil {
+				s.log.Error("reload failed, keeping the running config", "error", err)
+			}
+		case reply := <-s.reload:
+			reply <- s.doReload()
+		}
+	}
+}
+
+// Reload re-reads the config file; see doReload.
+func (s *Supervisor) Reload() error {
+	reply := make(chan error, 1)
+	s.reload <- reply
+	return <-reply
+}
+
+// doReload re-reads the config file. What can change live: the groups'
+// profiles (a group whose profile changes starts its history afresh) and the
+// script, which workers started from now on load. A file that fails to load
+// leaves the running config in place, as CoreDNS's reload does.
+func (s *Supervisor) doReload() error {
+	if s.opts.ConfigPath == "" {
+		s.log.Info("reload: running the built-in config, nothing to re-read")
+		return nil
+	}
+	cfg, err := config.LoadFile(s.opts.ConfigPath)
+	if err != nil {
+		s.m.reloadOK.Set(0)
+		s.m.reloads.WithLabelValues("failure").Inc()
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, gr := range s.groups {
+		name := gr.g.Name()
+		var prof string
+		switch gr.g.Kind() {
+		case "tcp":
+			prof = cfg.TCPWorkers.Profile
+		case "timer":
+			prof = cfg.TimerWorkers.Profile
+		default:
+			prof = cfg.UDPWorkers.Profile
+			for i, sk := range s.cfg.Sockets {
+				if sk.Proto == "udp" && s.sockets[i].Name() == name && i < len(cfg.Sockets) && cfg.Sockets[i].Profile != "" {
+					prof = cfg.Sockets[i].Profile
+				}
+			}
+		}
+		var next *profileRef
+		if prof != "" {
+			p := cfg.Profiles[prof]
+			next = &p
+		}
+		if !sameProfile(gr.profile, next) {
+			gr.profile = next
+			if next != nil {
+				gr.g.SetCeiling(max(next.UpTo, gr.g.Live()))
+			}
+			s.resetScaling(gr)
+			s.log.Info("reload: group profile changed", "group", name, "profile", prof)
+		}
+	}
+	s.cfg = cfg
+	s.m.reloadOK.Set(1)
+	s.m.reloads.WithLabelValues("success").Inc()
+	s.log.Info("config reloaded", "file", s.opts.ConfigPath)
+	return nil
+}

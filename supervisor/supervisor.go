@@ -1,0 +1,415 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/listeners"
+	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/profile"
+)
+
+// Options configures a Supervisor.
+type Options struct {
+	// Config is the loaded config; ConfigPath the file it came from, "" for
+	// the built-in default. Workers load the same file.
+	Config     *config.Config
+	ConfigPath string
+	// Worker is how workers are started; zero means this executable with the
+	// argument "worker".
+	Worker pool.Command
+	Logger *slog.Logger
+	// Registry receives every metric; nil makes a new one.
+	Registry *prometheus.Registry
+}
+
+// Supervisor owns the SIP sockets, the worker groups, the cycle loop and the
+// control HTTP server of one sipvisor.
+type Supervisor struct {
+	opts Options
+	log  *slog.Logger
+	reg  *prometheus.Registry
+	m    *metrics
+	pm   *pool.Metrics
+
+	sockets []*listeners.Socket
+	files   []*os.File // the UDP sockets' descriptors, passed to every worker
+	names   []string
+	httpLn  net.Listener
+
+	mu     sync.Mutex // guards cfg and each groupRun's profile state
+	cfg    *config.Config
+	groups []*groupRun
+	byName map[string]*groupRun
+	udp    []*groupRun // by socket index of the UDP sockets
+	tcp    *groupRun
+	timer  *groupRun
+	cycle  int64
+
+	reload chan chan error
+}
+
+// groupRun is a worker group and the scaling state the cycle loop keeps for it.
+type groupRun struct {
+	g       *pool.Group
+	profile *profile.Profile // nil for a fixed-size group
+	hist    *profile.History
+	views   *profile.Views
+	vals    []float64
+	last    float64
+	sampled bool
+	// lastFork is the cycle of the last fork, or of startup: no drain within
+	// the profile's cooldown after it.
+	lastFork int64
+	workers  map[int]*profile.Views
+}
+
+// New binds every SIP socket and the control address, so that an address in
+// use fails start-up before any worker is forked.
+func New(o Options) (*Supervisor, error) {
+	if o.Config == nil {
+		return nil, errors.New("supervisor: no config")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.Worker.Path == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find own executable for workers: %w", err)
+		}
+		o.Worker = pool.Command{Path: exe, Args: []string{"worker"}}
+	}
+	s := &Supervisor{opts: o, log: o.Logger.With("component", "supervisor"), reg: o.Registry, cfg: o.Config,
+		byName: map[string]*groupRun{}, reload: make(chan chan error)}
+	s.m = newMetrics(s.reg)
+	s.pm = pool.NewMetrics(s.reg)
+
+	var addrs []listeners.Addr
+	for _, sk := range o.Config.Sockets {
+		addrs = append(addrs, listeners.Addr{Proto: sk.Proto, Host: sk.Host, Port: sk.Port})
+	}
+	var err error
+	s.sockets, err = listeners.Bind(addrs)
+	if err != nil {
+		return nil, err
+	}
+	s.httpLn, err = net.Listen("tcp", o.Config.HTTPListen)
+	if err != nil {
+		listeners.Close(s.sockets)
+		return nil, fmt.Errorf("control address %s: %w", o.Config.HTTPListen, err)
+	}
+	s.files, s.names, err = listeners.Files(s.sockets)
+	if err != nil {
+		s.httpLn.Close()
+		listeners.Close(s.sockets)
+		return nil, err
+	}
+	s.makeGroups()
+	return s, nil
+}
+
+// SIPAddrs are the SIP sockets' bound addresses, in config order.
+func (s *Supervisor) SIPAddrs() []listeners.Addr {
+	out := make([]listeners.Addr, len(s.sockets))
+	for i, sk := range s.sockets {
+		out[i] = sk.Bound
+	}
+	return out
+}
+
+// HTTPAddr is the control server's bound address.
+func (s *Supervisor) HTTPAddr() string { return s.httpLn.Addr().String() }
+
+// Groups returns the worker groups.
+func (s *Supervisor) Groups() []*pool.Group {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*pool.Group, len(s.groups))
+	for i, gr := range s.groups {
+		out[i] = gr.g
+	}
+	return out
+}
+
+// Run runs the supervisor until ctx ends or a SIGINT/SIGTERM arrives, then
+// drains every worker and returns nil.
+//
+//	 signals ──┐        ┌── SIGHUP: reload
+//	           v        v
+//	   +---------------------------+     data frames     +---------+
+//	   | front door (per socket)   | ──────────────────> | workers |
+//	   | cycle loop: sample/decide | <── shared stats ── | (procs) |
+//	   | control HTTP              |                     +---------+
+//	   +---------------------------+
+func (s *Supervisor) Run(ctx context.Context) error {
+	defer listeners.Close(s.sockets)
+	defer func() {
+		for _, f := range s.files {
+			f.Close()
+		}
+	}()
+	if err := s.startGroups(); err != nil {
+		s.httpLn.Close()
+		s.stopGroups()
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var g run.Group
+	g.Add(run.SignalHandler(ctx, os.Interrupt, sigTERM))
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return s.cycleLoop(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return s.hupLoop(ctx) }, func(error) { cancel() })
+	}
+	srv := s.httpServer()
+	g.Add(func() error {
+		if err := srv.Serve(s.httpLn); !errors.Is(err, errServerClosed) {
+			return err
+		}
+		return nil
+	}, func(error) { srv.Close() })
+	for i, sk := range s.sockets {
+		switch {
+		case sk.UDP != nil:
+			fd := newFrontDoor(s, i, sk)
+			g.Add(fd.run, func(error) { sk.UDP.SetReadDeadline(time.Unix(1, 0)) })
+		case sk.TCP != nil:
+			g.Add(func() error { return s.acceptLoop(sk) }, func(error) { sk.TCP.Close() })
+		}
+	}
+	s.log.Info("sipvisor running", "sockets", s.names, "http", s.HTTPAddr(), "groups", len(s.groups))
+	err := g.Run()
+	s.log.Info("stopping: draining workers")
+	s.stopGroups()
+	var sig run.SignalError
+	if errors.As(err, &sig) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// makeGroups makes one group per UDP socket, one for TCP, one for timers.
+func (s *Supervisor) makeGroups() {
+	cfg := s.cfg
+	files, names := s.files, s.names
+	udpIndex := 0
+	mk := func(name string, kind pool.Kind, workers int, profName string) *groupRun {
+		var p *profile.Profile
+		ceiling := workers
+		if profName != "" {
+			pp := cfg.Profiles[profName]
+			p = &pp
+			ceiling = max(workers, pp.UpTo)
+		}
+		gr := &groupRun{profile: p, workers: map[int]*profile.Views{}}
+		gr.g = pool.NewGroup(pool.GroupOptions{
+			Name: name, Kind: kind, Initial: workers, Ceiling: ceiling,
+			Command: s.opts.Worker, ConfigPath: s.opts.ConfigPath,
+			Sockets: files, SocketNames: names,
+			ReadyTimeout: cfg.Workers.ReadyTimeout, DrainTimeout: cfg.Workers.DrainTimeout,
+			MemoryLimit: cfg.Workers.MemoryLimit, Logger: s.opts.Logger, Metrics: s.pm,
+			OnExit: func(w *pool.Worker, reason string) { s.workerExited(name, w, reason) },
+		})
+		s.resetScaling(gr)
+		s.groups = append(s.groups, gr)
+		s.byName[name] = gr
+		return gr
+	}
+	for i, sk := range cfg.Sockets {
+		if sk.Proto != "udp" {
+			continue
+		}
+		workers := sk.Workers
+		if workers == 0 {
+			workers = cfg.UDPWorkers.Workers
+		}
+		prof := sk.Profile
+		if prof == "" {
+			prof = cfg.UDPWorkers.Profile
+		}
+		gr := mk(s.sockets[i].Name(), pool.KindUDP, max(workers, 1), prof)
+		s.udp = append(s.udp, gr)
+		udpIndex++
+	}
+	for _, sk := range cfg.Sockets {
+		if sk.Proto == "tcp" {
+			s.tcp = mk("tcp", pool.KindTCP, max(cfg.TCPWorkers.Workers, 1), cfg.TCPWorkers.Profile)
+			break
+		}
+	}
+	if cfg.TimerWorkers.Workers > 0 {
+		s.timer = mk("timer", pool.KindTimer, cfg.TimerWorkers.Workers, cfg.TimerWorkers.Profile)
+	}
+}
+
+// startGroups spawns every group's initial workers.
+func (s *Supervisor) startGroups() error {
+	var errs []error
+	for _, gr := range s.groups {
+		if err := gr.g.Start(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// resetScaling starts a group's scaling state afresh: at start-up and when a
+// reload gives it another profile. The start counts as a fork for the
+// cooldown, as in OpenSIPS.
+func (s *Supervisor) resetScaling(gr *groupRun) {
+	n := 1
+	if gr.profile != nil {
+		n = gr.profile.HistoryLen()
+	}
+	gr.hist = profile.NewHistory(n)
+	gr.views, _ = profile.NewViews(s.cfg.AutoScalingCycle)
+	gr.lastFork = s.cycle
+}
+
+func (s *Supervisor) stopGroups() {
+	deadline := time.Now().Add(s.cfg.Workers.DrainTimeout)
+	var wg sync.WaitGroup
+	for _, gr := range s.groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gr.g.Stop(deadline)
+		}()
+	}
+	wg.Wait()
+}
+
+func (s *Supervisor) workerExited(group string, w *pool.Worker, reason string) {
+	s.mu.Lock()
+	if gr := s.byName[group]; gr != nil {
+		delete(gr.workers, w.ID)
+	}
+	s.mu.Unlock()
+}
+
+// cycleLoop samples every group once per cycle and acts on the decision. A
+// time.Ticker keeps a steady period: a slow cycle does not push the next one
+// later (OpenSIPS's timer drifts to 1.2–1.33 s per 1 s cycle).
+func (s *Supervisor) cycleLoop(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.AutoScalingCycle)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case now := <-t.C:
+			s.runCycle(now)
+		}
+	}
+}
+
+// runCycle is one cycle: sample, decide, act, for every group independently.
+func (s *Supervisor) runCycle(now time.Time) {
+	start := time.Now()
+	s.mu.Lock()
+	s.cycle++
+	for _, gr := range s.groups {
+		s.stepGroup(gr, now)
+	}
+	s.mu.Unlock()
+	s.m.cycleDuration.Observe(time.Since(start).Seconds())
+}
+
+func (s *Supervisor) stepGroup(gr *groupRun, now time.Time) {
+	load, ok, ws := gr.g.Sample(now)
+	for _, w := range ws {
+		v := gr.workers[w.ID]
+		if v == nil {
+			v, _ = profile.NewViews(s.cfg.AutoScalingCycle)
+			gr.workers[w.ID] = v
+		}
+		v.Add(w.Load)
+	}
+	if !ok {
+		// No ready worker: no sample, never a zero.
+		s.m.sampleFailures.WithLabelValues(gr.g.Name()).Inc()
+		return
+	}
+	gr.last, gr.sampled = load, true
+	gr.views.Add(load)
+	if gr.profile == nil {
+		return
+	}
+	gr.hist.Add(load)
+	gr.vals = gr.hist.Values(gr.vals)
+	live := gr.g.Live()
+	d := profile.Decide(*gr.profile, profile.State{Workers: live, History: gr.vals, Cycle: s.cycle, LastFork: gr.lastFork})
+	s.m.decisions.WithLabelValues(gr.g.Name(), d.Action.String()).Inc()
+	switch d.Action {
+	case profile.Up:
+		w, err := gr.g.Grow()
+		if err != nil {
+			s.log.Error("scale up", "group", gr.g.Name(), "error", err)
+			return
+		}
+		gr.hist.Rescale(live, live+1)
+		gr.lastFork = s.cycle
+		s.m.scalings.WithLabelValues(gr.g.Name(), "up").Inc()
+		s.log.Info("scaling up", "group", gr.g.Name(), "cycle", s.cycle, "load", round1(load), "workers", live+1, "worker", w.ID, "pid", w.Pid, "reason", d.Reason)
+	case profile.Down:
+		w := gr.g.Shrink()
+		if w == nil {
+			return
+		}
+		gr.hist.Rescale(live, live-1)
+		s.m.scalings.WithLabelValues(gr.g.Name(), "down").Inc()
+		s.log.Info("scaling down", "group", gr.g.Name(), "cycle", s.cycle, "load", round1(load), "estimated_load", round1(d.EstimatedLoad), "workers", live-1, "worker", w.ID, "pid", w.Pid, "reason", d.Reason)
+	default:
+		s.log.Debug("cycle", "group", gr.g.Name(), "cycle", s.cycle, "load", round1(load), "workers", live, "decision", d.Reason)
+	}
+}
+
+func round1(v float64) float64 { return float64(int(v*10+0.5)) / 10 }
+
+// groupRuns returns the groups sorted by name, for stable output.
+func (s *Supervisor) groupRuns() []*groupRun {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := append([]*groupRun(nil), s.groups...)
+	sort.SliceStable(out, func(i, j int) bool { return kindOrder(out[i].g.Kind()) < kindOrder(out[j].g.Kind()) })
+	return out
+}
+
+func kindOrder(k pool.Kind) int {
+	switch k {
+	case pool.KindUDP:
+		return 0
+	case pool.KindTCP:
+		return 1
+	}
+	return 2
+}
+
+type profileRef = profile.Profile
+
+func sameProfile(a, b *profile.Profile) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}

@@ -1,0 +1,23 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/sipvisor/sipvisor/pool"
+)
+
+// RunWorker is the "sipvisor worker" command: the life of one worker process.
+func RunWorker(ctx context.Context, stderr io.Writer) int {
+	logger := slog.New(slog.NewJSONHandler(stderr, nil))
+	if err := pool.RunWorker(ctx, logger, newWorkerHandler); err != nil {
+		fmt.Fprintln(stderr, "sipvisor worker:", err)
+		if err == pool.ErrNotChild {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
