@@ -149,13 +149,13 @@ func (s *Supervisor) Groups() []*pool.Group {
 // Run runs the supervisor until ctx ends or a SIGINT/SIGTERM arrives, then
 // drains every worker and returns nil.
 //
-//	 signals ──┐        ┌── SIGHUP: reload
-//	           v        v
-//	   +---------------------------+     data frames     +---------+
-//	   | front door (per socket)   | ──────────────────> | workers |
-//	   | cycle loop: sample/decide | <── shared stats ── | (procs) |
-//	   | control HTTP              |                     +---------+
-//	   +---------------------------+
+//	signals ──┐        ┌── SIGHUP: reload
+//	          v        v
+//	  +---------------------------+     data frames     +---------+
+//	  | front door (per socket)   | ──────────────────> | workers |
+//	  | cycle loop: sample/decide | <── shared stats ── | (procs) |
+//	  | control HTTP              |                     +---------+
+//	  +---------------------------+
 func (s *Supervisor) Run(ctx context.Context) error {
 	defer listeners.Close(s.sockets)
 	defer func() {
