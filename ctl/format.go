@@ -44,20 +44,26 @@ func fmtLoads(l Loads) string {
 }
 
 // fmtAge is a duration cut to its two largest units, which is all a glance
-// at `ps` needs.
+// at `ps` needs; a zero second unit is left out (30m, not 30m00s).
 func fmtAge(d time.Duration) string {
 	s := int64(d / time.Second)
+	two := func(big int64, bigU string, small int64, smallU string) string {
+		if small == 0 {
+			return fmt.Sprintf("%d%s", big, bigU)
+		}
+		return fmt.Sprintf("%d%s%02d%s", big, bigU, small, smallU)
+	}
 	switch {
 	case s < 0:
 		return "-"
 	case s < 60:
 		return fmt.Sprintf("%ds", s)
 	case s < 3600:
-		return fmt.Sprintf("%dm%02ds", s/60, s%60)
+		return two(s/60, "m", s%60, "s")
 	case s < 86400:
-		return fmt.Sprintf("%dh%02dm", s/3600, s%3600/60)
+		return two(s/3600, "h", s%3600/60, "m")
 	}
-	return fmt.Sprintf("%dd%02dh", s/86400, s%86400/3600)
+	return two(s/86400, "d", s%86400/3600, "h")
 }
 
 func orDash(s string) string {

@@ -52,8 +52,8 @@ type handler struct {
 // SetResult answers POST /mi/set/<path>.
 type SetResult struct {
 	Path  string  `json:"path"`
-	Old   float64 `json:"old"`
-	Value any     `json:"value"`
+	Old   any    `json:"old"`
+	Value any    `json:"value"`
 }
 
 // apiError is the body of every error answer.
@@ -180,7 +180,11 @@ func (h *handler) set(w http.ResponseWriter, r *http.Request, path string) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, SetResult{Path: clean(path), Old: old, Value: v})
+	var was any = old
+	if k, _ := p.Kind(path); k == Bool {
+		was = old != 0
+	}
+	writeJSON(w, http.StatusOK, SetResult{Path: clean(path), Old: was, Value: v})
 }
 
 // setValue finds the new value of a set: ?value=, or the body as a JSON
