@@ -51,7 +51,7 @@ type handler struct {
 
 // SetResult answers POST /mi/set/<path>.
 type SetResult struct {
-	Path  string  `json:"path"`
+	Path  string `json:"path"`
 	Old   any    `json:"old"`
 	Value any    `json:"value"`
 }
