@@ -32,7 +32,9 @@ func AppendReply(dst []byte, req []byte, m *Msg, code int, reason string, retryA
 // no reply may be sent: m is not a request, the request is an ACK, Code is
 // outside 100..699, or the request lacks a Via, From, To, Call-ID or CSeq a
 // client would need to match the reply. It does not allocate when dst has
-// room for the reply (the request's length plus 200 bytes always suffices).
+// room for the reply: the request's length plus 128 bytes, Reason and Server
+// suffice for a request with CRLF line ends (a bare-LF one may need a byte
+// more per copied header line).
 func (r *Reply) Append(dst []byte, req []byte, m *Msg) []byte {
 	if m == nil || !m.IsRequest || m.Method == Ack || r.Code < 100 || r.Code > 699 {
 		return dst

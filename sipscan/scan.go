@@ -221,7 +221,10 @@ func (m *Msg) header(b []byte, h *header, seen uint) (uint, Error) {
 		if seen&seenCallID != 0 {
 			return seenCallID, 0
 		}
-		if !word(b[s:e]) {
+		// Only a folded line can hide a line end in the value; for the
+		// others two vector searches beat a loop over every byte.
+		v := b[s:e]
+		if s == e || h.folded && !word(v) || bytes.IndexByte(v, ' ') >= 0 || bytes.IndexByte(v, '\t') >= 0 {
 			m.ErrOffset = h.start
 			return 0, ErrBadCallID
 		}
@@ -274,7 +277,7 @@ func (m *Msg) header(b []byte, h *header, seen uint) (uint, Error) {
 		if seen&seenContentLength != 0 {
 			return seenContentLength, 0
 		}
-		n, ok := number(b, s, e, DefaultMaxDatagram)
+		n, ok := number(b, s, e, 1<<30)
 		if !ok {
 			m.ErrOffset = s
 			return 0, ErrBadContentLength
@@ -422,9 +425,7 @@ func (m *Msg) via(b []byte, s, e int) Error {
 		}
 		i = h0 + k + 1
 	} else {
-		for i < e && !isLWS(b[i]) && b[i] != ';' && b[i] != ',' && b[i] != ':' {
-			i++
-		}
+		i = spanEnd(b, i, e, classHost)
 		if i == h0 {
 			return ErrBadVia
 		}
@@ -482,10 +483,7 @@ func param(b []byte, n0, e int) (n1, v0, v1, next int) {
 				return 0, 0, 0, -1
 			}
 		} else {
-			v1 = v0
-			for v1 < e && (isToken(b[v1]) || b[v1] == '[' || b[v1] == ']' || b[v1] == ':') {
-				v1++
-			}
+			v1 = spanEnd(b, v0, e, classValue)
 			if v1 == v0 {
 				return 0, 0, 0, -1
 			}
@@ -752,37 +750,49 @@ func skipLWS(b []byte, i, e int) int {
 
 func trimLWS(b []byte, s, e int) (int, int) {
 	s = skipLWS(b, s, e)
-	for e > s && isLWS(b[e-1]) {
-		e--
+	v := b[s:e]
+	for len(v) > 0 && isLWS(v[len(v)-1]) {
+		v = v[:len(v)-1]
 	}
-	return s, e
+	return s, s + len(v)
 }
 
 func tokenEnd(b []byte, i, e int) int {
+	return spanEnd(b, i, e, classToken)
+}
+
+// spanEnd returns the end of the run of bytes in class starting at i.
+func spanEnd(b []byte, i, e int, class uint8) int {
 	for _, c := range b[i:e] {
-		if !tokenChars[c] {
+		if classes[c]&class == 0 {
 			break
 		}
 		i++
 	}
 	return i
 }
-
-func isToken(c byte) bool { return tokenChars[c] }
 func isAlpha(c byte) bool { return 'a' <= c|0x20 && c|0x20 <= 'z' }
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
-// tokenChars is RFC 3261's token: alphanum and -.!%*_+`'~
-var tokenChars = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
+// Byte classes, one table lookup per byte in the inner loops.
+const (
+	classToken = 1 << iota // RFC 3261 token: alphanum and -.!%*_+`'~
+	classValue             // a parameter value: token or host, IPv6 included
+	classHost              // a sent-by host: up to LWS, ';', ',' or ':'
+)
+
+var classes = func() (t [256]uint8) {
+	for c := range 256 {
+		if !isLWS(byte(c)) && c != ';' && c != ',' && c != ':' {
+			t[c] |= classHost
+		}
 	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-		t[c-'a'+'A'] = true
+	token := "-.!%*_+`'~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	for _, c := range token {
+		t[c] |= classToken | classValue
 	}
-	for _, c := range "-.!%*_+`'~" {
-		t[c] = true
+	for _, c := range "[]:" {
+		t[c] |= classValue
 	}
 	return t
 }()
