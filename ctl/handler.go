@@ -122,6 +122,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, h.b.Stats())
+	case "":
+		writeError(w, http.StatusNotFound, "no endpoint given: use /mi/ followed by one of "+strings.Join(endpoints, ", "))
 	default:
 		msg := fmt.Sprintf("no endpoint %q", r.URL.Path)
 		if s := didYouMean(cmd, endpoints); s != "" {

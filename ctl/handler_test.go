@@ -92,6 +92,7 @@ func TestHandlerRequests(t *testing.T) {
 		{"suspend by GET", "GET", "/mi/suspend", "", 405, "use POST", 85},
 		{"ps by DELETE", "DELETE", "/mi/ps", "", 405, "use GET", 85},
 		{"unknown endpoint", "GET", "/mi/stat", "", 404, `no endpoint \"/mi/stat\" (did you mean /mi/stats?)`, 85},
+		{"no endpoint", "GET", "/mi/", "", 404, "use /mi/ followed by one of ps, stats, get,", 85},
 		{"trailing words", "GET", "/mi/ps/1", "", 404, `unexpected \"1\"`, 85},
 		{"ps", "GET", "/mi/ps", "", 200, `"pid": 4101`, 85},
 		{"ps age in seconds", "GET", "/mi/ps", "", 200, `"age_seconds": 7500`, 85},
@@ -200,4 +201,10 @@ func TestHandlerToken(t *testing.T) {
 			}
 		})
 	}
+}
+
+func httptestServer(tb testing.TB, h http.Handler) string {
+	srv := httptest.NewServer(h)
+	tb.Cleanup(srv.Close)
+	return srv.URL
 }
