@@ -11,7 +11,7 @@ func BenchmarkParamsSet(b *testing.B) {
 	p := newTestBackend().Params()
 	vals := []string{"90", "91"}
 	for i := 0; b.Loop(); i++ {
-		if _, err := p.Set(memHigh, vals[i%2]); err != nil {
+		if err := p.Set(memHigh, vals[i%2]); err != nil {
 			b.Fatal(err)
 		}
 	}

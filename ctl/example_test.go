@@ -21,18 +21,18 @@ func ExampleParams() {
 	}, ctl.Percent)
 	p.Register("suspend_watermarks/system_memory_usage/low", func() float64 { return low }, nil, ctl.Percent)
 
-	_, err := p.Set("suspend_watermarks/system_memory_usage/high", "120")
+	err := p.Set("suspend_watermarks/system_memory_usage/high", "120")
 	fmt.Println(err)
-	_, err = p.Set("suspend_watermarks/system_memory_usage/high", "60")
+	err = p.Set("suspend_watermarks/system_memory_usage/high", "60")
 	fmt.Println(err)
-	_, err = p.Set("suspend_watermarks/system_memory_usage/hihg", "90")
+	err = p.Set("suspend_watermarks/system_memory_usage/hihg", "90")
 	fmt.Println(err)
-	old, _ := p.Set("suspend_watermarks/system_memory_usage/high", "90%")
+	err = p.Set("suspend_watermarks/system_memory_usage/high", "90%")
 	v, _ := p.Get("suspend_watermarks/system_memory_usage")
-	fmt.Println(old, v)
+	fmt.Println(err, v)
 	// Output:
 	// suspend_watermarks/system_memory_usage/high: percentage 120 is outside 0–100
 	// suspend_watermarks/system_memory_usage/high: high watermark must be over the low one
 	// unknown path "suspend_watermarks/system_memory_usage/hihg" (did you mean "suspend_watermarks/system_memory_usage/high"?)
-	// 85 map[high:90 low:70]
+	// <nil> map[high:90 low:70]
 }

@@ -172,7 +172,7 @@ func (h *handler) set(w http.ResponseWriter, r *http.Request, path string) {
 		return
 	}
 	p := h.b.Params()
-	old, err := p.Set(path, text)
+	old, err := p.swap(path, text)
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -244,9 +244,15 @@ func (l *param) value() any {
 
 // Set parses text as the setting's kind and hands it to the setter. Nothing
 // changes unless every check passes: the path must name a leaf, the text must
-// be a valid value, and the setter must accept it. It returns the value in
-// force before.
-func (p *Params) Set(path, text string) (old float64, err error) {
+// be a valid value, and the setter must accept it.
+func (p *Params) Set(path, text string) error {
+	_, err := p.swap(path, text)
+	return err
+}
+
+// swap is Set returning the value in force before, read under the same lock
+// so that no other set comes between.
+func (p *Params) swap(path, text string) (old float64, err error) {
 	path = clean(path)
 	p.setMu.Lock()
 	defer p.setMu.Unlock()

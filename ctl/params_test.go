@@ -94,7 +94,7 @@ func TestParamsSet(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.path+"="+tt.text, func(t *testing.T) {
 			p := newTestBackend().Params()
-			_, err := p.Set(tt.path, tt.text)
+			err := p.Set(tt.path, tt.text)
 			switch {
 			case tt.err == "" && err != nil:
 				t.Fatalf("want no error, have %v", err)
