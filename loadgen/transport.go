@@ -130,7 +130,9 @@ type tcpTransport struct {
 	conns map[*streamConn]struct{}
 }
 
-func readStream(sc *streamConn, in chan<- *packet, errc chan<- error, done func()) {
+// readStream frames messages off one connection. A client's only connection
+// closing ends its run (reportClose), a server's peer leaving does not.
+func readStream(sc *streamConn, in chan<- *packet, errc chan<- error, reportClose bool, done func()) {
 	defer done()
 	buf := make([]byte, 0, 256<<10)
 	tmp := make([]byte, 64<<10)
@@ -158,6 +160,9 @@ func readStream(sc *streamConn, in chan<- *packet, errc chan<- error, done func(
 			buf = buf[:copy(buf, buf[skip+l:])]
 		}
 		if err != nil {
+			if reportClose && !errors.Is(err, net.ErrClosed) {
+				errc <- fmt.Errorf("tcp connection to %s: %w", sc.c.RemoteAddr(), err)
+			}
 			return
 		}
 	}
@@ -178,7 +183,7 @@ func dialTCP(ip string, target string, in chan<- *packet, errc chan<- error) (*t
 	}
 	sc := &streamConn{c: c, w: bufio.NewWriterSize(c, 64<<10)}
 	t := &tcpTransport{conn: sc, local: c.LocalAddr().(*net.TCPAddr).AddrPort()}
-	go readStream(sc, in, errc, func() {})
+	go readStream(sc, in, errc, true, func() {})
 	return t, nil
 }
 
@@ -198,7 +203,7 @@ func listenTCP(ip string, port int, in chan<- *packet, errc chan<- error) (*tcpT
 			t.mu.Lock()
 			t.conns[sc] = struct{}{}
 			t.mu.Unlock()
-			go readStream(sc, in, errc, func() {
+			go readStream(sc, in, errc, false, func() {
 				t.mu.Lock()
 				delete(t.conns, sc)
 				t.mu.Unlock()

@@ -49,10 +49,16 @@ type uac struct {
 	users    []regUser
 	method   string
 	schedLen time.Duration
+	ruri     []byte // shared by every call, never written
 }
 
 func newUAC(c *core) *uac {
 	u := &uac{core: c, calls: make(map[string]*call, 1024), schedLen: c.o.Schedule.Len()}
+	if c.o.Scenario == "register" {
+		u.ruri = []byte("sip:" + c.ep.remote)
+	} else {
+		u.ruri = []byte("sip:" + c.o.Service + "@" + c.ep.remote)
+	}
 	if c.o.Scenario == "register" && c.o.Users > 0 {
 		u.users = make([]regUser, c.o.Users)
 	}
@@ -115,16 +121,16 @@ func (u *uac) startCall(now time.Duration) {
 	switch u.o.Scenario {
 	case "uac":
 		cl.callID = string(u.ep.callID(nil, cl.n))
-		cl.ruri = []byte("sip:" + u.o.Service + "@" + u.ep.remote)
+		cl.ruri = u.ruri
 		cl.state = sInvite
 		b = u.ep.invite(nil, cl)
 	case "options":
 		cl.callID = string(u.ep.callID(nil, cl.n))
-		cl.ruri = []byte("sip:" + u.o.Service + "@" + u.ep.remote)
+		cl.ruri = u.ruri
 		cl.state = sReq
 		b = u.ep.options(nil, cl)
 	case "register":
-		cl.ruri = []byte("sip:" + u.ep.remote)
+		cl.ruri = u.ruri
 		cl.state = sReq
 		user := u.o.Service + strconv.FormatInt(cl.n, 10)
 		if u.users != nil {
@@ -249,9 +255,9 @@ func (u *uac) handle(m *msg, _ peer, now time.Duration) {
 			return
 		}
 		u.secHist.add(now - cl.sent)
-		cl.target = append(cl.target[:0], m.contact...)
-		if len(cl.target) == 0 {
-			cl.target = cl.ruri
+		cl.target = cl.ruri
+		if len(m.contact) > 0 {
+			cl.target = append([]byte(nil), m.contact...)
 		}
 		cl.routes = cl.routes[:0]
 		for _, rr := range m.rrs {
