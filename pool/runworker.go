@@ -268,7 +268,7 @@ func (w *workerLoop) handle(f frame) bool {
 		w.ctl.Write(ans[:])
 	case FrameDrain:
 		w.draining = true
-		w.env.Logger.Info("worker draining")
+		w.env.Logger.Debug("worker draining")
 	case FrameEnd:
 		return true
 	}

@@ -1,0 +1,231 @@
+// Package frontdoor decides, for each SIP datagram the supervisor reads, which
+// worker gets it — or answers it without any worker.
+//
+// Every message of a transaction must reach the worker that holds it
+// (retransmissions, responses from downstream, ACK, CANCEL): workers are
+// separate processes and share no transaction state. The door keeps Call-ID
+// affinity for as long as a transaction of the call may live, and hands new
+// work to the least loaded worker. It refuses new sessions that admission
+// control turns away with a 503 built from the raw bytes, so a refusal costs
+// no worker, no transaction and no full parse.
+//
+// A Door is used by one goroutine (the socket's reader). It does not allocate
+// per datagram on the common path; counters are atomics so that metrics can
+// read them from elsewhere.
+package frontdoor
+
+import (
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/sipscan"
+)
+
+// AffinityTTL is how long a Call-ID stays with its worker after its last
+// message: 64×T1, the longest a SIP transaction lives (timer B/F/H). A
+// dialog silent for longer loses nothing: its next request is a new
+// transaction that any worker can route by its Route headers.
+const AffinityTTL = 32 * time.Second
+
+// Refusal is why admission control turned a new session away; RefuseNone
+// admits it.
+type Refusal uint8
+
+// Reasons for refusing a new session.
+const (
+	RefuseNone Refusal = iota
+	RefuseSuspended
+	RefuseLimit
+	RefuseQueue
+	RefuseThrottle
+	RefuseNoWorker
+	NumRefusals
+)
+
+var refusalNames = [NumRefusals]string{"none", "suspended", "limit", "queue", "throttle", "no_worker"}
+
+func (r Refusal) String() string {
+	if r < NumRefusals {
+		return refusalNames[r]
+	}
+	return "unknown"
+}
+
+// Admission decides about one new session. retryAfter is the Retry-After
+// value in seconds for a refusal.
+type Admission func(m *sipscan.Msg, now int64) (r Refusal, retryAfter int)
+
+// Picker chooses a worker for new work; nil when none can take it.
+type Picker func(m *sipscan.Msg) *pool.Worker
+
+// Replier sends a stateless reply from the door's socket.
+type Replier func(b []byte, to netip.AddrPort)
+
+// Door is the per-socket front door.
+type Door struct {
+	socket int
+	pick   Picker
+	admit  Admission
+	reply  Replier
+	// OptionalNewSessions counts MESSAGE, OPTIONS, PUBLISH and NOTIFY outside
+	// a dialog as new sessions for admission.
+	OptionalNewSessions bool
+
+	msg    sipscan.Msg
+	limits sipscan.Limits
+	aff    map[uint64]entry
+	out    []byte
+	from   netip.AddrPort // source of the datagram in hand
+	sweep  int64          // next sweep, unix ns
+
+	Stats Stats
+}
+
+type entry struct {
+	w    *pool.Worker
+	last int64 // unix ns of the last message
+}
+
+// Stats are the door's counters.
+type Stats struct {
+	Received   atomic.Uint64
+	Forwarded  atomic.Uint64
+	Keepalives atomic.Uint64
+	Replied    atomic.Uint64 // stateless replies sent (400 and refusals)
+	// Malformed counts datagrams that could not be scanned, by reason.
+	Malformed [sipscan.NumErrors]atomic.Uint64
+	// Refused counts refused new sessions, by reason.
+	Refused [NumRefusals]atomic.Uint64
+	// Dropped counts datagrams no worker could take: no worker (a response
+	// or in-dialog message with none ready) or a full queue.
+	DroppedNoWorker  atomic.Uint64
+	DroppedQueueFull atomic.Uint64
+	// Sessions admitted, by kind.
+	Admitted [4]atomic.Uint64
+	// Affinity is the number of Call-IDs currently bound to a worker.
+	Affinity atomic.Int64
+}
+
+// New makes a door for the socket with the given index (as workers number
+// their sockets).
+func New(socket int, pick Picker, admit Admission, reply Replier) *Door {
+	return &Door{socket: socket, pick: pick, admit: admit, reply: reply,
+		aff: make(map[uint64]entry, 1024), out: make([]byte, 0, 4096)}
+}
+
+// Handle handles one datagram. frame holds pool.MsgHeaderLen free bytes and
+// then the datagram; the door writes the header there and hands the frame to
+// a worker as is.
+func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
+	d.Stats.Received.Add(1)
+	d.from = from
+	if now >= d.sweep {
+		d.expire(now)
+	}
+	dgram := frame[pool.MsgHeaderLen:]
+	m := &d.msg
+	if err := d.limits.Scan(dgram, m); err != nil {
+		e := err.(sipscan.Error)
+		if e == sipscan.ErrEmpty {
+			d.Stats.Keepalives.Add(1)
+			return
+		}
+		d.Stats.Malformed[e].Add(1)
+		if m.IsRequest {
+			code := 400
+			if e == sipscan.ErrBadVersion {
+				code = 505
+			}
+			d.sendReply(dgram, code, 0)
+		}
+		return
+	}
+	pool.PutMsgHeader(frame, d.socket, from)
+	key := sipscan.CallIDHash(m.CallID)
+
+	if e, ok := d.aff[key]; ok && now-e.last < int64(AffinityTTL) {
+		if err := e.w.Send(frame); err == nil {
+			e.last = now
+			d.aff[key] = e
+			d.Stats.Forwarded.Add(1)
+			return
+		} else if err == pool.ErrQueueFull {
+			d.Stats.DroppedQueueFull.Add(1)
+			return
+		}
+		// The worker has ended: the transaction is gone with it, so the
+		// message is new work for another worker.
+		delete(d.aff, key)
+		d.Stats.Affinity.Add(-1)
+	}
+
+	newSession := m.NewSession(d.OptionalNewSessions)
+	if newSession && d.admit != nil {
+		if r, retry := d.admit(m, now); r != RefuseNone {
+			d.Stats.Refused[r].Add(1)
+			d.sendReply(dgram, 503, retry)
+			return
+		}
+	}
+	w := d.pick(m)
+	if w == nil {
+		if newSession {
+			d.Stats.Refused[RefuseNoWorker].Add(1)
+			d.sendReply(dgram, 503, 5)
+			return
+		}
+		d.Stats.DroppedNoWorker.Add(1)
+		return
+	}
+	if err := w.Send(frame); err != nil {
+		if newSession {
+			d.Stats.Refused[RefuseQueue].Add(1)
+			d.sendReply(dgram, 503, 5)
+			return
+		}
+		d.Stats.DroppedQueueFull.Add(1)
+		return
+	}
+	d.Stats.Forwarded.Add(1)
+	if newSession {
+		d.Stats.Admitted[m.Kind()].Add(1)
+	}
+	// Stray ACKs for non-2xx answers and responses nobody waits for need no
+	// affinity; everything else may be followed by more of its transaction.
+	if m.IsRequest && m.Method != sipscan.Ack || !m.IsRequest && m.StatusCode < 200 {
+		d.aff[key] = entry{w: w, last: now}
+		d.Stats.Affinity.Add(1)
+	}
+}
+
+func (d *Door) sendReply(req []byte, code, retryAfter int) {
+	if d.reply == nil {
+		return
+	}
+	r := sipscan.Reply{Code: code, RetryAfter: retryAfter}
+	d.out = r.Append(d.out[:0], req, &d.msg)
+	if len(d.out) == 0 {
+		return
+	}
+	if ap, ok := d.fromAddr(); ok {
+		d.reply(d.out, ap)
+		d.Stats.Replied.Add(1)
+	}
+}
+
+func (d *Door) fromAddr() (netip.AddrPort, bool) { return d.from, d.from.IsValid() }
+
+// expire forgets Call-IDs whose transactions can no longer be alive.
+func (d *Door) expire(now int64) {
+	d.sweep = now + int64(time.Second)
+	var n int64
+	for k, e := range d.aff {
+		if now-e.last >= int64(AffinityTTL) {
+			delete(d.aff, k)
+			n++
+		}
+	}
+	d.Stats.Affinity.Add(-n)
+}
