@@ -1,0 +1,605 @@
+package sipworker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+
+	"github.com/sipvisor/sipvisor/location"
+	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/script"
+)
+
+// storeFor picks where registrations live: with the supervisor when the
+// worker can call it, so they outlive this process; else (a worker run
+// without a supervisor, as in tests) in this process.
+func storeFor(env *pool.Env, logger *slog.Logger) location.Store {
+	if env.Call != nil {
+		return location.NewRemote(env.Call)
+	}
+	logger.Warn("no supervisor to keep registrations; they live in this worker only")
+	return location.NewMemory()
+}
+
+// funcImpl runs one script function; its result is the condition value.
+type funcImpl func(c *msgCtx, args []*script.Literal) bool
+
+// functions pairs every name of script.Functions with its implementation;
+// TestEveryFunctionImplemented keeps the two tables in step.
+var functions map[string]funcImpl
+
+func init() {
+	functions = map[string]funcImpl{
+		"sl_send_reply":            fnSlSendReply,
+		"t_relay":                  fnTRelay,
+		"t_on_reply":               fnTOnReply,
+		"t_on_failure":             fnTOnFailure,
+		"t_check_trans":            fnTCheckTrans,
+		"record_route":             fnRecordRoute,
+		"loose_route":              fnLooseRoute,
+		"mf_process_maxfwd_header": fnMaxFwd,
+		"is_method":                fnIsMethod,
+		"has_totag":                fnHasTotag,
+		"is_myself":                fnIsMyself,
+		"save":                     fnSave,
+		"lookup":                   fnLookup,
+		"append_hf":                fnAppendHF,
+		"remove_hf":                fnRemoveHF,
+		"xlog":                     fnXlog,
+		"force_rport":              fnForceRport,
+		"usleep":                   fnUsleep,
+		"sleep":                    fnSleep,
+		"cpu_burn":                 fnCPUBurn,
+	}
+}
+
+func (c *msgCtx) call(s *script.Call) bool {
+	fn, ok := functions[s.Name]
+	if !ok {
+		c.w.log.Warn("unknown function", "name", s.Name, "at", s.Pos.String())
+		return false
+	}
+	return fn(c, s.Args)
+}
+
+// intArg reads an integer argument written bare or quoted.
+func (c *msgCtx) intArg(a *script.Literal) (int64, bool) {
+	if a.IsInt {
+		return a.Int, true
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(c.expand(a)), 10, 64)
+	if err != nil {
+		c.w.log.Warn("argument wants a whole number", "value", a.Str, "at", a.Pos.String())
+		return 0, false
+	}
+	return n, true
+}
+
+func fnSlSendReply(c *msgCtx, a []*script.Literal) bool {
+	if c.req == nil || c.req.Method == sip.ACK {
+		return false // nothing answers an ACK
+	}
+	code, ok := c.intArg(a[0])
+	if !ok || code < 100 || code > 699 {
+		return false
+	}
+	reason := c.expand(a[1])
+	if c.stx != nil && c.stx.state == stTrying {
+		c.w.reply(c.stx, int(code), reason)
+		return true
+	}
+	c.w.replyStateless(c.req, c.src, int(code), reason, nil)
+	return true
+}
+
+// target is where the request goes: $du when set, else the Request-URI.
+func (c *msgCtx) target() (dest, error) {
+	u := &c.req.Recipient
+	if c.du != "" {
+		var du sip.Uri
+		if err := sip.ParseUri(strings.Trim(c.du, "<> "), &du); err != nil {
+			return dest{}, fmt.Errorf("bad $du %q: %w", c.du, err)
+		}
+		u = &du
+	}
+	sock := c.src.sock
+	if sock < 0 {
+		sock = 0
+	}
+	d, err := c.w.resolve(u, sock)
+	if err != nil {
+		return d, err
+	}
+	if d.proto == "tcp" {
+		if d.conn, err = c.w.connTo(d.addr); err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}
+
+func fnTRelay(c *msgCtx, _ []*script.Literal) bool {
+	req, w := c.req, c.w
+	if req == nil {
+		return false
+	}
+	switch req.Method {
+	case sip.ACK:
+		if w.absorb(req) {
+			c.stopped = true
+			return true
+		}
+		return c.relayStateless()
+	case sip.CANCEL:
+		if t := w.stx[serverKey(req, "INVITE")]; t != nil {
+			w.cancelInvite(t, req, c.src)
+			return true
+		}
+		return c.relayStateless()
+	}
+	t := c.stx
+	if t == nil {
+		if w.absorb(req) {
+			c.stopped = true
+			return true
+		}
+		t = w.newServerTx(req, c.src)
+		c.stx = t
+		if t.invite {
+			// Stops the upstream's timer A at once (RFC 3261 16.2).
+			w.reply(t, 100, "Trying")
+		}
+	}
+	if c.onReply != "" {
+		t.onReply = c.onReply
+	}
+	if c.onFailure != "" {
+		t.onFailure = c.onFailure
+	}
+	d, err := c.target()
+	if err == nil {
+		if c.rr && !c.rrDone {
+			c.addRecordRoute(d)
+		}
+		if w.relayBranch(t, req, d) {
+			return true
+		}
+	} else {
+		w.Stats.SendErrors++
+		w.log.Warn("relay failed", "error", err)
+	}
+	if t.relayed == 0 {
+		w.endServerTx(t)
+		c.stx = nil
+	}
+	return false
+}
+
+func (c *msgCtx) relayStateless() bool {
+	d, err := c.target()
+	if err != nil {
+		c.w.log.Warn("relay failed", "error", err)
+		return false
+	}
+	b, _ := c.w.withVia(c.req, d)
+	return c.w.send(&d, b) == nil
+}
+
+// addRecordRoute inserts this server's address; when the request leaves by
+// another transport or socket than it came in on, both are inserted (double
+// record-routing), so in-dialog requests cross the same way in each
+// direction.
+func (c *msgCtx) addRecordRoute(d dest) {
+	c.rrDone = true
+	in, inProto := c.w.local(c.src)
+	out, outProto := c.w.localFor(d)
+	rr := func(a netip.AddrPort, proto string) sip.Header {
+		u := sip.Uri{Scheme: "sip", Host: a.Addr().String(), Port: int(a.Port()), UriParams: sip.HeaderParams{{K: "lr"}}}
+		if proto == "TCP" {
+			u.UriParams.Add("transport", "tcp")
+		}
+		return &sip.RecordRouteHeader{Address: u}
+	}
+	c.req.PrependHeader(rr(in, inProto))
+	if in != out || inProto != outProto {
+		c.req.PrependHeader(rr(out, outProto))
+	}
+}
+
+
+
+func fnTOnReply(c *msgCtx, a []*script.Literal) bool {
+	c.onReply = c.expand(a[0])
+	if c.stx != nil {
+		c.stx.onReply = c.onReply
+	}
+	return true
+}
+
+func fnTOnFailure(c *msgCtx, a []*script.Literal) bool {
+	c.onFailure = c.expand(a[0])
+	if c.stx != nil {
+		c.stx.onFailure = c.onFailure
+	}
+	return true
+}
+
+func fnTCheckTrans(c *msgCtx, _ []*script.Literal) bool {
+	req, w := c.req, c.w
+	if req == nil {
+		return false
+	}
+	switch req.Method {
+	case sip.CANCEL:
+		return w.stx[serverKey(req, "INVITE")] != nil
+	case sip.ACK:
+		if w.absorb(req) {
+			c.stopped = true // the ACK of a non-2xx ends here (hop by hop)
+			return true
+		}
+		t := w.ackIdx[dialogKey(req)]
+		return t != nil && t.state == stAccepted
+	}
+	if w.absorb(req) {
+		c.stopped = true
+		return true
+	}
+	return false
+}
+
+func fnRecordRoute(c *msgCtx, _ []*script.Literal) bool {
+	if c.req == nil {
+		return false
+	}
+	c.rr = true
+	return true
+}
+
+func fnLooseRoute(c *msgCtx, _ []*script.Literal) bool {
+	if c.req == nil {
+		return false
+	}
+	routes := c.req.GetHeaders("Route")
+	if len(routes) == 0 {
+		return false
+	}
+	for len(routes) > 0 {
+		rh, ok := routes[0].(*sip.RouteHeader)
+		if !ok || !c.w.isMyself(rh.Address.Host, rh.Address.Port) {
+			break
+		}
+		c.req.RemoveHeader("Route")
+		routes = routes[1:]
+	}
+	if len(routes) > 0 {
+		if rh, ok := routes[0].(*sip.RouteHeader); ok {
+			c.du = rh.Address.String()
+		}
+	}
+	return true
+}
+
+func fnMaxFwd(c *msgCtx, a []*script.Literal) bool {
+	if c.req == nil {
+		return false
+	}
+	n, ok := c.intArg(a[0])
+	if !ok || n < 0 {
+		return false
+	}
+	mf := c.req.MaxForwards()
+	if mf == nil {
+		h := sip.MaxForwardsHeader(n)
+		c.req.AppendHeader(&h)
+		return true
+	}
+	if *mf == 0 {
+		return false
+	}
+	mf.Dec()
+	return true
+}
+
+func fnIsMethod(c *msgCtx, a []*script.Literal) bool {
+	m := c.msg()
+	if m == nil {
+		return false
+	}
+	method := methodOf(m)
+	if c.req != nil {
+		method = string(c.req.Method)
+	}
+	for _, want := range strings.Split(c.expand(a[0]), "|") {
+		if strings.EqualFold(strings.TrimSpace(want), method) {
+			return true
+		}
+	}
+	return false
+}
+
+func fnHasTotag(c *msgCtx, _ []*script.Literal) bool {
+	m := c.msg()
+	if m == nil {
+		return false
+	}
+	_, ok := m.To().Params.Get("tag")
+	return ok
+}
+
+func fnIsMyself(c *msgCtx, a []*script.Literal) bool {
+	return c.w.uriIsMyself(c.expand(a[0]))
+}
+
+// aorOf names the registrations of a URI: its user part, as OpenSIPS does by
+// default (usrloc use_domain=0), so a REGISTER to one of this server's
+// addresses and an INVITE to another find each other; the host when there is
+// no user.
+func aorOf(u *sip.Uri) string {
+	if u.User != "" {
+		return u.User
+	}
+	return location.Key(u.String())
+}
+
+// defaultExpires applies when a REGISTER says nothing (RFC 3261 10.2.1.1
+// leaves it to the registrar; OpenSIPS uses 3600).
+const defaultExpires = 3600
+
+func fnSave(c *msgCtx, _ []*script.Literal) bool {
+	req, w := c.req, c.w
+	if req == nil || req.Method != sip.REGISTER {
+		return false
+	}
+	aor := aorOf(&req.To().Address)
+	expires := int64(defaultExpires)
+	if h := headerValue(req, "Expires"); h != "" {
+		n, err := strconv.ParseInt(strings.TrimSpace(h), 10, 64)
+		if err != nil || n < 0 {
+			w.replyStateless(req, c.src, 400, "Bad Expires", nil)
+			return false
+		}
+		expires = n
+	}
+	now := time.Now()
+	var received, proto string
+	if c.src.addr.IsValid() {
+		received, proto = c.src.addr.String(), c.src.proto
+	}
+	for _, h := range req.GetHeaders("Contact") {
+		ch, ok := h.(*sip.ContactHeader)
+		if !ok {
+			continue
+		}
+		if ch.Address.Wildcard {
+			if expires != 0 || len(req.GetHeaders("Contact")) > 1 {
+				w.replyStateless(req, c.src, 400, "Invalid Contact *", nil)
+				return false
+			}
+			if err := w.opt.Store.Remove(aor, ""); err != nil {
+				w.log.Warn("location remove failed", "aor", aor, "error", err)
+				w.replyStateless(req, c.src, 500, "Server Internal Error", nil)
+				return false
+			}
+			continue
+		}
+		exp := expires
+		if v, ok := ch.Params.Get("expires"); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+				exp = n
+			}
+		}
+		b := location.Binding{
+			Contact:   ch.Address.String(),
+			Expires:   now.Add(time.Duration(exp) * time.Second),
+			CallID:    string(*req.CallID()),
+			CSeq:      req.CSeq().SeqNo,
+			Received:  received,
+			Proto:     proto,
+			UserAgent: headerValue(req, "User-Agent"),
+		}
+		if exp == 0 {
+			b.Expires = now
+		}
+		if err := w.opt.Store.Save(aor, b); err != nil {
+			w.log.Warn("location save failed", "aor", aor, "error", err)
+			w.replyStateless(req, c.src, 500, "Server Internal Error", nil)
+			return false
+		}
+	}
+	bs, err := w.opt.Store.Lookup(aor)
+	if err != nil {
+		w.log.Warn("location lookup failed", "aor", aor, "error", err)
+		w.replyStateless(req, c.src, 500, "Server Internal Error", nil)
+		return false
+	}
+	extra := make([]string, 0, len(bs))
+	for _, b := range bs {
+		left := int(time.Until(b.Expires).Round(time.Second) / time.Second)
+		extra = append(extra, "Contact: <"+b.Contact+">;expires="+strconv.Itoa(left))
+	}
+	w.replyStateless(req, c.src, 200, "OK", extra)
+	return true
+}
+
+func fnLookup(c *msgCtx, _ []*script.Literal) bool {
+	if c.req == nil {
+		return false
+	}
+	aor := aorOf(&c.req.Recipient)
+	bs, err := c.w.opt.Store.Lookup(aor)
+	if err != nil {
+		c.w.log.Warn("location lookup failed", "aor", aor, "error", err)
+		return false
+	}
+	for _, b := range bs {
+		var u sip.Uri
+		if err := sip.ParseUri(b.Contact, &u); err != nil || u.Host == "" {
+			continue
+		}
+		c.req.Recipient = u
+		return true
+	}
+	return false
+}
+
+func fnAppendHF(c *msgCtx, a []*script.Literal) bool {
+	m := c.msg()
+	if m == nil {
+		return false
+	}
+	text := strings.TrimRight(c.expand(a[0]), "\r\n")
+	added := false
+	for _, line := range strings.Split(text, "\r\n") {
+		i := strings.IndexByte(line, ':')
+		if i <= 0 {
+			c.w.log.Warn("append_hf wants \"Name: value\"", "text", line)
+			continue
+		}
+		m.AppendHeader(sip.NewHeader(strings.TrimSpace(line[:i]), strings.TrimSpace(line[i+1:])))
+		added = true
+	}
+	return added
+}
+
+func fnRemoveHF(c *msgCtx, a []*script.Literal) bool {
+	m := c.msg()
+	if m == nil {
+		return false
+	}
+	want := headerName(c.expand(a[0]))
+	removed := false
+	for {
+		var name string
+		for _, h := range headersOf(m) {
+			if headerName(h.Name()) == want {
+				name = h.Name()
+				break
+			}
+		}
+		if name == "" {
+			return removed
+		}
+		switch x := m.(type) {
+		case *sip.Request:
+			x.RemoveHeader(name)
+		case *sip.Response:
+			x.RemoveHeader(name)
+		}
+		removed = true
+	}
+}
+
+func fnXlog(c *msgCtx, a []*script.Literal) bool {
+	level, text := slog.LevelInfo, a[0]
+	if len(a) == 2 {
+		text = a[1]
+		switch strings.ToUpper(c.expand(a[0])) {
+		case "L_ERR", "L_CRIT", "L_ALERT":
+			level = slog.LevelError
+		case "L_WARN":
+			level = slog.LevelWarn
+		case "L_DBG":
+			level = slog.LevelDebug
+		}
+	}
+	c.w.log.Log(context.Background(), level, strings.TrimRight(c.expand(text), "\n"), "component", "script")
+	return true
+}
+
+func fnForceRport(c *msgCtx, _ []*script.Literal) bool {
+	if c.req == nil || !c.src.addr.IsValid() {
+		return false
+	}
+	v := c.req.Via()
+	v.Params.Add("rport", strconv.Itoa(int(c.src.addr.Port())))
+	v.Params.Add("received", c.src.addr.Addr().String())
+	return true
+}
+
+func fnUsleep(c *msgCtx, a []*script.Literal) bool {
+	n, ok := c.intArg(a[0])
+	if !ok || n < 0 {
+		return false
+	}
+	time.Sleep(time.Duration(n) * time.Microsecond)
+	return true
+}
+
+func fnSleep(c *msgCtx, a []*script.Literal) bool {
+	n, ok := c.intArg(a[0])
+	if !ok || n < 0 {
+		return false
+	}
+	time.Sleep(time.Duration(n) * time.Second)
+	return true
+}
+
+// fnCPUBurn spins rather than sleeps, so the cost shows as CPU as well as
+// busy time: what a script doing real work would cost.
+func fnCPUBurn(c *msgCtx, a []*script.Literal) bool {
+	n, ok := c.intArg(a[0])
+	if !ok || n < 0 {
+		return false
+	}
+	end := time.Now().Add(time.Duration(n) * time.Microsecond)
+	x := uint64(1)
+	for time.Now().Before(end) {
+		for i := 0; i < 64; i++ {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	burnSink = x
+	return true
+}
+
+var burnSink uint64
+
+// runReply runs the onreply_route blocks for a reply of t: the unnamed one
+// for every reply, then the one t_on_reply armed. It reports false when the
+// script dropped the reply.
+func (w *Worker) runReply(t *serverTx, res *sip.Response) bool {
+	keep := true
+	names := []string{""}
+	if t.onReply != "" {
+		names = append(names, t.onReply)
+	}
+	for _, name := range names {
+		blk := w.opt.Script.OnReply[name]
+		if blk == nil {
+			continue
+		}
+		c := w.newCtx(nil, res, source{sock: -1})
+		c.stx = t
+		c.run(blk)
+		if c.dropped {
+			keep = false
+		}
+	}
+	return keep
+}
+
+// runFailure runs a failure_route for t with the request as it was first
+// relayed and the best reply so far.
+func (w *Worker) runFailure(t *serverTx, blk *script.Block) {
+	m, err := w.parser.ParseSIP(t.firstRelay)
+	if err != nil {
+		return
+	}
+	req, ok := m.(*sip.Request)
+	if !ok {
+		return
+	}
+	req.RemoveHeader("Via")
+	c := w.newCtx(req, t.bestRes, t.src)
+	c.stx = t
+	c.inFailure = true
+	c.rrDone = true
+	c.rsCode, c.rsReason = t.bestCode, t.bestReason
+	c.run(blk)
+}

@@ -1,0 +1,327 @@
+package sipworker
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+
+	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/pool"
+)
+
+// wait is the deadline of every wait in these tests: long enough for a
+// loaded machine, and a failure still ends the test.
+const wait = 5 * time.Second
+
+// proxy drives a Worker the way pool's worker loop does: one goroutine owns
+// it, taking datagrams from a real UDP socket on 127.0.0.1, submitted
+// functions and timer ticks.
+type proxy struct {
+	t    *testing.T
+	w    *Worker
+	sock *net.UDPConn
+	fns  chan func()
+	stop chan struct{}
+	done sync.WaitGroup
+	logs *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startProxy runs cfg's script (with %s replaced by the proxy's own
+// host:port where the cfg asks for it) on a worker behind a fresh socket.
+func startProxy(t *testing.T, cfg string, tune func(*Options)) *proxy {
+	t.Helper()
+	sock, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load("test.cfg", []byte(cfg))
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	p := &proxy{t: t, sock: sock, fns: make(chan func(), 64), stop: make(chan struct{}), logs: &syncBuffer{}}
+	opt := Options{
+		Script:  c.Script,
+		Sockets: []net.PacketConn{sock},
+		Logger:  slog.New(slog.NewJSONHandler(p.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Submit:  func(fn func()) { p.fns <- fn },
+		T1:      20 * time.Millisecond,
+		Linger:  100 * time.Millisecond,
+	}
+	if tune != nil {
+		tune(&opt)
+	}
+	p.w, err = NewWorker(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := make(chan pool.Message, 64)
+	p.done.Add(2)
+	go func() {
+		defer p.done.Done()
+		buf := make([]byte, 65535)
+		for {
+			n, from, err := sock.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			select {
+			case msgs <- pool.Message{Socket: 0, From: from, Data: append([]byte(nil), buf[:n]...)}:
+			case <-p.stop:
+				return
+			}
+		}
+	}()
+	go func() {
+		defer p.done.Done()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case m := <-msgs:
+				p.w.HandleMessage(&m)
+			case fn := <-p.fns:
+				fn()
+			case now := <-tick.C:
+				p.w.Tick(now)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(p.stop)
+		sock.Close()
+		p.done.Wait()
+		if t.Failed() {
+			t.Logf("proxy log:\n%s", p.logs.String())
+		}
+	})
+	return p
+}
+
+func (p *proxy) addr() netip.AddrPort { return p.sock.LocalAddr().(*net.UDPAddr).AddrPort() }
+
+// do runs fn on the proxy's loop and waits for it.
+func (p *proxy) do(fn func()) {
+	p.t.Helper()
+	ch := make(chan struct{})
+	select {
+	case p.fns <- func() { fn(); close(ch) }:
+	case <-time.After(wait):
+		p.t.Fatal("proxy loop stuck")
+	}
+	select {
+	case <-ch:
+	case <-time.After(wait):
+		p.t.Fatal("proxy loop stuck")
+	}
+}
+
+func (p *proxy) held() int {
+	var n int
+	p.do(func() { n = p.w.Held() })
+	return n
+}
+
+func (p *proxy) stats() Stats {
+	var s Stats
+	p.do(func() { s = p.w.Stats })
+	return s
+}
+
+// waitHeld waits until the proxy holds no transaction.
+func (p *proxy) waitHeld0() {
+	p.t.Helper()
+	deadline := time.Now().Add(wait)
+	for p.held() != 0 {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("transactions held: want %v, have %v", 0, p.held())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ua is a SIP endpoint on its own UDP socket that the test scripts by hand.
+type ua struct {
+	t *testing.T
+	c *net.UDPConn
+}
+
+func newUA(t *testing.T) *ua {
+	t.Helper()
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &ua{t: t, c: c}
+}
+
+func (u *ua) addr() netip.AddrPort { return u.c.LocalAddr().(*net.UDPAddr).AddrPort() }
+
+func (u *ua) send(to netip.AddrPort, msg string) {
+	u.t.Helper()
+	msg = strings.ReplaceAll(msg, "\n", "\r\n")
+	if _, err := u.c.WriteToUDPAddrPort([]byte(msg), to); err != nil {
+		u.t.Fatal(err)
+	}
+}
+
+func (u *ua) sendMsg(to netip.AddrPort, m sip.Message) {
+	u.t.Helper()
+	if _, err := u.c.WriteToUDPAddrPort([]byte(m.String()), to); err != nil {
+		u.t.Fatal(err)
+	}
+}
+
+// recv returns the next message, parsed by sipgo, and its raw bytes.
+func (u *ua) recv() (sip.Message, string) {
+	u.t.Helper()
+	buf := make([]byte, 65535)
+	u.c.SetReadDeadline(time.Now().Add(wait))
+	n, _, err := u.c.ReadFromUDPAddrPort(buf)
+	if err != nil {
+		u.t.Fatalf("%s: waiting for a message: %v", u.addr(), err)
+	}
+	m, err := sip.ParseMessage(buf[:n])
+	if err != nil {
+		u.t.Fatalf("unparsable message %v:\n%s", err, buf[:n])
+	}
+	return m, string(buf[:n])
+}
+
+func (u *ua) recvRequest(method sip.RequestMethod) (*sip.Request, string) {
+	u.t.Helper()
+	m, raw := u.recv()
+	r, ok := m.(*sip.Request)
+	if !ok || r.Method != method {
+		u.t.Fatalf("want a %s request, have:\n%s", method, raw)
+	}
+	return r, raw
+}
+
+// recvResponse returns the next response, skipping retransmitted requests
+// and responses with another code when skip allows it.
+func (u *ua) recvResponse(code int) (*sip.Response, string) {
+	u.t.Helper()
+	m, raw := u.recv()
+	r, ok := m.(*sip.Response)
+	if !ok || r.StatusCode != code {
+		u.t.Fatalf("want a %d response, have:\n%s", code, raw)
+	}
+	return r, raw
+}
+
+// quiet fails if a message arrives within d: what "absorbed" looks like
+// from outside. A slow machine can only make it pass, never fail wrongly.
+func (u *ua) quiet(d time.Duration) {
+	u.t.Helper()
+	buf := make([]byte, 65535)
+	u.c.SetReadDeadline(time.Now().Add(d))
+	if n, _, err := u.c.ReadFromUDPAddrPort(buf); err == nil {
+		u.t.Fatalf("want nothing, have:\n%s", buf[:n])
+	}
+}
+
+// respond answers req as a UAS does (sipgo builds it), with a fixed To-tag.
+func (u *ua) respond(to netip.AddrPort, req *sip.Request, code int, reason string) *sip.Response {
+	u.t.Helper()
+	if code > 100 && !req.To().Params.Has("tag") {
+		req.To().Params.Add("tag", "uas-tag")
+	}
+	res := sip.NewResponseFromRequest(req, code, reason, nil)
+	if code >= 200 && code < 300 && req.Method == sip.INVITE {
+		res.AppendHeader(sip.NewHeader("Contact", "<sip:bob@"+u.addr().String()+">"))
+	}
+	u.sendMsg(to, res)
+	return res
+}
+
+func invite(to, from netip.AddrPort, ruri, callID, branch string, maxFwd int) string {
+	return fmt.Sprintf(`INVITE %s SIP/2.0
+Via: SIP/2.0/UDP %s;branch=%s;rport
+Max-Forwards: %d
+From: <sip:alice@example.com>;tag=alice-tag
+To: <%s>
+Call-ID: %s
+CSeq: 1 INVITE
+Contact: <sip:alice@%s>
+Content-Length: 0
+
+`, ruri, from, branch, maxFwd, ruri, callID, from)
+}
+
+// inDialog builds an ACK, BYE or CANCEL from the UAC for the call: route is
+// the Record-Route set the UAC learnt, reversed as RFC 3261 12.1.2 says.
+func inDialog(method, ruri string, from netip.AddrPort, branch, callID string, cseq int, toTag string, route []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s SIP/2.0\nVia: SIP/2.0/UDP %s;branch=%s;rport\nMax-Forwards: 70\n", method, ruri, from, branch)
+	for i := len(route) - 1; i >= 0; i-- {
+		fmt.Fprintf(&b, "Route: %s\n", route[i])
+	}
+	to := "<sip:bob@example.com>"
+	if toTag != "" {
+		to += ";tag=" + toTag
+	}
+	fmt.Fprintf(&b, "From: <sip:alice@example.com>;tag=alice-tag\nTo: %s\nCall-ID: %s\nCSeq: %d %s\nContent-Length: 0\n\n", to, callID, cseq, method)
+	return b.String()
+}
+
+func recordRoutes(m sip.Message) []string {
+	var out []string
+	for _, h := range m.GetHeaders("Record-Route") {
+		out = append(out, h.Value())
+	}
+	return out
+}
+
+type streamReader struct {
+	c   net.Conn
+	buf *bufioReader
+}
+
+type bufioReader = bufio.Reader
+
+func newStreamReader(c net.Conn) *streamReader {
+	return &streamReader{c: c, buf: bufio.NewReader(c)}
+}
+
+func (s *streamReader) next(t *testing.T) sip.Message {
+	t.Helper()
+	s.c.SetReadDeadline(time.Now().Add(wait))
+	b, err := readStreamMessage(s.buf)
+	if err != nil {
+		t.Fatalf("read tcp: %v", err)
+	}
+	m, err := sip.ParseMessage(b)
+	if err != nil {
+		t.Fatalf("parse %v:\n%s", err, b)
+	}
+	return m
+}

@@ -1,0 +1,273 @@
+package sipworker
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+
+	"github.com/sipvisor/sipvisor/config"
+)
+
+func TestRegisterThenInvite(t *testing.T) {
+	p := startProxy(t, config.DefaultText, nil)
+	bob, alice := newUA(t), newUA(t)
+
+	bob.send(p.addr(), fmt.Sprintf(`REGISTER sip:%s SIP/2.0
+Via: SIP/2.0/UDP %s;branch=z9hG4bK-reg1
+Max-Forwards: 70
+From: <sip:bob@%s>;tag=bob-tag
+To: <sip:bob@%s>
+Call-ID: reg1@test
+CSeq: 1 REGISTER
+Contact: <sip:bob@%s>;expires=120
+Content-Length: 0
+
+`, p.addr(), bob.addr(), p.addr(), p.addr(), bob.addr()))
+	res, raw := bob.recvResponse(200)
+	if c := res.GetHeaders("Contact"); len(c) != 1 || !strings.Contains(c[0].Value(), bob.addr().String()) {
+		t.Fatalf("200 to REGISTER: want the registered contact, have:\n%s", raw)
+	}
+
+	alice.send(p.addr(), invite(p.addr(), alice.addr(), "sip:bob@"+p.addr().String(), "call-reg@test", "z9hG4bK-inv1", 70))
+	alice.recvResponse(100)
+	req, raw := bob.recvRequest(sip.INVITE)
+	if want := "sip:bob@" + bob.addr().String(); req.Recipient.String() != want {
+		t.Fatalf("request uri: want %v, have %v", want, req.Recipient.String())
+	}
+	vias := req.GetHeaders("Via")
+	if len(vias) != 2 || !strings.Contains(vias[0].Value(), p.addr().String()) || !strings.Contains(vias[0].Value(), "branch=z9hG4bK") {
+		t.Fatalf("want the proxy's Via with a z9hG4bK branch on top of the UAC's, have:\n%s", raw)
+	}
+	if rr := recordRoutes(req); len(rr) != 1 || rr[0] != "<sip:"+p.addr().String()+";lr>" {
+		t.Fatalf("record-route: want %v, have %v", "<sip:"+p.addr().String()+";lr>", rr)
+	}
+	if mf := req.MaxForwards(); mf == nil || mf.Val() != 69 {
+		t.Fatalf("max-forwards: want %v, have %v", 69, mf)
+	}
+
+	// Expires: 0 removes it; the next INVITE finds no one.
+	bob.send(p.addr(), fmt.Sprintf(`REGISTER sip:%s SIP/2.0
+Via: SIP/2.0/UDP %s;branch=z9hG4bK-reg2
+From: <sip:bob@%s>;tag=bob-tag
+To: <sip:bob@%s>
+Call-ID: reg1@test
+CSeq: 2 REGISTER
+Contact: <sip:bob@%s>
+Expires: 0
+Content-Length: 0
+
+`, p.addr(), bob.addr(), p.addr(), p.addr(), bob.addr()))
+	if res, raw := bob.recvResponse(200); len(res.GetHeaders("Contact")) != 0 {
+		t.Fatalf("after expires 0: want no contact, have:\n%s", raw)
+	}
+	alice.send(p.addr(), invite(p.addr(), alice.addr(), "sip:bob@"+p.addr().String(), "call-reg2@test", "z9hG4bK-inv2", 70))
+	alice.recvResponse(404)
+}
+
+func TestUnknownUser404(t *testing.T) {
+	p := startProxy(t, config.DefaultText, nil)
+	alice := newUA(t)
+	alice.send(p.addr(), invite(p.addr(), alice.addr(), "sip:nobody@"+p.addr().String(), "c404@test", "z9hG4bK-404", 70))
+	res, raw := alice.recvResponse(404)
+	if !res.To().Params.Has("tag") || !strings.Contains(raw, "branch=z9hG4bK-404") {
+		t.Fatalf("404 wants a To-tag and the UAC's Via, have:\n%s", raw)
+	}
+	if p.held() != 0 {
+		t.Fatalf("a stateless reply holds nothing: want %v, have %v", 0, p.held())
+	}
+}
+
+func TestMaxForwardsZero483(t *testing.T) {
+	p := startProxy(t, config.DefaultText, nil)
+	alice, bob := newUA(t), newUA(t)
+	alice.send(p.addr(), invite(p.addr(), alice.addr(), "sip:bob@"+bob.addr().String(), "c483@test", "z9hG4bK-483", 0))
+	alice.recvResponse(483)
+	bob.quiet(100 * time.Millisecond)
+}
+
+// TestCall runs a whole call through the proxy: INVITE, 100, 180, 200, ACK,
+// BYE, 200, with record-routing, and checks the proxy lets go of it.
+func TestCall(t *testing.T) {
+	p := startProxy(t, config.DefaultText, nil)
+	alice, bob := newUA(t), newUA(t)
+	ruri := "sip:bob@" + bob.addr().String()
+
+	alice.send(p.addr(), invite(p.addr(), alice.addr(), ruri, "call1@test", "z9hG4bK-c1", 70))
+	alice.recvResponse(100)
+	inv, _ := bob.recvRequest(sip.INVITE)
+	bob.respond(p.addr(), inv, 180, "Ringing")
+	r180, raw := alice.recvResponse(180)
+	if len(r180.GetHeaders("Via")) != 1 {
+		t.Fatalf("180 upstream: want only the UAC's Via, have:\n%s", raw)
+	}
+	bob.respond(p.addr(), inv, 200, "OK")
+	ok, raw := alice.recvResponse(200)
+	rr := recordRoutes(ok)
+	if len(rr) != 1 || !strings.Contains(rr[0], p.addr().String()) {
+		t.Fatalf("200 wants the proxy's Record-Route, have:\n%s", raw)
+	}
+	toTag, _ := ok.To().Params.Get("tag")
+
+	// ACK and BYE follow the route set through the proxy.
+	contact := "sip:bob@" + bob.addr().String()
+	alice.send(p.addr(), inDialog("ACK", contact, alice.addr(), "z9hG4bK-c1ack", "call1@test", 1, toTag, rr))
+	ack, raw := bob.recvRequest(sip.ACK)
+	if len(ack.GetHeaders("Route")) != 0 || len(ack.GetHeaders("Via")) != 2 {
+		t.Fatalf("ACK at the UAS: want its Route consumed and two Vias, have:\n%s", raw)
+	}
+	alice.send(p.addr(), inDialog("BYE", contact, alice.addr(), "z9hG4bK-c1bye", "call1@test", 2, toTag, rr))
+	bye, _ := bob.recvRequest(sip.BYE)
+	bob.respond(p.addr(), bye, 200, "OK")
+	alice.recvResponse(200)
+	p.waitHeld0()
+}
+
+func TestRetransmittedInviteAbsorbed(t *testing.T) {
+	p := startProxy(t, config.DefaultText, func(o *Options) { o.T1 = time.Second }) // no timer A firing during the test
+	alice, bob := newUA(t), newUA(t)
+	msg := invite(p.addr(), alice.addr(), "sip:bob@"+bob.addr().String(), "retr@test", "z9hG4bK-retr", 70)
+
+	alice.send(p.addr(), msg)
+	alice.recvResponse(100)
+	inv, _ := bob.recvRequest(sip.INVITE)
+	bob.respond(p.addr(), inv, 180, "Ringing")
+	alice.recvResponse(180)
+
+	alice.send(p.addr(), msg)
+	alice.recvResponse(180) // the last provisional again
+	bob.quiet(200 * time.Millisecond)
+	if s := p.stats(); s.Retransmissions != 1 {
+		t.Fatalf("retransmissions: want %v, have %v", 1, s.Retransmissions)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	p := startProxy(t, config.DefaultText, func(o *Options) { o.T1 = time.Second })
+	alice, bob := newUA(t), newUA(t)
+	ruri := "sip:bob@" + bob.addr().String()
+	alice.send(p.addr(), invite(p.addr(), alice.addr(), ruri, "cancel@test", "z9hG4bK-can", 70))
+	alice.recvResponse(100)
+	inv, _ := bob.recvRequest(sip.INVITE)
+	bob.respond(p.addr(), inv, 180, "Ringing")
+	alice.recvResponse(180)
+
+	alice.send(p.addr(), inDialog("CANCEL", ruri, alice.addr(), "z9hG4bK-can", "cancel@test", 1, "", nil))
+	alice.recvResponse(200)
+	cancel, raw := bob.recvRequest(sip.CANCEL)
+	if branchOf(cancel.Via()) != branchOf(inv.Via()) {
+		t.Fatalf("CANCEL downstream wants the INVITE's branch %s, have:\n%s", branchOf(inv.Via()), raw)
+	}
+	bob.respond(p.addr(), cancel, 200, "OK")
+	bob.respond(p.addr(), inv, 487, "Request Terminated")
+	ack, raw := bob.recvRequest(sip.ACK) // hop by hop, from the proxy
+	if branchOf(ack.Via()) != branchOf(inv.Via()) || ack.CSeq().SeqNo != 1 {
+		t.Fatalf("ACK of the 487 wants the INVITE's branch and CSeq, have:\n%s", raw)
+	}
+	r487, _ := alice.recvResponse(487)
+	tag, _ := r487.To().Params.Get("tag")
+	alice.send(p.addr(), inDialog("ACK", ruri, alice.addr(), "z9hG4bK-can", "cancel@test", 1, tag, nil))
+	bob.quiet(200 * time.Millisecond) // the UAC's ACK ends at the proxy
+}
+
+const failoverCfg = `
+route {
+	if (has_totag()) { if (loose_route()) { t_relay(); } exit; }
+	t_check_trans();
+	t_on_failure("next");
+	$var(tries) = "1";
+	if (!t_relay()) sl_send_reply(500, "Relay Failed");
+}
+
+failure_route[next] {
+	xlog("L_INFO", "branch failed with $rs $rr for $ru");
+	if ($rs == 408 && $hdr(X-Backup) != "") {
+		$du = $hdr(X-Backup);
+		t_relay();
+	}
+}
+`
+
+// TestTimeoutFailureRoute: a next hop that never answers is retransmitted to
+// (timer A), the branch times out (timer B) into a 408, and failure_route
+// sends the call elsewhere.
+func TestTimeoutFailureRoute(t *testing.T) {
+	p := startProxy(t, failoverCfg, nil)
+	alice, dead, backup := newUA(t), newUA(t), newUA(t)
+	msg := invite(p.addr(), alice.addr(), "sip:bob@"+dead.addr().String(), "fail@test", "z9hG4bK-fail", 70)
+	msg = strings.Replace(msg, "Content-Length: 0", "X-Backup: sip:"+backup.addr().String()+"\nContent-Length: 0", 1)
+	alice.send(p.addr(), msg)
+	alice.recvResponse(100)
+	first, _ := dead.recvRequest(sip.INVITE)
+	again, _ := dead.recvRequest(sip.INVITE)
+	if branchOf(first.Via()) != branchOf(again.Via()) {
+		t.Fatalf("a retransmission keeps the branch: want %v, have %v", branchOf(first.Via()), branchOf(again.Via()))
+	}
+	inv, _ := backup.recvRequest(sip.INVITE)
+	backup.respond(p.addr(), inv, 200, "OK")
+	alice.recvResponse(200)
+	if !strings.Contains(p.logs.String(), "branch failed with 408 Request Timeout") {
+		t.Fatalf("failure_route log line missing:\n%s", p.logs.String())
+	}
+	p.waitHeld0()
+}
+
+func TestTimeout408(t *testing.T) {
+	p := startProxy(t, failoverCfg, nil)
+	alice, dead := newUA(t), newUA(t)
+	alice.send(p.addr(), invite(p.addr(), alice.addr(), "sip:bob@"+dead.addr().String(), "t408@test", "z9hG4bK-408", 70))
+	alice.recvResponse(100)
+	res, raw := alice.recvResponse(408)
+	if !res.To().Params.Has("tag") {
+		t.Fatalf("408 wants a To-tag, have:\n%s", raw)
+	}
+	if s := p.stats(); s.Timeouts != 1 {
+		t.Fatalf("timeouts: want %v, have %v", 1, s.Timeouts)
+	}
+	alice.send(p.addr(), inDialog("ACK", "sip:bob@"+dead.addr().String(), alice.addr(), "z9hG4bK-408", "t408@test", 1, "x", nil))
+	p.waitHeld0()
+}
+
+// TestTCPUpstream takes the caller's leg over a TCP connection handed to
+// the worker, as the supervisor does, and relays to a UDP callee.
+func TestTCPUpstream(t *testing.T) {
+	p := startProxy(t, config.DefaultText, nil)
+	bob := newUA(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.do(func() { p.w.HandleConn(server) })
+
+	la := client.LocalAddr().String()
+	msg := strings.ReplaceAll(invite(p.addr(), p.addr(), "sip:bob@"+bob.addr().String(), "tcp@test", "z9hG4bK-tcp", 70), "SIP/2.0/UDP "+p.addr().String(), "SIP/2.0/TCP "+la)
+	client.Write([]byte(strings.ReplaceAll(msg, "\n", "\r\n")))
+	inv, raw := bob.recvRequest(sip.INVITE)
+	rr := recordRoutes(inv)
+	if len(rr) != 2 || !strings.Contains(rr[1], "transport=tcp") || strings.Contains(rr[0], "transport=tcp") {
+		t.Fatalf("UDP out, TCP in: want two Record-Routes, the TCP one below, have:\n%s", raw)
+	}
+	bob.respond(p.addr(), inv, 200, "OK")
+
+	r := newStreamReader(client)
+	for _, want := range []int{100, 200} {
+		m := r.next(t)
+		res, ok := m.(*sip.Response)
+		if !ok || res.StatusCode != want {
+			t.Fatalf("over tcp: want %v, have %v", want, m)
+		}
+	}
+}

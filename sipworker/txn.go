@@ -1,0 +1,724 @@
+package sipworker
+
+import (
+	"container/heap"
+	"net/netip"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+)
+
+// txState is where a transaction is in its RFC 3261 17 life.
+type txState uint8
+
+const (
+	// stTrying: a server transaction waits for a final reply; a client
+	// transaction waits for any reply (Calling / Trying).
+	stTrying txState = iota
+	// stProceeding: a client transaction got a provisional reply.
+	stProceeding
+	// stCompleted: a final non-2xx reply was sent (server) or received
+	// (client); retransmissions are absorbed until the transaction ends.
+	stCompleted
+	// stConfirmed: an INVITE server transaction got the ACK of its non-2xx.
+	stConfirmed
+	// stAccepted: a 2xx passed (RFC 6026); kept to match the end-to-end ACK
+	// and to pass on the UAS's 2xx retransmissions.
+	stAccepted
+	stTerminated
+)
+
+// timed is a transaction with one pending deadline; gen invalidates the
+// heap entries of deadlines it has replaced.
+type timed interface {
+	fire(w *Worker, now time.Time)
+	generation() uint32
+}
+
+type timerEntry struct {
+	at  time.Time
+	t   timed
+	gen uint32
+}
+
+// timerHeap orders deadlines; stale entries are skipped when popped, which
+// is cheaper than finding and removing them when a deadline moves.
+type timerHeap []timerEntry
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timerEntry)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = timerEntry{}
+	*h = old[:len(old)-1]
+	return e
+}
+
+func (h *timerHeap) due(now time.Time) (timerEntry, bool) {
+	for h.Len() > 0 {
+		top := (*h)[0]
+		if top.at.After(now) {
+			return timerEntry{}, false
+		}
+		heap.Pop(h)
+		if top.gen == top.t.generation() {
+			return top, true
+		}
+	}
+	return timerEntry{}, false
+}
+
+func (w *Worker) schedule(t timed, gen *uint32, at time.Time) {
+	*gen++
+	heap.Push(&w.timers, timerEntry{at: at, t: t, gen: *gen})
+}
+
+// serverTx is the upstream side of a relayed request.
+type serverTx struct {
+	key, dlgKey string
+	invite      bool
+	req         *sip.Request
+	src         source
+	state       txState
+	toTag       string
+
+	last     []byte // the last reply sent upstream, resent on retransmissions
+	lastCode int
+
+	branches   []*clientTx
+	relayed    int    // branches ever started
+	firstRelay []byte // the request as first relayed, for failure_route
+	cancelled  bool
+
+	bestCode   int
+	bestReason string
+	bestBytes  []byte
+	bestRes    *sip.Response
+
+	onReply, onFailure string
+
+	gen      uint32
+	interval time.Duration // timer G
+	endAt    time.Time     // timer H
+}
+
+func (t *serverTx) generation() uint32 { return t.gen }
+
+// clientTx is one branch: the request relayed downstream.
+type clientTx struct {
+	key    string
+	branch string
+	stx    *serverTx // nil for a CANCEL this server originates
+	invite bool
+	bytes  []byte
+	dst    dest
+	state  txState
+
+	cancelPending, cancelSent bool
+
+	gen       uint32
+	interval  time.Duration // timers A / E
+	retransAt time.Time
+	timeoutAt time.Time // timers B / F, or fr_inv after a provisional reply
+}
+
+func (t *clientTx) generation() uint32 { return t.gen }
+
+func methodOf(m sip.Message) string {
+	if cs := m.CSeq(); cs != nil {
+		return string(cs.MethodName)
+	}
+	return ""
+}
+
+func branchOf(v *sip.ViaHeader) string {
+	if v == nil {
+		return ""
+	}
+	b, _ := v.Params.Get("branch")
+	return b
+}
+
+// serverKey names a server transaction (RFC 3261 17.2.3): top Via branch
+// and sent-by, and the method, with ACK matching its INVITE.
+func serverKey(req *sip.Request, method string) string {
+	v := req.Via()
+	if method == "ACK" {
+		method = "INVITE"
+	}
+	return branchOf(v) + "|" + v.Host + ":" + strconv.Itoa(v.Port) + "|" + method
+}
+
+// dialogKey matches the ACK of a 2xx, which carries a new branch, to its
+// INVITE.
+func dialogKey(req *sip.Request) string {
+	ftag, _ := req.From().Params.Get("tag")
+	return string(*req.CallID()) + "|" + ftag + "|" + strconv.FormatUint(uint64(req.CSeq().SeqNo), 10)
+}
+
+// localTag is the To-tag of replies this server makes: derived from the
+// request so a retransmission gets the same one.
+func localTag(req *sip.Request) string {
+	h := fnv.New64a()
+	h.Write([]byte(*req.CallID()))
+	if t, ok := req.From().Params.Get("tag"); ok {
+		h.Write([]byte(t))
+	}
+	h.Write([]byte(branchOf(req.Via())))
+	return strconv.FormatUint(h.Sum64(), 36)
+}
+
+// buildReply makes a reply to req from its Via, From, To, Call-ID and CSeq.
+func buildReply(req *sip.Request, code int, reason, toTag string, extra []string) []byte {
+	var b strings.Builder
+	b.Grow(512)
+	b.WriteString("SIP/2.0 ")
+	b.WriteString(strconv.Itoa(code))
+	b.WriteByte(' ')
+	b.WriteString(reason)
+	b.WriteString("\r\n")
+	for _, h := range req.Headers() {
+		switch h := h.(type) {
+		case *sip.ViaHeader, *sip.FromHeader, *sip.CallIDHeader, *sip.CSeqHeader:
+			b.WriteString(h.Name())
+			b.WriteString(": ")
+			b.WriteString(h.Value())
+			b.WriteString("\r\n")
+		case *sip.ToHeader:
+			b.WriteString("To: ")
+			b.WriteString(h.Value())
+			if _, ok := h.Params.Get("tag"); !ok && code > 100 && toTag != "" {
+				b.WriteString(";tag=")
+				b.WriteString(toTag)
+			}
+			b.WriteString("\r\n")
+		}
+	}
+	for _, e := range extra {
+		b.WriteString(e)
+		b.WriteString("\r\n")
+	}
+	b.WriteString("Server: sipvisor\r\nContent-Length: 0\r\n\r\n")
+	return []byte(b.String())
+}
+
+func serialize(m sip.Message) []byte {
+	var b strings.Builder
+	b.Grow(1024)
+	m.StringWrite(&b)
+	return []byte(b.String())
+}
+
+// viaDest is where a reply goes (RFC 3261 18.2.2, RFC 3581): back on the
+// connection the request came on, else to received/rport, else to sent-by.
+func (w *Worker) viaDest(v *sip.ViaHeader, src source) dest {
+	if src.conn != nil && !src.conn.closed {
+		return dest{proto: "tcp", addr: src.addr, conn: src.conn, sock: -1}
+	}
+	host := v.Host
+	if r, ok := v.Params.Get("received"); ok && r != "" {
+		host = r
+	}
+	port := v.Port
+	if rp, ok := v.Params.Get("rport"); ok && rp != "" {
+		if p, err := strconv.Atoi(rp); err == nil {
+			port = p
+		}
+	}
+	if port == 0 {
+		port = 5060
+	}
+	d := dest{proto: "udp", sock: src.sock}
+	if strings.EqualFold(v.Transport, "TCP") {
+		d.proto = "tcp"
+	}
+	if ip, err := hostIP(host); err == nil {
+		d.addr = netipAddrPort(ip, port)
+	}
+	return d
+}
+
+// replyStateless sends a reply to req without keeping a transaction.
+func (w *Worker) replyStateless(req *sip.Request, src source, code int, reason string, extra []string) {
+	b := buildReply(req, code, reason, localTag(req), extra)
+	d := w.viaDest(req.Via(), src)
+	w.send(&d, b)
+}
+
+func (w *Worker) newServerTx(req *sip.Request, src source) *serverTx {
+	t := &serverTx{key: serverKey(req, string(req.Method)), invite: req.Method == sip.INVITE, req: req, src: src}
+	t.toTag = localTag(req)
+	w.stx[t.key] = t
+	if t.invite {
+		t.dlgKey = dialogKey(req)
+		w.ackIdx[t.dlgKey] = t
+	}
+	return t
+}
+
+// reply sends a reply made here (100 Trying, t_reply, a timeout's 408)
+// through the server transaction.
+func (w *Worker) reply(t *serverTx, code int, reason string) {
+	b := buildReply(t.req, code, reason, t.toTag, nil)
+	if code < 200 {
+		t.last, t.lastCode = b, code
+		d := w.viaDest(t.req.Via(), t.src)
+		w.send(&d, b)
+		return
+	}
+	w.sendFinal(t, b, code)
+}
+
+// sendFinal sends the final reply upstream and starts the wait for the ACK
+// or for retransmissions to stop.
+func (w *Worker) sendFinal(t *serverTx, b []byte, code int) {
+	if t.state != stTrying {
+		return
+	}
+	t.last, t.lastCode = b, code
+	d := w.viaDest(t.req.Via(), t.src)
+	w.send(&d, b)
+	now := time.Now()
+	switch {
+	case t.invite && code >= 300:
+		t.state = stCompleted
+		t.endAt = now.Add(64 * w.opt.T1) // timer H
+		if t.src.conn == nil {
+			t.interval = w.opt.T1 // timer G
+			w.schedule(t, &t.gen, now.Add(t.interval))
+		} else {
+			w.schedule(t, &t.gen, t.endAt)
+		}
+	case t.invite:
+		t.state = stAccepted
+		w.schedule(t, &t.gen, now.Add(w.opt.Linger))
+	default:
+		t.state = stCompleted
+		linger := w.opt.Linger
+		if t.src.conn != nil {
+			linger = 0 // timer J is 0 on reliable transports
+		}
+		w.schedule(t, &t.gen, now.Add(linger))
+	}
+}
+
+func (t *serverTx) fire(w *Worker, now time.Time) {
+	if t.state == stCompleted && t.invite && now.Before(t.endAt) {
+		// Timer G: the ACK has not come; say it again.
+		d := w.viaDest(t.req.Via(), t.src)
+		w.send(&d, t.last)
+		w.Stats.Retransmissions++
+		t.interval = min(2*t.interval, w.opt.T2)
+		w.schedule(t, &t.gen, minTime(now.Add(t.interval), t.endAt))
+		return
+	}
+	if t.state == stTrying {
+		return // waits on its branches, whose timers end it
+	}
+	w.endServerTx(t)
+}
+
+func (w *Worker) endServerTx(t *serverTx) {
+	t.state = stTerminated
+	t.gen++
+	if w.stx[t.key] == t {
+		delete(w.stx, t.key)
+	}
+	if t.dlgKey != "" && w.ackIdx[t.dlgKey] == t {
+		delete(w.ackIdx, t.dlgKey)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// absorb handles a request that belongs to a known server transaction: a
+// retransmission gets the last reply again, the ACK of a non-2xx ends the
+// wait. It reports whether req was absorbed.
+func (w *Worker) absorb(req *sip.Request) bool {
+	t := w.stx[serverKey(req, string(req.Method))]
+	if t == nil {
+		return false
+	}
+	if req.Method == sip.ACK {
+		if t.state != stCompleted && t.state != stConfirmed {
+			return false // an ACK for a 2xx reuses no branch; not this one
+		}
+		if t.state == stCompleted {
+			t.state = stConfirmed
+			linger := w.opt.T4 // timer I
+			if t.src.conn != nil {
+				linger = 0
+			}
+			w.schedule(t, &t.gen, time.Now().Add(linger))
+		}
+		return true
+	}
+	w.Stats.Retransmissions++
+	if t.last != nil {
+		d := w.viaDest(req.Via(), t.src)
+		w.send(&d, t.last)
+	}
+	return true
+}
+
+// relayBranch sends req downstream to d as a new branch of t.
+func (w *Worker) relayBranch(t *serverTx, req *sip.Request, d dest) bool {
+	b, branch := w.withVia(req, d)
+	ct := &clientTx{branch: branch, stx: t, invite: t.invite, bytes: b, dst: d}
+	ct.key = branch + "|" + string(req.Method)
+	if err := w.send(&ct.dst, b); err != nil {
+		w.log.Warn("relay failed", "to", d.addr.String(), "proto", d.proto, "error", err)
+		return false
+	}
+	w.ctx[ct.key] = ct
+	t.branches = append(t.branches, ct)
+	t.relayed++
+	if t.firstRelay == nil {
+		t.firstRelay = b
+	}
+	w.startClient(ct)
+	return true
+}
+
+// withVia serialises req with this server's Via on top, for destination d,
+// and leaves req as it was.
+func (w *Worker) withVia(req *sip.Request, d dest) ([]byte, string) {
+	local, proto := w.localFor(d)
+	branch := w.newBranch()
+	via := &sip.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: proto,
+		Host: local.Addr().String(), Port: int(local.Port()), Params: sip.HeaderParams{{K: "branch", V: branch}}}
+	req.PrependHeader(via)
+	if d.proto == "tcp" && req.ContentLength() == nil {
+		cl := sip.ContentLengthHeader(len(req.Body()))
+		req.AppendHeader(&cl)
+	}
+	b := serialize(req)
+	req.RemoveHeader("Via")
+	return b, branch
+}
+
+func (w *Worker) localFor(d dest) (netip.AddrPort, string) {
+	if d.proto == "tcp" && d.conn != nil {
+		return w.tcpAdvertised(d.conn), "TCP"
+	}
+	return w.local(source{proto: "udp", sock: d.sock})
+}
+
+func (w *Worker) startClient(ct *clientTx) {
+	now := time.Now()
+	ct.timeoutAt = now.Add(64 * w.opt.T1) // timers B and F
+	ct.retransAt = ct.timeoutAt
+	if ct.dst.proto == "udp" {
+		ct.interval = w.opt.T1 // timers A and E
+		ct.retransAt = now.Add(ct.interval)
+	}
+	w.schedule(ct, &ct.gen, minTime(ct.retransAt, ct.timeoutAt))
+}
+
+func (ct *clientTx) fire(w *Worker, now time.Time) {
+	switch ct.state {
+	case stTrying, stProceeding:
+		if !now.Before(ct.timeoutAt) {
+			w.timeout(ct)
+			return
+		}
+		if ct.dst.proto == "udp" && !now.Before(ct.retransAt) {
+			if ct.state == stTrying || !ct.invite {
+				w.send(&ct.dst, ct.bytes)
+				w.Stats.Retransmissions++
+			}
+			if ct.invite {
+				ct.interval *= 2
+			} else if ct.state == stProceeding {
+				ct.interval = w.opt.T2
+			} else {
+				ct.interval = min(2*ct.interval, w.opt.T2)
+			}
+			ct.retransAt = now.Add(ct.interval)
+			if ct.invite && ct.state == stProceeding {
+				ct.retransAt = ct.timeoutAt
+			}
+		}
+		w.schedule(ct, &ct.gen, minTime(ct.retransAt, ct.timeoutAt))
+	default:
+		w.endClientTx(ct)
+	}
+}
+
+func (w *Worker) endClientTx(ct *clientTx) {
+	ct.state = stTerminated
+	ct.gen++
+	if w.ctx[ct.key] == ct {
+		delete(w.ctx, ct.key)
+	}
+}
+
+func (w *Worker) linger(ct *clientTx, state txState) {
+	ct.state = state
+	d := w.opt.Linger
+	if ct.dst.proto == "tcp" {
+		d = 0
+	}
+	w.schedule(ct, &ct.gen, time.Now().Add(d))
+}
+
+// timeout ends a branch that got no final reply in time: an INVITE that was
+// ringing is cancelled, and the server transaction sees a 408 as if the
+// branch had sent it, so failure_route can try elsewhere.
+func (w *Worker) timeout(ct *clientTx) {
+	w.Stats.Timeouts++
+	if ct.stx == nil {
+		w.endClientTx(ct)
+		return
+	}
+	if ct.invite && ct.state == stProceeding {
+		w.sendCancel(ct)
+	}
+	w.linger(ct, stCompleted)
+	t := ct.stx
+	b := buildReply(t.req, 408, "Request Timeout", t.toTag, nil)
+	w.branchFinal(ct, 408, "Request Timeout", b, nil)
+}
+
+// onResponse handles a reply from downstream.
+func (w *Worker) onResponse(res *sip.Response, src source) {
+	key := branchOf(res.Via()) + "|" + methodOf(res)
+	ct := w.ctx[key]
+	if ct == nil {
+		w.forwardResponse(res)
+		return
+	}
+	code := res.StatusCode
+	t := ct.stx
+	if t == nil { // the reply to a CANCEL of ours
+		if code >= 200 && ct.state < stCompleted {
+			w.linger(ct, stCompleted)
+		}
+		return
+	}
+	switch {
+	case code < 200:
+		if ct.state == stTrying {
+			ct.state = stProceeding
+			if ct.invite {
+				ct.timeoutAt = time.Now().Add(w.opt.InviteTimeout)
+				ct.retransAt = ct.timeoutAt
+			}
+			if ct.dst.proto == "udp" && !ct.invite {
+				ct.interval = w.opt.T2
+				ct.retransAt = time.Now().Add(ct.interval)
+			}
+			w.schedule(ct, &ct.gen, minTime(ct.retransAt, ct.timeoutAt))
+		}
+		if ct.cancelPending {
+			w.sendCancel(ct)
+		}
+		if !w.runReply(t, res) || code == 100 || t.state != stTrying {
+			return
+		}
+		res.RemoveHeader("Via")
+		b := serialize(res)
+		t.last, t.lastCode = b, code
+		d := w.viaDest(t.req.Via(), t.src)
+		w.send(&d, b)
+	case code < 300:
+		again := ct.state == stAccepted
+		if !again {
+			w.linger(ct, stAccepted)
+			w.runReply(t, res)
+		}
+		res.RemoveHeader("Via")
+		b := serialize(res)
+		if again || t.state != stTrying {
+			// The UAS says its 2xx again; the UAC's ACK stops it. A proxy
+			// passes every 2xx on (RFC 3261 16.7).
+			d := w.viaDest(t.req.Via(), t.src)
+			w.send(&d, b)
+			return
+		}
+		w.branchFinal(ct, code, res.Reason, b, res)
+	default:
+		if ct.state >= stCompleted {
+			if ct.invite {
+				w.sendAck(ct, res)
+			}
+			return
+		}
+		if ct.invite {
+			w.sendAck(ct, res)
+		}
+		w.linger(ct, stCompleted)
+		w.runReply(t, res)
+		res.RemoveHeader("Via")
+		w.branchFinal(ct, code, res.Reason, serialize(res), res)
+	}
+}
+
+// branchFinal records a branch's final reply and, when it was the last
+// branch, picks the reply upstream gets, running failure_route first.
+func (w *Worker) branchFinal(ct *clientTx, code int, reason string, b []byte, res *sip.Response) {
+	t := ct.stx
+	for i, x := range t.branches {
+		if x == ct {
+			t.branches = append(t.branches[:i], t.branches[i+1:]...)
+			break
+		}
+	}
+	if t.state != stTrying {
+		return
+	}
+	if code < 300 {
+		for _, o := range t.branches {
+			w.sendCancel(o)
+		}
+		w.sendFinal(t, b, code)
+		return
+	}
+	if t.bestCode == 0 || better(code, t.bestCode) {
+		t.bestCode, t.bestReason, t.bestBytes, t.bestRes = code, reason, b, res
+	}
+	if len(t.branches) > 0 {
+		return
+	}
+	if t.onFailure != "" && !t.cancelled {
+		name := t.onFailure
+		t.onFailure = "" // failure_route must be armed again for the next branch
+		if blk := w.opt.Script.OnFailure[name]; blk != nil {
+			w.runFailure(t, blk)
+			if len(t.branches) > 0 || t.state != stTrying {
+				return
+			}
+		}
+	}
+	w.sendFinal(t, t.bestBytes, t.bestCode)
+}
+
+// better reports whether final reply code a beats b (RFC 3261 16.7: a 6xx
+// wins, then the lowest class; 503 is passed on as 500).
+func better(a, b int) bool {
+	if a >= 600 || b >= 600 {
+		return a >= 600 && b < 600
+	}
+	return a/100 < b/100
+}
+
+// sendAck acknowledges a non-2xx reply hop by hop (RFC 3261 17.1.1.3).
+func (w *Worker) sendAck(ct *clientTx, res *sip.Response) {
+	b := w.hopRequest(ct, "ACK", res.To())
+	if b != nil {
+		w.send(&ct.dst, b)
+	}
+}
+
+// sendCancel cancels a branch; before any provisional reply it only marks it
+// (RFC 3261 9.1) and the first provisional reply triggers it.
+func (w *Worker) sendCancel(ct *clientTx) {
+	if ct.cancelSent || ct.state >= stCompleted || !ct.invite {
+		return
+	}
+	if ct.state == stTrying {
+		ct.cancelPending = true
+		return
+	}
+	ct.cancelSent = true
+	b := w.hopRequest(ct, "CANCEL", nil)
+	if b == nil {
+		return
+	}
+	cc := &clientTx{key: ct.branch + "|CANCEL", branch: ct.branch, bytes: b, dst: ct.dst}
+	if err := w.send(&cc.dst, b); err != nil {
+		return
+	}
+	w.ctx[cc.key] = cc
+	w.startClient(cc)
+}
+
+// hopRequest builds an ACK or CANCEL for a branch: same Request-URI, top Via
+// (so the same branch), Route, From, Call-ID and CSeq number as the request
+// it answers; To from the reply for an ACK.
+func (w *Worker) hopRequest(ct *clientTx, method string, to *sip.ToHeader) []byte {
+	m, err := w.parser.ParseSIP(ct.bytes)
+	if err != nil {
+		return nil
+	}
+	req, ok := m.(*sip.Request)
+	if !ok {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString(method)
+	b.WriteByte(' ')
+	b.WriteString(req.Recipient.String())
+	b.WriteString(" SIP/2.0\r\nVia: ")
+	b.WriteString(req.Via().Value())
+	b.WriteString("\r\nMax-Forwards: 70\r\n")
+	for _, h := range req.GetHeaders("Route") {
+		b.WriteString("Route: ")
+		b.WriteString(h.Value())
+		b.WriteString("\r\n")
+	}
+	b.WriteString("From: ")
+	b.WriteString(req.From().Value())
+	b.WriteString("\r\nTo: ")
+	if to != nil {
+		b.WriteString(to.Value())
+	} else {
+		b.WriteString(req.To().Value())
+	}
+	b.WriteString("\r\nCall-ID: ")
+	b.WriteString(string(*req.CallID()))
+	b.WriteString("\r\nCSeq: ")
+	b.WriteString(strconv.FormatUint(uint64(req.CSeq().SeqNo), 10))
+	b.WriteByte(' ')
+	b.WriteString(method)
+	b.WriteString("\r\nContent-Length: 0\r\n\r\n")
+	return []byte(b.String())
+}
+
+// cancelInvite answers a CANCEL that matches INVITE transaction t and
+// cancels its branches.
+func (w *Worker) cancelInvite(t *serverTx, cancel *sip.Request, src source) {
+	w.replyStateless(cancel, src, 200, "OK", nil)
+	if t.state != stTrying {
+		return
+	}
+	t.cancelled = true
+	for _, ct := range t.branches {
+		w.sendCancel(ct)
+	}
+}
+
+// forwardResponse passes on a reply no transaction here waits for (a 2xx
+// retransmission after the INVITE ended, or a reply to a stateless relay),
+// by its Via.
+func (w *Worker) forwardResponse(res *sip.Response) {
+	v := res.Via()
+	if !w.isMyself(v.Host, v.Port) {
+		return
+	}
+	res.RemoveHeader("Via")
+	next := res.Via()
+	if next == nil {
+		return
+	}
+	d := w.viaDest(next, source{sock: -1})
+	if d.proto == "tcp" {
+		c, err := w.connTo(d.addr)
+		if err != nil {
+			return
+		}
+		d.conn = c
+	}
+	w.send(&d, serialize(res))
+}

@@ -1,0 +1,409 @@
+package sipworker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+
+	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/location"
+	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/script"
+)
+
+// Options configure a Worker. Zero timer fields take the RFC 3261 defaults.
+type Options struct {
+	// Script is the routing script; its main route runs for each request.
+	Script *script.Script
+	// Sockets are the UDP sockets to send from (the supervisor's, so the
+	// source address is the listening one); a message's socket index selects
+	// one.
+	Sockets []net.PacketConn
+	// Listen lists the config's sockets: with Sockets' real addresses they
+	// make up "myself", and the TCP ones are advertised in Via and
+	// Record-Route for TCP hops.
+	Listen []config.Socket
+	// Store holds the registrations save() and lookup() use.
+	Store location.Store
+	// Logger receives xlog output and protocol warnings.
+	Logger *slog.Logger
+	// Submit runs fn on the worker's loop; TCP readers hand messages over
+	// with it.
+	Submit func(fn func())
+
+	// T1, T2 and T4 are RFC 3261's timer bases (500ms, 4s, 5s).
+	T1, T2, T4 time.Duration
+	// InviteTimeout bounds an INVITE branch after its first provisional reply
+	// (OpenSIPS's fr_inv_timeout, 120s).
+	InviteTimeout time.Duration
+	// Linger is how long a finished transaction stays to absorb
+	// retransmissions and match the ACK of a 2xx over UDP (OpenSIPS's
+	// wt_timer; T4 by default).
+	Linger time.Duration
+	// DialTimeout bounds opening a TCP connection to a next hop.
+	DialTimeout time.Duration
+}
+
+// Worker is the SIP engine of one worker process: it parses each message,
+// runs the routing script and keeps the transaction table. All its methods
+// run on the worker's single loop (pool.Handler), so it holds no locks.
+type Worker struct {
+	opt    Options
+	log    *slog.Logger
+	parser *sip.Parser
+
+	udpLocal  []netip.AddrPort
+	tcpListen []netip.AddrPort
+	self      []netip.AddrPort
+
+	stx    map[string]*serverTx
+	ackIdx map[string]*serverTx
+	ctx    map[string]*clientTx
+	timers timerHeap
+
+	conns map[netip.AddrPort]*tcpConn
+
+	branchPrefix string
+	branchSeq    uint64
+
+	regex map[string]*regexpEntry
+	tmpl  map[*script.Literal][]tmplPart
+
+	// Stats, read by tests and reported in logs.
+	Stats Stats
+}
+
+// Stats counts what a worker did.
+type Stats struct {
+	Requests, Responses, Malformed, Retransmissions, Timeouts, SendErrors uint64
+}
+
+// New builds the handler of a worker process from what the supervisor
+// passed: the config file's script (or the built-in one) and the shared
+// sockets. It is pool.RunWorker's newHandler.
+func New(env *pool.Env) (pool.Handler, error) {
+	var cfg *config.Config
+	if env.Config == "" {
+		cfg = config.Default()
+	} else {
+		var err error
+		if cfg, err = config.LoadFile(env.Config); err != nil {
+			return nil, err
+		}
+	}
+	logger := env.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return NewWorker(Options{
+		Script:  cfg.Script,
+		Sockets: env.Sockets,
+		Listen:  cfg.Sockets,
+		Store:   storeFor(env, logger),
+		Logger:  logger,
+		Submit:  env.Submit,
+	})
+}
+
+// NewWorker returns a Worker for opt.
+func NewWorker(opt Options) (*Worker, error) {
+	if opt.Script == nil {
+		return nil, errors.New("sipworker: no routing script")
+	}
+	if opt.Store == nil {
+		opt.Store = location.NewMemory()
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Submit == nil {
+		opt.Submit = func(fn func()) { fn() }
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&opt.T1, 500*time.Millisecond)
+	def(&opt.T2, 4*time.Second)
+	def(&opt.T4, 5*time.Second)
+	def(&opt.InviteTimeout, 120*time.Second)
+	def(&opt.Linger, opt.T4)
+	def(&opt.DialTimeout, 2*time.Second)
+
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	w := &Worker{
+		opt:          opt,
+		log:          opt.Logger,
+		parser:       sip.NewParser(),
+		stx:          map[string]*serverTx{},
+		ackIdx:       map[string]*serverTx{},
+		ctx:          map[string]*clientTx{},
+		conns:        map[netip.AddrPort]*tcpConn{},
+		branchPrefix: "z9hG4bK" + hex.EncodeToString(rnd[:]) + ".",
+		regex:        map[string]*regexpEntry{},
+		tmpl:         map[*script.Literal][]tmplPart{},
+	}
+	for i, s := range opt.Sockets {
+		ap, err := netip.ParseAddrPort(s.LocalAddr().String())
+		if err != nil {
+			return nil, fmt.Errorf("sipworker: socket %d: %w", i, err)
+		}
+		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		w.udpLocal = append(w.udpLocal, ap)
+		w.self = append(w.self, ap)
+	}
+	for _, s := range opt.Listen {
+		a, err := netip.ParseAddr(s.Host)
+		if err != nil {
+			continue
+		}
+		ap := netip.AddrPortFrom(a, uint16(s.Port))
+		if s.Proto == "tcp" {
+			w.tcpListen = append(w.tcpListen, ap)
+		}
+		if s.Port != 0 {
+			w.self = append(w.self, ap)
+		}
+	}
+	return w, nil
+}
+
+// Held is the number of live transactions, so a draining worker exits only
+// when none is left.
+func (w *Worker) Held() int { return len(w.stx) + len(w.ctx) }
+
+// HandleMessage handles one datagram received on the supervisor's socket.
+func (w *Worker) HandleMessage(m *pool.Message) {
+	w.handle(m.Data, source{proto: "udp", addr: m.From, sock: m.Socket})
+}
+
+// HandleJob runs timer_route[name].
+func (w *Worker) HandleJob(name string) {
+	for _, t := range w.opt.Script.Timers {
+		if t.Name == name {
+			c := w.newCtx(nil, nil, source{sock: -1})
+			c.run(t.Body)
+			return
+		}
+	}
+	w.log.Warn("no timer_route of that name", "name", name)
+}
+
+// Tick fires the transaction timers that are due.
+func (w *Worker) Tick(now time.Time) {
+	for {
+		e, ok := w.timers.due(now)
+		if !ok {
+			return
+		}
+		e.t.fire(w, now)
+	}
+}
+
+// source is where a message came from and how to answer it.
+type source struct {
+	proto string // "udp" or "tcp"
+	addr  netip.AddrPort
+	sock  int      // UDP socket index
+	conn  *tcpConn // TCP connection, nil for UDP
+}
+
+// local is the address this server is reached at for s: the socket it came
+// in on.
+func (w *Worker) local(s source) (netip.AddrPort, string) {
+	if s.conn != nil {
+		return w.tcpAdvertised(s.conn), "TCP"
+	}
+	if s.sock >= 0 && s.sock < len(w.udpLocal) {
+		return w.udpLocal[s.sock], "UDP"
+	}
+	if len(w.udpLocal) > 0 {
+		return w.udpLocal[0], "UDP"
+	}
+	return netip.AddrPort{}, "UDP"
+}
+
+func (w *Worker) handle(data []byte, src source) {
+	msg, err := w.parser.ParseSIP(data)
+	if err != nil {
+		w.Stats.Malformed++
+		w.log.Debug("malformed sip message", "from", src.addr.String(), "error", err)
+		return
+	}
+	if msg.Via() == nil || msg.CallID() == nil || msg.CSeq() == nil || msg.From() == nil || msg.To() == nil {
+		w.Stats.Malformed++
+		w.log.Debug("sip message lacks a mandatory header", "from", src.addr.String())
+		return
+	}
+	switch m := msg.(type) {
+	case *sip.Request:
+		w.Stats.Requests++
+		w.onRequest(m, src)
+	case *sip.Response:
+		w.Stats.Responses++
+		w.onResponse(m, src)
+	}
+}
+
+func (w *Worker) onRequest(req *sip.Request, src source) {
+	// RFC 3261 18.2.1 and RFC 3581: note where the request really came from,
+	// so replies find their way back through NAT.
+	via := req.Via()
+	if src.addr.IsValid() {
+		ip := src.addr.Addr().String()
+		if via.Host != ip {
+			via.Params.Add("received", ip)
+		}
+		if v, ok := via.Params.Get("rport"); ok && v == "" {
+			via.Params.Add("rport", strconv.Itoa(int(src.addr.Port())))
+			if via.Host == ip {
+				via.Params.Add("received", ip)
+			}
+		}
+	}
+	c := w.newCtx(req, nil, src)
+	c.run(w.opt.Script.Routes[""])
+}
+
+// dest is where a message is sent.
+type dest struct {
+	proto string // "udp" or "tcp"
+	addr  netip.AddrPort
+	sock  int
+	conn  *tcpConn
+}
+
+func (w *Worker) send(d *dest, b []byte) error {
+	if d.proto == "tcp" {
+		if d.conn == nil || d.conn.closed {
+			c, err := w.connTo(d.addr)
+			if err != nil {
+				w.Stats.SendErrors++
+				return err
+			}
+			d.conn = c
+		}
+		if err := d.conn.write(b); err != nil {
+			w.Stats.SendErrors++
+			return err
+		}
+		return nil
+	}
+	if d.sock < 0 || d.sock >= len(w.opt.Sockets) {
+		d.sock = 0
+	}
+	if len(w.opt.Sockets) == 0 {
+		return errors.New("no udp socket to send from")
+	}
+	var err error
+	if u, ok := w.opt.Sockets[d.sock].(*net.UDPConn); ok {
+		_, err = u.WriteToUDPAddrPort(b, d.addr)
+	} else {
+		_, err = w.opt.Sockets[d.sock].WriteTo(b, net.UDPAddrFromAddrPort(d.addr))
+	}
+	if err != nil {
+		w.Stats.SendErrors++
+	}
+	return err
+}
+
+// resolve turns a URI into a destination. Hosts are IP addresses or names
+// resolved once here; the transport parameter picks TCP.
+func (w *Worker) resolve(u *sip.Uri, sock int) (dest, error) {
+	d := dest{proto: "udp", sock: sock}
+	if t, ok := u.UriParams.Get("transport"); ok && strings.EqualFold(t, "tcp") {
+		d.proto = "tcp"
+	}
+	port := u.Port
+	if port == 0 {
+		port = 5060
+	}
+	ip, err := hostIP(u.Host)
+	if err != nil {
+		return d, err
+	}
+	d.addr = netip.AddrPortFrom(ip, uint16(port))
+	return d, nil
+}
+
+func hostIP(host string) (netip.Addr, error) {
+	host = strings.Trim(host, "[]")
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip.Unmap(), nil
+	}
+	if strings.EqualFold(host, "localhost") {
+		return netip.AddrFrom4([4]byte{127, 0, 0, 1}), nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip4", host)
+	if err != nil || len(ips) == 0 {
+		return netip.Addr{}, fmt.Errorf("resolve %s: %w", host, err)
+	}
+	return ips[0].Unmap(), nil
+}
+
+// isMyself reports whether host[:port] is one of this server's addresses.
+// A missing port means 5060.
+func (w *Worker) isMyself(host string, port int) bool {
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	if err != nil {
+		if !strings.EqualFold(host, "localhost") {
+			return false
+		}
+		ip = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
+	ip = ip.Unmap()
+	if port == 0 {
+		port = 5060
+	}
+	for _, s := range w.self {
+		if int(s.Port()) != port {
+			continue
+		}
+		if s.Addr() == ip || s.Addr().IsUnspecified() {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *Worker) uriIsMyself(s string) bool {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return false
+	}
+	if !strings.Contains(s, ":") || strings.HasPrefix(s, "[") {
+		return w.isMyself(s, 0)
+	}
+	var u sip.Uri
+	if err := sip.ParseUri(strings.Trim(s, "<>"), &u); err != nil || u.Host == "" {
+		// host:port without a scheme
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return w.isMyself(ap.Addr().String(), int(ap.Port()))
+		}
+		return false
+	}
+	return w.isMyself(u.Host, u.Port)
+}
+
+func (w *Worker) newBranch() string {
+	w.branchSeq++
+	return w.branchPrefix + strconv.FormatUint(w.branchSeq, 36)
+}
+
+func netipAddrPort(ip netip.Addr, port int) netip.AddrPort {
+	return netip.AddrPortFrom(ip, uint16(port))
+}
