@@ -38,10 +38,10 @@ func Plot(name string, rows []Row) error {
 	cps.Y.Label.Text = "calls/s"
 	cps.Y.Min = 0
 	if err := addLines(cps, rows, []series{
-		{"target", func(r Row) float64 { return r.TargetCPS }},
-		{"offered", func(r Row) float64 { return float64(r.Offered) }},
-		{"succeeded", func(r Row) float64 { return float64(r.Succeeded) }},
-		{"failed", func(r Row) float64 { return float64(r.Failed) }},
+		{"target", func(r Row) float64 { return r.TargetCPS }, true},
+		{"offered", func(r Row) float64 { return float64(r.Offered) }, false},
+		{"succeeded", func(r Row) float64 { return float64(r.Succeeded) }, false},
+		{"failed", func(r Row) float64 { return float64(r.Failed) }, false},
 	}); err != nil {
 		return err
 	}
@@ -49,7 +49,7 @@ func Plot(name string, rows []Row) error {
 	load := plot.New()
 	load.Title.Text = "group load"
 	load.Y.Label.Text = "load %"
-	load.Y.Min, load.Y.Max = 0, 100
+	load.Y.Min, load.Y.Max = 0, 115 // headroom for the legend
 	workers := plot.New()
 	workers.Title.Text = "workers per group"
 	workers.Y.Label.Text = "workers"
@@ -59,13 +59,13 @@ func Plot(name string, rows []Row) error {
 	if len(rows[len(rows)-1].Groups) > 0 {
 		for gi, g := range rows[len(rows)-1].Groups {
 			gi := gi
-			ls = append(ls, series{g.Group, func(r Row) float64 {
+			ls = append(ls, series{name: g.Group, y: func(r Row) float64 {
 				if gi < len(r.Groups) {
 					return 100 * r.Groups[gi].Load
 				}
 				return math.NaN()
 			}})
-			ws = append(ws, series{g.Group, func(r Row) float64 {
+			ws = append(ws, series{name: g.Group, y: func(r Row) float64 {
 				if gi < len(r.Groups) {
 					return r.Groups[gi].Workers
 				}
@@ -86,8 +86,12 @@ func Plot(name string, rows []Row) error {
 	last := rows[len(rows)-1].Elapsed.Seconds()
 	for _, p := range []*plot.Plot{cps, load, workers} {
 		p.X.Min, p.X.Max = 0, last
-		p.Legend.Top = true
+		p.Legend.Top, p.Legend.Left = true, true
+		p.Legend.XOffs = vg.Points(8)
 		p.Add(plotter.NewGrid())
+	}
+	for _, p := range []*plot.Plot{cps, workers} {
+		p.Y.Max *= 1.25 // headroom for the legend
 	}
 
 	w, h := 10*vg.Inch, 9*vg.Inch
@@ -123,19 +127,27 @@ func Plot(name string, rows []Row) error {
 }
 
 type series struct {
-	name string
-	y    func(Row) float64
+	name   string
+	y      func(Row) float64
+	dashed bool // drawn over another line, so both stay visible
 }
 
+// addLines draws each series as steps: a row's value holds over the second
+// it counts. A partial last second is left out, since its counts are not
+// per-second rates.
 func addLines(p *plot.Plot, rows []Row, ss []series) error {
 	for i, s := range ss {
-		pts := make(plotter.XYs, 0, len(rows))
+		pts := make(plotter.XYs, 0, 2*len(rows))
+		prev := 0.0
 		for _, r := range rows {
+			end := r.Elapsed.Seconds()
+			start := prev
+			prev = end
 			y := s.y(r)
-			if math.IsNaN(y) {
+			if math.IsNaN(y) || end-start < 0.999 {
 				continue
 			}
-			pts = append(pts, plotter.XY{X: r.Elapsed.Seconds(), Y: y})
+			pts = append(pts, plotter.XY{X: start, Y: y}, plotter.XY{X: end, Y: y})
 		}
 		if len(pts) == 0 {
 			continue
@@ -146,6 +158,9 @@ func addLines(p *plot.Plot, rows []Row, ss []series) error {
 		}
 		l.Color = palette[i%len(palette)]
 		l.Width = vg.Points(1.5)
+		if s.dashed {
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
 		p.Add(l)
 		p.Legend.Add(s.name, l)
 	}
