@@ -212,8 +212,6 @@ func (c *msgCtx) addRecordRoute(d dest) {
 	}
 }
 
-
-
 func fnTOnReply(c *msgCtx, a []*script.Literal) bool {
 	c.onReply = c.expand(a[0])
 	if c.stx != nil {

@@ -2,8 +2,8 @@ package sipworker
 
 import (
 	"container/heap"
-	"net/netip"
 	"hash/fnv"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
