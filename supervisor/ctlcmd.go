@@ -2,11 +2,11 @@ package supervisor
 
 import (
 	"context"
-	"fmt"
 	"io"
+
+	"github.com/sipvisor/sipvisor/ctl"
 )
 
 func runCtl(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "sipvisor ctl: not available in this build")
-	return 2
+	return ctl.Main(ctx, args, stdout, stderr)
 }

@@ -3,55 +3,49 @@ package supervisor
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"time"
 
+	"github.com/sipvisor/sipvisor/frontdoor"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/sipscan"
 )
 
-// frontDoor reads one UDP socket and hands each datagram to a worker of the
-// socket's group.
-type frontDoor struct {
-	s     *Supervisor
-	index int // index among the UDP sockets: what workers call the socket
-	sock  *listeners.Socket
-	gr    *groupRun
-	buf   []byte
+// udpDoor reads one UDP socket and passes each datagram through its door.
+type udpDoor struct {
+	s    *Supervisor
+	sock *listeners.Socket
+	gr   *groupRun
+	door *frontdoor.Door
+	buf  []byte
 }
 
-func newFrontDoor(s *Supervisor, socketIndex int, sk *listeners.Socket) *frontDoor {
-	udpIndex := 0
-	for i := 0; i < socketIndex; i++ {
-		if s.sockets[i].UDP != nil {
-			udpIndex++
-		}
-	}
-	return &frontDoor{s: s, index: udpIndex, sock: sk, gr: s.udp[udpIndex], buf: make([]byte, pool.MsgHeaderLen+65535)}
+func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
+	gr := s.udp[udpIndex]
+	u := &udpDoor{s: s, sock: sk, gr: gr, buf: make([]byte, pool.MsgHeaderLen+65535)}
+	g := gr.g
+	u.door = frontdoor.New(udpIndex,
+		func(*sipscan.Msg) *pool.Worker { return g.Pick() },
+		s.admission(gr),
+		func(b []byte, to netip.AddrPort) { sk.UDP.WriteToUDPAddrPort(b, to) })
+	gr.door = u.door
+	return u
 }
 
 // run reads until the socket is closed or its deadline is set in the past.
-func (fd *frontDoor) run() error {
-	c := fd.sock.UDP
-	name := fd.gr.g.Name()
+func (u *udpDoor) run() error {
+	c := u.sock.UDP
 	for {
-		n, from, err := c.ReadFromUDPAddrPort(fd.buf[pool.MsgHeaderLen:])
+		n, from, err := c.ReadFromUDPAddrPort(u.buf[pool.MsgHeaderLen:])
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
 			return err
 		}
-		frame := fd.buf[:pool.MsgHeaderLen+n]
-		pool.PutMsgHeader(frame, fd.index, from)
-		w := fd.gr.g.Pick()
-		if w == nil {
-			fd.s.m.dropped.WithLabelValues(name, "no_worker").Inc()
-			continue
-		}
-		if err := w.Send(frame); err != nil {
-			fd.s.m.dropped.WithLabelValues(name, "queue_full").Inc()
-		}
+		u.door.Handle(u.buf[:pool.MsgHeaderLen+n], from, time.Now().UnixNano())
 	}
 }
 
@@ -63,10 +57,6 @@ func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
 			}
 			s.log.Warn("accept", "error", err)
 			time.Sleep(10 * time.Millisecond)
@@ -82,5 +72,16 @@ func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
 			s.m.dropped.WithLabelValues("tcp", "queue_full").Inc()
 			c.Close()
 		}
+	}
+}
+
+// admission is the admission decision for new sessions on a group: refused
+// while suspended; admitted otherwise.
+func (s *Supervisor) admission(gr *groupRun) frontdoor.Admission {
+	return func(m *sipscan.Msg, now int64) (frontdoor.Refusal, int) {
+		if s.suspended.Load() {
+			return frontdoor.RefuseSuspended, s.retryAfter()
+		}
+		return frontdoor.RefuseNone, 0
 	}
 }

@@ -64,4 +64,3 @@ func (s *Supervisor) ready() (bool, string) {
 	return true, ""
 }
 
-func (s *Supervisor) miHandler() http.Handler { return nil }

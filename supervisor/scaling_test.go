@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"net"
 	"strconv"
 	"sync"
@@ -40,13 +41,13 @@ route { exit; }
 	var mu sync.Mutex
 	got := map[int]bool{}
 	go func() {
-		buf := make([]byte, 64)
+		buf := make([]byte, 2048)
 		for {
 			n, _, err := client.ReadFrom(buf)
 			if err != nil {
 				return
 			}
-			if v, err := strconv.Atoi(string(buf[:n])); err == nil {
+			if v, ok := seqOf(buf[:n]); ok {
 				mu.Lock()
 				got[v] = true
 				mu.Unlock()
@@ -65,7 +66,7 @@ route { exit; }
 			<-tick.C
 			due := int(time.Since(start).Seconds() * float64(rate))
 			for ; sentHere < due; sentHere++ {
-				client.WriteTo([]byte(strconv.Itoa(seq)), dst)
+				client.WriteTo(numbered(seq), dst)
 				seq++
 			}
 		}
@@ -96,4 +97,31 @@ route { exit; }
 		t.Errorf("want no message dropped by the front door, have %v", v)
 	}
 	t.Logf("sent and answered %d messages; the group peaked at %d workers", sent, maxLive)
+}
+
+// numbered is a SIP request whose Call-ID carries seq: each is a
+// transaction of its own for the front door.
+func numbered(seq int) []byte {
+	n := strconv.Itoa(seq)
+	return []byte("OPTIONS sip:ping@127.0.0.1 SIP/2.0\r\n" +
+		"Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK" + n + "\r\n" +
+		"Max-Forwards: 70\r\n" +
+		"From: <sip:load@127.0.0.1>;tag=1\r\n" +
+		"To: <sip:ping@127.0.0.1>\r\n" +
+		"Call-ID: seq-" + n + "\r\n" +
+		"CSeq: 1 OPTIONS\r\n" +
+		"Content-Length: 0\r\n\r\n")
+}
+
+func seqOf(b []byte) (int, bool) {
+	_, rest, ok := bytes.Cut(b, []byte("Call-ID: seq-"))
+	if !ok {
+		return 0, false
+	}
+	end := bytes.IndexByte(rest, '\r')
+	if end < 0 {
+		return 0, false
+	}
+	v, err := strconv.Atoi(string(rest[:end]))
+	return v, err == nil
 }

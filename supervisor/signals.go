@@ -64,7 +64,7 @@ func (s *Supervisor) doReload() error {
 			prof = cfg.TimerWorkers.Profile
 		default:
 			prof = cfg.UDPWorkers.Profile
-			for i, sk := range s.cfg.Sockets {
+			for i, sk := range s.config().Sockets {
 				if sk.Proto == "udp" && s.sockets[i].Name() == name && i < len(cfg.Sockets) && cfg.Sockets[i].Profile != "" {
 					prof = cfg.Sockets[i].Profile
 				}
@@ -84,7 +84,7 @@ func (s *Supervisor) doReload() error {
 			s.log.Info("reload: group profile changed", "group", name, "profile", prof)
 		}
 	}
-	s.cfg = cfg
+	s.cfg.Store(cfg)
 	s.m.reloadOK.Set(1)
 	s.m.reloads.WithLabelValues("success").Inc()
 	s.log.Info("config reloaded", "file", s.opts.ConfigPath)

@@ -5,16 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/location"
+	"github.com/sipvisor/sipvisor/frontdoor"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/profile"
@@ -48,8 +53,8 @@ type Supervisor struct {
 	names   []string
 	httpLn  net.Listener
 
-	mu     sync.Mutex // guards cfg and each groupRun's profile state
-	cfg    *config.Config
+	cfg    atomic.Pointer[config.Config]
+	mu     sync.Mutex // guards each groupRun's scaling state
 	groups []*groupRun
 	byName map[string]*groupRun
 	udp    []*groupRun // by socket index of the UDP sockets
@@ -58,6 +63,13 @@ type Supervisor struct {
 	cycle  int64
 
 	reload chan chan error
+
+	suspended atomic.Bool
+	started   time.Time
+	params    *ctl.Params
+	// locations holds the registrations, outside every worker, so that
+	// scaling down or a crash never loses one.
+	locations location.Store
 }
 
 // groupRun is a worker group and the scaling state the cycle loop keeps for it.
@@ -73,6 +85,7 @@ type groupRun struct {
 	// the profile's cooldown after it.
 	lastFork int64
 	workers  map[int]*profile.Views
+	door     *frontdoor.Door // nil for TCP and timer groups
 }
 
 // New binds every SIP socket and the control address, so that an address in
@@ -94,8 +107,12 @@ func New(o Options) (*Supervisor, error) {
 		}
 		o.Worker = pool.Command{Path: exe, Args: []string{"worker"}}
 	}
-	s := &Supervisor{opts: o, log: o.Logger.With("component", "supervisor"), reg: o.Registry, cfg: o.Config,
+	s := &Supervisor{opts: o, log: o.Logger.With("component", "supervisor"), reg: o.Registry,
 		byName: map[string]*groupRun{}, reload: make(chan chan error)}
+	s.cfg.Store(o.Config)
+	s.started = time.Now()
+	s.params = ctl.NewParams()
+	s.locations = location.NewMemory()
 	s.m = newMetrics(s.reg)
 	s.pm = pool.NewMetrics(s.reg)
 
@@ -188,11 +205,13 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 		return nil
 	}, func(error) { srv.Close() })
-	for i, sk := range s.sockets {
+	udpIndex := 0
+	for _, sk := range s.sockets {
 		switch {
 		case sk.UDP != nil:
-			fd := newFrontDoor(s, i, sk)
-			g.Add(fd.run, func(error) { sk.UDP.SetReadDeadline(time.Unix(1, 0)) })
+			u := s.newUDPDoor(udpIndex, sk)
+			udpIndex++
+			g.Add(u.run, func(error) { sk.UDP.SetReadDeadline(time.Unix(1, 0)) })
 		case sk.TCP != nil:
 			g.Add(func() error { return s.acceptLoop(sk) }, func(error) { sk.TCP.Close() })
 		}
@@ -210,7 +229,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 // makeGroups makes one group per UDP socket, one for TCP, one for timers.
 func (s *Supervisor) makeGroups() {
-	cfg := s.cfg
+	cfg := s.config()
 	files, names := s.files, s.names
 	udpIndex := 0
 	mk := func(name string, kind pool.Kind, workers int, profName string) *groupRun {
@@ -229,6 +248,7 @@ func (s *Supervisor) makeGroups() {
 			ReadyTimeout: cfg.Workers.ReadyTimeout, DrainTimeout: cfg.Workers.DrainTimeout,
 			MemoryLimit: cfg.Workers.MemoryLimit, Logger: s.opts.Logger, Metrics: s.pm,
 			OnExit: func(w *pool.Worker, reason string) { s.workerExited(name, w, reason) },
+			OnCall: s.answerCall,
 		})
 		s.resetScaling(gr)
 		s.groups = append(s.groups, gr)
@@ -282,12 +302,12 @@ func (s *Supervisor) resetScaling(gr *groupRun) {
 		n = gr.profile.HistoryLen()
 	}
 	gr.hist = profile.NewHistory(n)
-	gr.views, _ = profile.NewViews(s.cfg.AutoScalingCycle)
+	gr.views, _ = profile.NewViews(s.config().AutoScalingCycle)
 	gr.lastFork = s.cycle
 }
 
 func (s *Supervisor) stopGroups() {
-	deadline := time.Now().Add(s.cfg.Workers.DrainTimeout)
+	deadline := time.Now().Add(s.config().Workers.DrainTimeout)
 	var wg sync.WaitGroup
 	for _, gr := range s.groups {
 		wg.Add(1)
@@ -311,7 +331,7 @@ func (s *Supervisor) workerExited(group string, w *pool.Worker, reason string) {
 // time.Ticker keeps a steady period: a slow cycle does not push the next one
 // later (OpenSIPS's timer drifts to 1.2–1.33 s per 1 s cycle).
 func (s *Supervisor) cycleLoop(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.AutoScalingCycle)
+	t := time.NewTicker(s.config().AutoScalingCycle)
 	defer t.Stop()
 	for {
 		select {
@@ -326,6 +346,7 @@ func (s *Supervisor) cycleLoop(ctx context.Context) error {
 // runCycle is one cycle: sample, decide, act, for every group independently.
 func (s *Supervisor) runCycle(now time.Time) {
 	start := time.Now()
+	s.locations.Expire(now)
 	s.mu.Lock()
 	s.cycle++
 	for _, gr := range s.groups {
@@ -340,7 +361,7 @@ func (s *Supervisor) stepGroup(gr *groupRun, now time.Time) {
 	for _, w := range ws {
 		v := gr.workers[w.ID]
 		if v == nil {
-			v, _ = profile.NewViews(s.cfg.AutoScalingCycle)
+			v, _ = profile.NewViews(s.config().AutoScalingCycle)
 			gr.workers[w.ID] = v
 		}
 		v.Add(w.Load)
@@ -412,4 +433,26 @@ func sameProfile(a, b *profile.Profile) bool {
 		return a == b
 	}
 	return *a == *b
+}
+
+// retryAfter is the Retry-After of a refusal: fixed, or drawn from the
+// configured range so that refused clients do not all return at once.
+func (s *Supervisor) retryAfter() int {
+	ra := s.config().RetryAfter
+	lo, hi := int(ra.Min.Seconds()), int(ra.Max.Seconds())
+	if hi <= lo {
+		return lo
+	}
+	return lo + int(rand.Uint64N(uint64(hi-lo+1)))
+}
+
+// config is the running config; a reload swaps it whole.
+func (s *Supervisor) config() *config.Config { return s.cfg.Load() }
+
+// answerCall answers a worker's request: today, the location service.
+func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
+	if location.IsRequest(req) {
+		return location.Serve(s.locations, req)
+	}
+	return nil
 }

@@ -1,0 +1,110 @@
+package supervisor
+
+import (
+	"errors"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/frontdoor"
+)
+
+// backend is the supervisor as the control API sees it.
+type backend struct{ s *Supervisor }
+
+var _ ctl.Backend = backend{}
+
+func (s *Supervisor) miHandler() http.Handler {
+	return ctl.Handler(backend{s}, s.config().HTTPToken)
+}
+
+func (b backend) PS() []ctl.Group {
+	s := b.s
+	var out []ctl.Group
+	for _, gr := range s.groupRuns() {
+		s.mu.Lock()
+		g := ctl.Group{Name: gr.g.Name(), Kind: string(gr.g.Kind())}
+		if gr.profile != nil {
+			g.Profile = gr.profile.Name
+		}
+		l := gr.views.Loads()
+		g.Load = ctl.Loads{Second: l.Second, Minute: l.Minute, TenMinutes: l.TenMinutes}
+		views := make(map[int]ctl.Loads, len(gr.workers))
+		for id, v := range gr.workers {
+			l := v.Loads()
+			views[id] = ctl.Loads{Second: l.Second, Minute: l.Minute, TenMinutes: l.TenMinutes}
+		}
+		s.mu.Unlock()
+		now := time.Now()
+		for _, w := range gr.g.Workers() {
+			g.Workers = append(g.Workers, ctl.Worker{ID: w.ID, Pid: w.Pid, State: w.State().String(),
+				Load: views[w.ID], Queue: w.Queue(), Sessions: w.Sessions(), Age: now.Sub(w.Started),
+				Handled: w.Handled(), Dropped: w.Dropped()})
+		}
+		sort.Slice(g.Workers, func(i, j int) bool { return g.Workers[i].ID < g.Workers[j].ID })
+		out = append(out, g)
+	}
+	return out
+}
+
+func (b backend) Stats() ctl.Stats {
+	s := b.s
+	st := ctl.Stats{UptimeSeconds: time.Since(s.started).Seconds(), Counters: map[string]float64{}}
+	st.Suspended = s.suspended.Load()
+	st.SuspendedManually = st.Suspended
+	if st.Suspended {
+		st.SuspendReasons = []string{"suspended by the operator"}
+		st.Warning = "server is not accepting new sessions (suspended by the operator). Existing sessions are not affected."
+	}
+	st.Healthy, st.HealthReason = s.healthy()
+	for _, gr := range s.groupRuns() {
+		if gr.door == nil {
+			continue
+		}
+		d := &gr.door.Stats
+		st.Counters["received"] += float64(d.Received.Load())
+		st.Counters["forwarded"] += float64(d.Forwarded.Load())
+		for r := range d.Refused {
+			if v := d.Refused[r].Load(); v > 0 {
+				st.Counters["refused_"+frontdoor.Refusal(r).String()] += float64(v)
+			}
+		}
+		var bad uint64
+		for i := range d.Malformed {
+			bad += d.Malformed[i].Load()
+		}
+		st.Counters["malformed"] += float64(bad)
+	}
+	return st
+}
+
+func (b backend) Params() *ctl.Params { return b.s.params }
+
+func (b backend) Suspend() error {
+	b.s.suspended.Store(true)
+	b.s.log.Warn("server is suspended by the operator: new sessions are refused, existing ones go on")
+	return nil
+}
+
+func (b backend) Resume() error {
+	if !b.s.suspended.Load() {
+		return errors.New("not suspended by the operator")
+	}
+	b.s.suspended.Store(false)
+	b.s.log.Info("server resumed by the operator")
+	return nil
+}
+
+func (b backend) ResourceMonitor() []ctl.Resource { return nil }
+
+func (b backend) Reload() error { return b.s.Reload() }
+
+func (b backend) Locations() []ctl.Binding {
+	var out []ctl.Binding
+	for _, l := range b.s.locations.List() {
+		out = append(out, ctl.Binding{AOR: l.AOR, Contact: l.Contact, Expires: l.Expires, Source: l.Received})
+	}
+	return out
+}
+
