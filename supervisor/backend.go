@@ -107,4 +107,3 @@ func (b backend) Locations() []ctl.Binding {
 	}
 	return out
 }
-

@@ -63,4 +63,3 @@ func (s *Supervisor) ready() (bool, string) {
 	}
 	return true, ""
 }
-
