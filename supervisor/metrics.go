@@ -40,8 +40,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help: "Cycles in which a group had no ready worker to sample.",
 		}, []string{"group"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "dropped_total",
-			Help: "Messages the front door could not hand to a worker, by reason.",
+			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "connections_dropped_total",
+			Help: "TCP connections the supervisor could not hand to a worker, by reason.",
 		}, []string{"group", "reason"}),
 		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "sipvisor", Subsystem: "config", Name: "last_reload_successful",

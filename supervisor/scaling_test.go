@@ -93,7 +93,7 @@ route { exit; }
 	if v := counterValue(t, st.s, "sipvisor_pool_worker_exits_total", "reason", "clean"); v != 2 {
 		t.Errorf("want 2 clean exits (the drained workers), have %v", v)
 	}
-	if v := counterValue(t, st.s, "sipvisor_frontdoor_dropped_total", "", ""); v != 0 {
+	if v := counterValue(t, st.s, "sipvisor_frontdoor_datagrams_dropped_total", "", ""); v != 0 {
 		t.Errorf("want no message dropped by the front door, have %v", v)
 	}
 	t.Logf("sent and answered %d messages; the group peaked at %d workers", sent, maxLive)

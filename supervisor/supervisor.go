@@ -115,6 +115,7 @@ func New(o Options) (*Supervisor, error) {
 	s.locations = location.NewMemory()
 	s.m = newMetrics(s.reg)
 	s.pm = pool.NewMetrics(s.reg)
+	s.reg.MustRegister(newDoorCollector(s))
 
 	var addrs []listeners.Addr
 	for _, sk := range o.Config.Sockets {

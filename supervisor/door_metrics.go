@@ -1,0 +1,67 @@
+package supervisor
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sipvisor/sipvisor/frontdoor"
+	"github.com/sipvisor/sipvisor/sipscan"
+)
+
+// doorCollector exports the front doors' counters. The doors count with
+// atomics on their hot path; the collector reads them only when scraped.
+type doorCollector struct {
+	s                                          *Supervisor
+	received, forwarded, keepalives, replied   *prometheus.Desc
+	malformed, refused, admitted, dropped, aff *prometheus.Desc
+}
+
+func newDoorCollector(s *Supervisor) *doorCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName("sipvisor", "frontdoor", name), help, append([]string{"group"}, labels...), nil)
+	}
+	return &doorCollector{s: s,
+		received:   d("datagrams_received_total", "Datagrams read from the socket."),
+		forwarded:  d("datagrams_forwarded_total", "Datagrams handed to a worker."),
+		keepalives: d("keepalives_total", "Keepalive datagrams (bare CRLF)."),
+		replied:    d("stateless_replies_total", "Replies sent by the front door itself (400, 503)."),
+		malformed:  d("malformed_total", "Datagrams that could not be scanned, by reason.", "reason"),
+		refused:    d("refused_sessions_total", "New sessions refused with 503, by reason.", "reason"),
+		admitted:   d("admitted_sessions_total", "New sessions admitted, by kind.", "kind"),
+		dropped:    d("datagrams_dropped_total", "Datagrams no worker could take, by reason.", "reason"),
+		aff:        d("affinity_callids", "Call-IDs currently bound to a worker."),
+	}
+}
+
+func (c *doorCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.malformed, c.refused, c.admitted, c.dropped, c.aff} {
+		ch <- d
+	}
+}
+
+func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, gr := range c.s.groupRuns() {
+		if gr.door == nil {
+			continue
+		}
+		st, g := &gr.door.Stats, gr.g.Name()
+		counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{g}, labels...)...)
+		}
+		counter(c.received, st.Received.Load())
+		counter(c.forwarded, st.Forwarded.Load())
+		counter(c.keepalives, st.Keepalives.Load())
+		counter(c.replied, st.Replied.Load())
+		for i := 1; i < int(sipscan.NumErrors); i++ {
+			counter(c.malformed, st.Malformed[i].Load(), sipscan.Error(i).String())
+		}
+		for r := frontdoor.RefuseSuspended; r < frontdoor.NumRefusals; r++ {
+			counter(c.refused, st.Refused[r].Load(), r.String())
+		}
+		for k := range st.Admitted {
+			counter(c.admitted, st.Admitted[k].Load(), sipscan.Kind(k).String())
+		}
+		counter(c.dropped, st.DroppedNoWorker.Load(), "no_worker")
+		counter(c.dropped, st.DroppedQueueFull.Load(), "queue_full")
+		ch <- prometheus.MustNewConstMetric(c.aff, prometheus.GaugeValue, float64(st.Affinity.Load()), g)
+	}
+}
