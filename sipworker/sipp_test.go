@@ -1,0 +1,88 @@
+package sipworker
+
+import (
+	"context"
+	"net"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// sippCfg relays in-dialog requests even without a Route: SIPp's built-in
+// uac scenario ignores Record-Route and sends its ACK and BYE to the
+// Request-URI through the proxy it was pointed at (-rsa).
+const sippCfg = `
+route {
+	if (!mf_process_maxfwd_header(10)) { sl_send_reply(483, "Too Many Hops"); exit; }
+	if (has_totag()) {
+		loose_route();
+		t_relay();
+		exit;
+	}
+	if (is_method("CANCEL")) { t_relay(); exit; }
+	t_check_trans();
+	if (is_method("INVITE")) record_route();
+	if (!t_relay()) sl_send_reply(500, "Relay Failed");
+}
+`
+
+func freeUDPPort(t *testing.T) int {
+	t.Helper()
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).Port
+}
+
+// TestSIPpThroughProxy: sipp -sn uac → this worker → sipp -sn uas; every
+// call must complete (both exit 0: no failed call).
+func TestSIPpThroughProxy(t *testing.T) {
+	sipp, err := exec.LookPath("sipp")
+	if err != nil {
+		t.Skip("sipp not installed (Debian package sip-tester)")
+	}
+	p := startProxy(t, sippCfg, nil)
+	uasPort, uacPort := freeUDPPort(t), freeUDPPort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const calls = "20"
+	uas := exec.CommandContext(ctx, sipp, "-sn", "uas", "-i", "127.0.0.1", "-p", strconv.Itoa(uasPort),
+		"-m", calls, "-timeout", "40s", "-timeout_error", "-nostdin")
+	uasOut := &syncBuffer{}
+	uas.Stdout, uas.Stderr = uasOut, uasOut
+	if err := uas.Start(); err != nil {
+		t.Fatal(err)
+	}
+	uasDone := make(chan error, 1)
+	go func() { uasDone <- uas.Wait() }()
+
+	uac := exec.CommandContext(ctx, sipp, "-sn", "uac", "-i", "127.0.0.1", "-p", strconv.Itoa(uacPort),
+		"-rsa", p.addr().String(), "127.0.0.1:"+strconv.Itoa(uasPort),
+		"-m", calls, "-r", "10", "-d", "100", "-timeout", "40s", "-timeout_error", "-nostdin")
+	out, err := uac.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sipp uac: %v\n%s", err, tail(out))
+	}
+	select {
+	case err := <-uasDone:
+		if err != nil {
+			t.Fatalf("sipp uas: %v\n%s", err, tail([]byte(uasOut.String())))
+		}
+	case <-ctx.Done():
+		t.Fatal("sipp uas did not finish")
+	}
+	if s := p.stats(); s.Requests < 20*3 {
+		t.Fatalf("requests through the proxy: want at least %v, have %v", 60, s.Requests)
+	}
+	p.waitHeld0()
+}
+
+func tail(b []byte) []byte {
+	if len(b) > 3000 {
+		return b[len(b)-3000:]
+	}
+	return b
+}
