@@ -21,7 +21,7 @@ func TestMalformed(t *testing.T) {
 		"garbage \x00\x01\x02",
 		"",
 		"INVITE sip:x@y SIP/2.0\r\nVia: SIP/2.0/UDP 1.2.3.4\r\n", // truncated, no blank line
-		strings.Replace(good, "Call-ID: ok@test\n", "", 1),        // no Call-ID
+		strings.Replace(good, "Call-ID: ok@test\n", "", 1),       // no Call-ID
 		strings.Replace(good, "CSeq: 1 INVITE", "CSeq: one INVITE", 1),
 		"INVITE sip:x@y SIP/2.0\r\nX-Long: " + strings.Repeat("a", 64<<10-100) + "\r\n\r\n",
 		"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP 9.9.9.9;branch=z9hG4bKx\r\nCall-ID: a\r\nCSeq: 1 INVITE\r\nFrom: <sip:a@b>;tag=1\r\nTo: <sip:a@b>\r\n\r\n", // a reply for no one
