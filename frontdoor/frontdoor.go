@@ -86,6 +86,7 @@ type Door struct {
 type entry struct {
 	w    *pool.Worker
 	last int64 // unix ns of the last message
+	kind sipscan.Kind
 }
 
 // Stats are the door's counters.
@@ -106,6 +107,9 @@ type Stats struct {
 	Admitted [4]atomic.Uint64
 	// Affinity is the number of Call-IDs currently bound to a worker.
 	Affinity atomic.Int64
+	// Live counts the bound Call-IDs by the kind of their first message: the
+	// sessions in progress that session limits count.
+	Live [4]atomic.Int64
 }
 
 // New makes a door for the socket with the given index (as workers number
@@ -157,8 +161,7 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 		}
 		// The worker has ended: the transaction is gone with it, so the
 		// message is new work for another worker.
-		delete(d.aff, key)
-		d.Stats.Affinity.Add(-1)
+		d.unbind(key, e)
 	}
 
 	newSession := m.NewSession(d.OptionalNewSessions)
@@ -195,8 +198,10 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 	// Stray ACKs for non-2xx answers and responses nobody waits for need no
 	// affinity; everything else may be followed by more of its transaction.
 	if m.IsRequest && m.Method != sipscan.Ack || !m.IsRequest && m.StatusCode < 200 {
-		d.aff[key] = entry{w: w, last: now}
+		k := m.Kind()
+		d.aff[key] = entry{w: w, last: now, kind: k}
 		d.Stats.Affinity.Add(1)
+		d.Stats.Live[k].Add(1)
 	}
 }
 
@@ -220,12 +225,28 @@ func (d *Door) fromAddr() (netip.AddrPort, bool) { return d.from, d.from.IsValid
 // expire forgets Call-IDs whose transactions can no longer be alive.
 func (d *Door) expire(now int64) {
 	d.sweep = now + int64(time.Second)
-	var n int64
 	for k, e := range d.aff {
 		if now-e.last >= int64(AffinityTTL) {
-			delete(d.aff, k)
-			n++
+			d.unbind(k, e)
 		}
 	}
-	d.Stats.Affinity.Add(-n)
+}
+
+func (d *Door) unbind(key uint64, e entry) {
+	delete(d.aff, key)
+	d.Stats.Affinity.Add(-1)
+	d.Stats.Live[e.kind].Add(-1)
+}
+
+// QueueUsage is the share, in percent, of the queues of the workers that take
+// new work that is in use.
+func QueueUsage(ws []*pool.Worker) float64 {
+	if len(ws) == 0 {
+		return 0
+	}
+	var q int
+	for _, w := range ws {
+		q += w.Queue()
+	}
+	return 100 * float64(q) / float64(len(ws)*pool.QueueCapacity)
 }

@@ -260,7 +260,7 @@ func (g *Group) event(w *Worker, e Event) {
 	switch action {
 	case SendDrain:
 		go func() {
-			if err := w.Send([]byte{FrameDrain}); err != nil {
+			if err := w.send([]byte{FrameDrain}, false); err != nil {
 				// No room for the drain frame: the deadline will kill it.
 				g.log.Warn("drain frame not delivered", "worker", w.ID, "pid", w.Pid, "error", err)
 			}
@@ -465,7 +465,7 @@ func (g *Group) Echo(now time.Time) {
 	for _, w := range g.Workers() {
 		if s := w.State(); s == Ready || s == Draining {
 			frame := putEcho(b[:0], FrameEcho, g.echoSeq.Add(1), now.UnixNano())
-			_ = w.Send(frame)
+			_ = w.send(frame, false)
 		}
 	}
 }

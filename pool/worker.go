@@ -61,12 +61,25 @@ type Worker struct {
 // State is the worker's current state.
 func (w *Worker) State() State { return State(w.state.Load()) }
 
+// QueueCapacity is how many frames a worker may have waiting. A bounded
+// queue keeps the wait behind it bounded (at 1 ms per message, 4 s), and
+// gives queue usage a meaning in percent.
+const QueueCapacity = 4096
+
 // Send hands the worker one frame. It never blocks.
-func (w *Worker) Send(frame []byte) error {
+func (w *Worker) Send(frame []byte) error { return w.send(frame, true) }
+
+// send writes a frame; capped frames (work) respect QueueCapacity, the
+// supervisor's own (drain, echo) only the channel's room.
+func (w *Worker) send(frame []byte, capped bool) error {
 	w.sendMu.RLock()
 	defer w.sendMu.RUnlock()
 	if w.ended {
 		return ErrEnded
+	}
+	if capped && w.Queue() >= QueueCapacity {
+		w.dropped.Add(1)
+		return ErrQueueFull
 	}
 	for {
 		_, err := unix.Write(w.p.dataFD, frame)
