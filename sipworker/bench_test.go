@@ -35,7 +35,9 @@ func BenchmarkCall(b *testing.B) {
 	crlf := func(s string) []byte { return []byte(strings.ReplaceAll(s, "\n", "\r\n")) }
 	ruri := "sip:bob@" + uas.String()
 	rr := "<sip:" + pa.String() + ";lr>"
-	msg := func(from netip.AddrPort, data []byte) { w.HandleMessage(&pool.Message{Socket: 0, From: from, Data: data}) }
+	msg := func(from netip.AddrPort, data []byte) {
+		w.HandleMessage(&pool.Message{Socket: 0, From: from, Data: data})
+	}
 	lastBranch := func() string { return w.branchPrefix + strconv.FormatUint(w.branchSeq, 36) }
 	reply := func(code int, reason, branch, callID string, cseq int, method string) []byte {
 		return crlf(fmt.Sprintf(`SIP/2.0 %d %s

@@ -2,12 +2,14 @@ package sipworker
 
 import (
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/pool"
 )
 
@@ -128,4 +130,29 @@ func TestTCPDownstream(t *testing.T) {
 		t.Fatalf("want the ACK of the 486, have %v", ack)
 	}
 	alice.recvResponse(486)
+}
+
+// TestNewUsesSupervisorStore: a worker made by New keeps registrations in
+// the store behind env.Call, so they outlive it.
+func TestNewUsesSupervisorStore(t *testing.T) {
+	sock, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	kept := location.NewMemory()
+	env := &pool.Env{
+		Sockets:     []net.PacketConn{sock},
+		SocketNames: []string{"udp:" + sock.LocalAddr().String()},
+		Call:        func(req []byte) ([]byte, error) { return location.Serve(kept, req), nil },
+	}
+	h, err := New(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := "REGISTER sip:127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bK-n\r\nFrom: <sip:carol@127.0.0.1>;tag=c\r\nTo: <sip:carol@127.0.0.1>\r\nCall-ID: n@x\r\nCSeq: 1 REGISTER\r\nContact: <sip:carol@127.0.0.1:5999>\r\nContent-Length: 0\r\n\r\n"
+	h.HandleMessage(&pool.Message{Socket: 0, From: netip.MustParseAddrPort("127.0.0.1:5999"), Data: []byte(reg)})
+	if bs := kept.List(); len(bs) != 1 || bs[0].AOR != "carol" {
+		t.Fatalf("want carol's binding in the supervisor's store, have %+v", bs)
+	}
 }
