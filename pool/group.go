@@ -65,7 +65,6 @@ type Group struct {
 	// state change so the front door reads it without a lock.
 	routable atomic.Pointer[[]*Worker]
 	rr       atomic.Uint32
-	echoSeq  atomic.Uint64
 }
 
 // NewGroup makes a group; Start spawns its initial workers.
@@ -89,6 +88,9 @@ func NewGroup(o GroupOptions) *Group {
 	g.routable.Store(&[]*Worker{})
 	return g
 }
+
+// SetOnEcho sets the echo callback; call it before Start.
+func (g *Group) SetOnEcho(f func(w *Worker, rtt time.Duration)) { g.opts.OnEcho = f }
 
 // Name is the group's name.
 func (g *Group) Name() string { return g.opts.Name }
@@ -187,9 +189,11 @@ func (g *Group) readControl(w *Worker, readyTimer *time.Timer) {
 			readyTimer.Stop()
 			g.event(w, EvReady)
 		case ctlEcho:
-			if seq, sent, ok := parseEcho(buf[:n]); ok && g.opts.OnEcho != nil {
-				_ = seq
-				g.opts.OnEcho(w, time.Duration(time.Now().UnixNano()-sent))
+			if seq, sent, ok := parseEcho(buf[:n]); ok {
+				w.echoDone.Store(seq)
+				if g.opts.OnEcho != nil {
+					g.opts.OnEcho(w, time.Duration(time.Now().UnixNano()-sent))
+				}
 			}
 		case ctlCall:
 			if n < 9 {
@@ -464,8 +468,12 @@ func (g *Group) Echo(now time.Time) {
 	var b [echoLen]byte
 	for _, w := range g.Workers() {
 		if s := w.State(); s == Ready || s == Draining {
-			frame := putEcho(b[:0], FrameEcho, g.echoSeq.Add(1), now.UnixNano())
-			_ = w.send(frame, false)
+			seq := w.echoSent.Load() + 1
+			frame := putEcho(b[:0], FrameEcho, seq, now.UnixNano())
+			if w.send(frame, false) == nil {
+				w.echoTimes[seq%uint64(len(w.echoTimes))].Store(now.UnixNano())
+				w.echoSent.Store(seq)
+			}
 		}
 	}
 }

@@ -55,7 +55,31 @@ type Worker struct {
 	lastAt     int64
 	load       float64
 
+	// Echo bookkeeping, per worker: sequence numbers of the last echo sent
+	// and answered, and the send times of the last few.
+	echoSent, echoDone atomic.Uint64
+	echoTimes          [8]atomic.Int64
+
 	done chan struct{}
+}
+
+// EchoAge is how long the oldest unanswered echo has waited, 0 when every
+// echo was answered: a worker stuck on one message answers nothing, and its
+// round trip must still grow.
+func (w *Worker) EchoAge(now time.Time) time.Duration {
+	sent, done := w.echoSent.Load(), w.echoDone.Load()
+	if done >= sent {
+		return 0
+	}
+	oldest := done + 1
+	if sent-oldest >= uint64(len(w.echoTimes)) {
+		oldest = sent - uint64(len(w.echoTimes)) + 1
+	}
+	t := w.echoTimes[oldest%uint64(len(w.echoTimes))].Load()
+	if t == 0 {
+		return 0
+	}
+	return max(0, now.Sub(time.Unix(0, t)))
 }
 
 // State is the worker's current state.

@@ -1,13 +1,13 @@
 package supervisor
 
 import (
-	"errors"
 	"net/http"
 	"sort"
 	"time"
 
 	"github.com/sipvisor/sipvisor/ctl"
 	"github.com/sipvisor/sipvisor/frontdoor"
+	"github.com/sipvisor/sipvisor/sipscan"
 )
 
 // backend is the supervisor as the control API sees it.
@@ -51,13 +51,32 @@ func (b backend) PS() []ctl.Group {
 func (b backend) Stats() ctl.Stats {
 	s := b.s
 	st := ctl.Stats{UptimeSeconds: time.Since(s.started).Seconds(), Counters: map[string]float64{}}
-	st.Suspended = s.suspended.Load()
-	st.SuspendedManually = st.Suspended
+	o := s.ov
+	o.mu.Lock()
+	st.Suspended = o.state.Suspended()
+	st.SuspendedManually = o.state.Manual()
 	if st.Suspended {
-		st.SuspendReasons = []string{"suspended by the operator"}
-		st.Warning = "server is not accepting new sessions (suspended by the operator). Existing sessions are not affected."
+		st.SuspendedSeconds = time.Since(o.state.Since()).Seconds()
+		st.SuspendReasons = []string{o.state.Reason()}
+		st.Warning = o.state.Warning()
 	}
+	o.mu.Unlock()
 	st.Healthy, st.HealthReason = s.healthy()
+	now := time.Now()
+	st.Flips = o.flips.Counts(now)
+	st.FlipThreshold = o.flips.Threshold()
+	st.FlipWindowSeconds = o.flips.Window().Seconds()
+	total, byKind := o.sessions()
+	st.Counters["sessions"] = float64(total)
+	st.Counters["calls"] = float64(byKind[sipscan.KindCall])
+	st.Counters["registrations"] = float64(byKind[sipscan.KindRegistration])
+	st.Counters["subscriptions"] = float64(byKind[sipscan.KindSubscription])
+	for _, gr := range s.groupRuns() {
+		if t := gr.throttle.Load(); t != nil {
+			st.Throttle = append(st.Throttle, ctl.Throttle{Group: gr.g.Name(), Enabled: true, SharePercent: 100 * t.Share(),
+				RTTSeconds: time.Duration(gr.lastRTT.Load()).Seconds(), ThresholdSeconds: t.Config().Threshold.Seconds()})
+		}
+	}
 	for _, gr := range s.groupRuns() {
 		if gr.door == nil {
 			continue
@@ -82,21 +101,13 @@ func (b backend) Stats() ctl.Stats {
 func (b backend) Params() *ctl.Params { return b.s.params }
 
 func (b backend) Suspend() error {
-	b.s.suspended.Store(true)
-	b.s.log.Warn("server is suspended by the operator: new sessions are refused, existing ones go on")
+	b.s.ov.suspendManually(time.Now())
 	return nil
 }
 
-func (b backend) Resume() error {
-	if !b.s.suspended.Load() {
-		return errors.New("not suspended by the operator")
-	}
-	b.s.suspended.Store(false)
-	b.s.log.Info("server resumed by the operator")
-	return nil
-}
+func (b backend) Resume() error { return b.s.ov.resumeManually(time.Now()) }
 
-func (b backend) ResourceMonitor() []ctl.Resource { return nil }
+func (b backend) ResourceMonitor() []ctl.Resource { return b.s.ov.resources() }
 
 func (b backend) Reload() error { return b.s.Reload() }
 

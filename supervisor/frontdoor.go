@@ -75,12 +75,11 @@ func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
 	}
 }
 
-// admission is the admission decision for new sessions on a group: refused
-// while suspended; admitted otherwise.
+// admission is the admission decision for new sessions on a group.
 func (s *Supervisor) admission(gr *groupRun) frontdoor.Admission {
 	return func(m *sipscan.Msg, now int64) (frontdoor.Refusal, int) {
-		if s.suspended.Load() {
-			return frontdoor.RefuseSuspended, s.retryAfter()
+		if r := s.ov.admit(gr, m); r != frontdoor.RefuseNone {
+			return r, s.retryAfter()
 		}
 		return frontdoor.RefuseNone, 0
 	}

@@ -53,9 +53,14 @@ func (s *Supervisor) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready"})
 }
 
-func (s *Supervisor) healthy() (bool, string) { return true, "" }
+func (s *Supervisor) healthy() (bool, string) { return s.ov.healthy(time.Now()) }
 
 func (s *Supervisor) ready() (bool, string) {
+	if s.ov.suspended.Load() {
+		s.ov.mu.Lock()
+		defer s.ov.mu.Unlock()
+		return false, s.ov.state.Warning()
+	}
 	for _, gr := range s.groupRuns() {
 		if len(gr.g.Routable()) == 0 {
 			return false, "group " + gr.g.Name() + " has no ready worker"

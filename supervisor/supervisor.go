@@ -23,6 +23,7 @@ import (
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/profile"
+	"github.com/sipvisor/sipvisor/throttle"
 )
 
 // Options configures a Supervisor.
@@ -64,9 +65,10 @@ type Supervisor struct {
 
 	reload chan chan error
 
-	suspended atomic.Bool
-	started   time.Time
-	params    *ctl.Params
+	ov       *overload
+	regCount atomic.Int64 // bindings in the location store, counted each cycle
+	started  time.Time
+	params   *ctl.Params
 	// locations holds the registrations, outside every worker, so that
 	// scaling down or a crash never loses one.
 	locations location.Store
@@ -86,6 +88,14 @@ type groupRun struct {
 	lastFork int64
 	workers  map[int]*profile.Views
 	door     *frontdoor.Door // nil for TCP and timer groups
+
+	// RTT throttle: nil when switched off. admitted numbers the group's new
+	// sessions for Throttle.Admit; worstRTT is the worst echo round trip
+	// since the last echo tick, lastRTT the worst of the last interval.
+	throttle atomic.Pointer[throttle.Throttle]
+	admitted atomic.Uint64
+	worstRTT atomic.Int64
+	lastRTT  atomic.Int64
 }
 
 // New binds every SIP socket and the control address, so that an address in
@@ -116,6 +126,8 @@ func New(o Options) (*Supervisor, error) {
 	s.m = newMetrics(s.reg)
 	s.pm = pool.NewMetrics(s.reg)
 	s.reg.MustRegister(newDoorCollector(s))
+	s.ov = newOverload(s, o.Config)
+	s.registerParams()
 
 	var addrs []listeners.Addr
 	for _, sk := range o.Config.Sockets {
@@ -199,6 +211,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return s.hupLoop(ctx) }, func(error) { cancel() })
 	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return s.echoLoop(ctx) }, func(error) { cancel() })
+	}
 	srv := s.httpServer()
 	g.Add(func() error {
 		if err := srv.Serve(s.httpLn); !errors.Is(err, errServerClosed) {
@@ -242,6 +258,9 @@ func (s *Supervisor) makeGroups() {
 			ceiling = max(workers, pp.UpTo)
 		}
 		gr := &groupRun{profile: p, workers: map[int]*profile.Views{}}
+		if t := newThrottle(cfg.Throttle); t != nil {
+			gr.throttle.Store(t)
+		}
 		gr.g = pool.NewGroup(pool.GroupOptions{
 			Name: name, Kind: kind, Initial: workers, Ceiling: ceiling,
 			Command: s.opts.Worker, ConfigPath: s.opts.ConfigPath,
@@ -250,6 +269,14 @@ func (s *Supervisor) makeGroups() {
 			MemoryLimit: cfg.Workers.MemoryLimit, Logger: s.opts.Logger, Metrics: s.pm,
 			OnExit: func(w *pool.Worker, reason string) { s.workerExited(name, w, reason) },
 			OnCall: s.answerCall,
+		})
+		gr.g.SetOnEcho(func(w *pool.Worker, rtt time.Duration) {
+			for {
+				old := gr.worstRTT.Load()
+				if int64(rtt) <= old || gr.worstRTT.CompareAndSwap(old, int64(rtt)) {
+					return
+				}
+			}
 		})
 		s.resetScaling(gr)
 		s.groups = append(s.groups, gr)
@@ -321,6 +348,7 @@ func (s *Supervisor) stopGroups() {
 }
 
 func (s *Supervisor) workerExited(group string, w *pool.Worker, reason string) {
+	s.ov.workerExited(group, reason, time.Now())
 	s.mu.Lock()
 	if gr := s.byName[group]; gr != nil {
 		delete(gr.workers, w.ID)
@@ -348,6 +376,8 @@ func (s *Supervisor) cycleLoop(ctx context.Context) error {
 func (s *Supervisor) runCycle(now time.Time) {
 	start := time.Now()
 	s.locations.Expire(now)
+	s.regCount.Store(int64(len(s.locations.List())))
+	s.ov.sample(now)
 	s.mu.Lock()
 	s.cycle++
 	for _, gr := range s.groups {
@@ -456,4 +486,18 @@ func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
 		return location.Serve(s.locations, req)
 	}
 	return nil
+}
+
+// echoLoop sends the echoes of the RTT throttle every echo interval.
+func (s *Supervisor) echoLoop(ctx context.Context) error {
+	t := time.NewTicker(s.config().Throttle.EchoInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case now := <-t.C:
+			s.ov.echoTick(now)
+		}
+	}
 }

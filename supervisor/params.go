@@ -1,0 +1,142 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/sipscan"
+	"github.com/sipvisor/sipvisor/watermark"
+)
+
+// registerParams makes the live settings readable and settable through
+// `sipvisor ctl get|set PATH`. Every setter validates before it changes
+// anything; a refused value changes nothing.
+func (s *Supervisor) registerParams() {
+	p, o := s.params, s.ov
+	for _, m := range watermark.Monitors() {
+		kind := ctl.Percent
+		if !m.IsPercent() {
+			kind = ctl.Count
+		}
+		for _, side := range []string{"high", "low"} {
+			p.Register("suspend_watermarks/"+string(m)+"/"+side,
+				func() float64 {
+					o.mu.Lock()
+					defer o.mu.Unlock()
+					if side == "high" {
+						return o.marks[m].High
+					}
+					return o.marks[m].Low
+				},
+				func(v float64) error {
+					o.mu.Lock()
+					defer o.mu.Unlock()
+					next, err := o.marks.With(m, side, v)
+					if err != nil {
+						return err
+					}
+					o.marks = next
+					o.publishMarks()
+					s.log.Info("watermark changed", "monitor", string(m), "side", side, "value", v)
+					return nil
+				}, kind)
+		}
+	}
+	p.Register("suspend/enable",
+		func() float64 { o.mu.Lock(); defer o.mu.Unlock(); return b2f(o.enabled) },
+		func(v float64) error { o.mu.Lock(); defer o.mu.Unlock(); o.enabled = v != 0; return nil }, ctl.Bool)
+
+	count := func(path string, a *atomic.Int64) {
+		p.Register(path, func() float64 { return float64(a.Load()) },
+			func(v float64) error { a.Store(int64(v)); return nil }, ctl.Count)
+	}
+	count("limits/max_sessions", &o.maxSessions)
+	count("limits/max_sessions_per_group", &o.maxPerGroup)
+	count("limits/max_sessions_per_socket", &o.maxPerSocket)
+	count("limits/max_calls", &o.maxByKind[sipscan.KindCall])
+	count("limits/max_registrations", &o.maxByKind[sipscan.KindRegistration])
+	count("limits/max_subscriptions", &o.maxByKind[sipscan.KindSubscription])
+	p.Register("limits/queue_admission_threshold",
+		func() float64 { return math.Float64frombits(o.queueAdmission.Load()) },
+		func(v float64) error {
+			if v > 90 {
+				return fmt.Errorf("queue admission threshold %v%% is over 90%% (0 turns it off)", v)
+			}
+			o.queueAdmission.Store(math.Float64bits(v))
+			return nil
+		}, ctl.Percent)
+
+	// The throttle's settings apply to every group; a change starts each
+	// group's throttle afresh.
+	thr := func(path string, kind ctl.Kind, get func(c config.Throttle) float64, set func(c *config.Throttle, v float64) error) {
+		p.Register(path,
+			func() float64 { return get(s.throttleConfig()) },
+			func(v float64) error {
+				c := s.throttleConfig()
+				if err := set(&c, v); err != nil {
+					return err
+				}
+				s.setThrottle(c)
+				return nil
+			}, kind)
+	}
+	thr("throttle/enable", ctl.Bool,
+		func(c config.Throttle) float64 { return b2f(c.Enable) },
+		func(c *config.Throttle, v float64) error { c.Enable = v != 0; return nil })
+	thr("throttle/rtt_threshold", ctl.Seconds,
+		func(c config.Throttle) float64 { return c.RTTThreshold.Seconds() },
+		func(c *config.Throttle, v float64) error {
+			if v <= 0 {
+				return errors.New("rtt threshold must be above 0")
+			}
+			c.RTTThreshold = time.Duration(v * float64(time.Second))
+			return nil
+		})
+	thr("throttle/count", ctl.Count,
+		func(c config.Throttle) float64 { return float64(c.Count) },
+		func(c *config.Throttle, v float64) error {
+			if v < 1 {
+				return errors.New("count must be at least 1")
+			}
+			c.Count = int(v)
+			return nil
+		})
+	thr("throttle/step", ctl.Percent,
+		func(c config.Throttle) float64 { return c.StepPercent },
+		func(c *config.Throttle, v float64) error {
+			if v <= 0 {
+				return errors.New("step must be above 0%")
+			}
+			c.StepPercent = v
+			return nil
+		})
+}
+
+func (s *Supervisor) throttleConfig() config.Throttle {
+	s.ov.mu.Lock()
+	defer s.ov.mu.Unlock()
+	return s.ov.throttle
+}
+
+func (s *Supervisor) setThrottle(c config.Throttle) {
+	s.ov.mu.Lock()
+	s.ov.throttle = c
+	s.ov.mu.Unlock()
+	for _, gr := range s.groupRuns() {
+		gr.throttle.Store(newThrottle(c))
+		s.ov.m.share.WithLabelValues(gr.g.Name()).Set(0)
+	}
+	s.log.Info("throttle settings changed", "enable", c.Enable, "rtt_threshold", c.RTTThreshold, "count", c.Count, "step_percent", c.StepPercent)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,93 @@
+package supervisor
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/pool"
+)
+
+// buildSipvisor builds the real binary once per test process.
+func buildSipvisor(tb testing.TB) string {
+	tb.Helper()
+	bin := filepath.Join(tb.TempDir(), "sipvisor")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/sipvisor/sipvisor/cmd/sipvisor")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("build sipvisor: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// BenchmarkWorkerSpawnReady measures, with the real sipvisor binary running
+// the built-in registrar and proxy script, the time from fork to a worker's
+// ready byte, and the resident memory of an idle worker.
+func BenchmarkWorkerSpawnReady(b *testing.B) {
+	bin := buildSipvisor(b)
+	sock, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sock.Close()
+	f, err := sock.File()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	cfgPath := filepath.Join(b.TempDir(), "default.cfg")
+	os.WriteFile(cfgPath, []byte(config.DefaultText), 0o644)
+	g := pool.NewGroup(pool.GroupOptions{Name: "bench", Kind: pool.KindUDP, Ceiling: b.N + 1,
+		Command: pool.Command{Path: bin, Args: []string{"worker"}}, ConfigPath: cfgPath,
+		Sockets: []*os.File{f}, SocketNames: []string{"udp:" + sock.LocalAddr().String()}})
+	defer g.Stop(time.Now().Add(10 * time.Second))
+
+	var total time.Duration
+	var last *pool.Worker
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		w, err := g.Grow()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for w.State() != pool.Ready {
+			select {
+			case <-w.Done():
+				b.Fatalf("worker exited: %s", w.ExitReason())
+			default:
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		total += time.Since(t0)
+		last = w
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms/ready")
+	// Idle for a moment so the RSS is the steady state, not start-up.
+	time.Sleep(500 * time.Millisecond)
+	if rss, ok := rssBytes(last.Pid); ok {
+		b.ReportMetric(float64(rss)/(1<<20), "idle-rss-MB")
+	}
+}
+
+// rssBytes reads VmRSS of pid.
+func rssBytes(pid int) (int64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if v, ok := strings.CutPrefix(string(l), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
+}
