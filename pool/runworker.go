@@ -111,14 +111,14 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 
 	w := &workerLoop{env: env, ctl: ctl, stats: stats, dataFD: dataFD, submit: make(chan func(), 64)}
 	env.Submit = func(fn func()) { w.submit <- fn }
+	calls := newCaller(ctl)
+	env.Call = calls.call
 	h, err := newHandler(env)
 	if err != nil {
 		return fmt.Errorf("start handler: %w", err)
 	}
 	w.h = h
 
-	calls := newCaller(ctl)
-	env.Call = calls.call
 	// The supervisor gone means this worker must go too: nothing would route
 	// to it, and Pdeathsig may not have fired if the forking thread lived on.
 	go func() {

@@ -1,12 +1,9 @@
 package supervisor
 
 import (
-	"errors"
-
 	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/sipworker"
 )
 
 // newWorkerHandler makes the SIP engine of a worker process.
-func newWorkerHandler(env *pool.Env) (pool.Handler, error) {
-	return nil, errors.New("the SIP engine is not part of this build")
-}
+func newWorkerHandler(env *pool.Env) (pool.Handler, error) { return sipworker.New(env) }
