@@ -5,8 +5,10 @@
 # Each step offers RATE calls/s for STEP seconds (-m RATE*STEP, calls of
 # length 0, UDP on 127.0.0.1). The UAC is pinned to CPU 0 (GOMAXPROCS=1 for
 # sipload), the UAS to CPU 1. A step passes when every call succeeded, the run
-# took at most STEP+1 seconds (the generator kept the rate) and, for sipload,
-# its own schedule lag stayed under 50 ms. Rates rise until a step fails.
+# took at most STEP+0.5 seconds (the generator kept the rate).
+# The same test judges both tools. sipload's worst schedule lag is printed too:
+# on a shared machine a single scheduling stall shows there without the rate
+# being out of reach. Rates rise until a step fails.
 #
 #   loadgen/bench-sipload.sh [RATES...]       default: 1000 2000 ... 
 #   STEP=4 loadgen/bench-sipload.sh 2000 4000 8000
@@ -16,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 STEP=${STEP:-4}
 RATES=("$@")
-[ ${#RATES[@]} -gt 0 ] || RATES=(1000 2000 3000 4000 5000 6000 8000 10000 12000 14000 16000 20000)
+[ ${#RATES[@]} -gt 0 ] || RATES=(1000 2000 4000 6000 8000 10000 12000 14000 16000 18000 20000 24000 28000 32000)
 SIPP=${SIPP:-/usr/bin/sipp}
 work=$(mktemp -d)
 trap 'kill $uas_pid 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -41,12 +43,8 @@ bench_sipload() {
 		fail=$(sed -n 's/.*failed \([0-9]*\).*/\1/p' <<<"$out" | head -1)
 		lag=$(sed -n 's/.*max lag \([^ ]*\).*/\1/p' <<<"$out")
 		el=$(echo "$t1 - $t0" | bc)
-		local lagms; lagms=$(python3 -c "
-import re,sys
-s='$lag'; m=re.fullmatch(r'([0-9.]+)(ns|µs|us|ms|s)',s)
-print(float(m.group(1))*{'ns':1e-6,'µs':1e-3,'us':1e-3,'ms':1,'s':1000}[m.group(2)] if m else 1e9)")
 		local verdict=pass
-		if [ "${ok:-0}" != "$m" ] || [ "${fail:-1}" != 0 ] || (( $(echo "$el > $STEP + 1" | bc) )) || (( $(echo "$lagms > 50" | bc) )); then
+		if [ "${ok:-0}" != "$m" ] || [ "${fail:-1}" != 0 ] || (( $(echo "$el > $STEP + 0.5" | bc) )); then
 			verdict=FAIL
 		fi
 		printf 'sipload %6d cps: %6s/%d ok, %s failed, %5.2fs, max lag %s: %s\n' "$r" "${ok:-?}" "$m" "${fail:-?}" "$el" "$lag" "$verdict"
@@ -75,7 +73,7 @@ bench_sipp() {
 		fail=$(awk -F';' 'NR==1{for(i=1;i<=NF;i++) if($i=="FailedCall(C)") c=i} END{print $c}' "$stf")
 		el=$(echo "$t1 - $t0" | bc)
 		local verdict=pass
-		if [ "${ok:-0}" != "$m" ] || [ "${fail:-1}" != 0 ] || (( $(echo "$el > $STEP + 1" | bc) )); then
+		if [ "${ok:-0}" != "$m" ] || [ "${fail:-1}" != 0 ] || (( $(echo "$el > $STEP + 0.5" | bc) )); then
 			verdict=FAIL
 		fi
 		printf 'sipp    %6d cps: %6s/%d ok, %s failed, %5.2fs: %s\n' "$r" "${ok:-?}" "$m" "${fail:-?}" "$el" "$verdict"

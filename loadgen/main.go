@@ -97,6 +97,10 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.plot, "plot", "", "draw the run into FILE.svg or FILE.png")
 	fs.Int64Var(&cfg.maxFailed, "max-failed", 0, "failure budget: exit 0 only if at most this many calls failed")
 	fs.BoolVar(&cfg.quiet, "q", false, "no live status line")
+	// Accepted so SIPp command lines run unchanged: rows are always written
+	// every second, and sipload never reads stdin.
+	fs.String("fd", "", "accepted for SIPp compatibility; CSV rows are always per second")
+	fs.Bool("nostdin", false, "accepted for SIPp compatibility; sipload never reads stdin")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: sipload [target host:port] [flags]\n\nSIPp-compatible flags where SIPp has them; long flags take one or two dashes.\n\n")
 		fs.PrintDefaults()

@@ -151,7 +151,7 @@ func writeSummary(w io.Writer, o *Options, st Stats) {
 	if o.Scenario != "uas" {
 		fmt.Fprintf(w, "  setup      p50 %.2fms  p90 %.2fms  p99 %.2fms\n", ms(st.SetupP50), ms(st.SetupP90), ms(st.SetupP99))
 	}
-	fmt.Fprintf(w, "  generator  max lag %v  socket drops %d\n", st.MaxLag.Round(time.Microsecond), st.Drops)
+	fmt.Fprintf(w, "  generator  max lag %v  max CPU %.0f%%  socket drops %d\n", st.MaxLag.Round(time.Microsecond), st.MaxCPU, st.Drops)
 	for _, m := range st.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", m)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -52,6 +53,7 @@ type Stats struct {
 	// or a signal; they are neither successes nor failures.
 	Aborted int64
 	MaxLag  time.Duration
+	MaxCPU  float64 // sipload's busiest second, in % of one core
 	Drops   int64
 	Rows    []Row
 	// Warnings say when sipload itself could not keep up, so that a
@@ -229,10 +231,18 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 	}
 	err := c.loop(ctx, r)
 	st := Stats{Counts: c.tot, Elapsed: c.now(), Rows: c.rows, MaxLag: c.maxLag, Drops: c.dropsLast - c.dropsBase}
+	for _, r := range c.rows {
+		if r.Elapsed-(r.Elapsed.Truncate(time.Second)) == 0 && r.GenCPU > st.MaxCPU {
+			st.MaxCPU = r.GenCPU // whole seconds only: a short last one is noise
+		}
+	}
 	st.SetupP50, st.SetupP90, st.SetupP99 = c.total.quantile(.5), c.total.quantile(.9), c.total.quantile(.99)
 	st.Aborted = r.abort()
 	if st.MaxLag > lagWarn {
 		st.Warnings = append(st.Warnings, fmt.Sprintf("sipload fell behind its schedule by up to %v (CPU or scheduling on this host): offered rates in those seconds are sipload's limit, not the server's", st.MaxLag.Round(time.Millisecond)))
+	}
+	if cores := float64(runtime.GOMAXPROCS(0)); st.MaxCPU >= 90*cores {
+		st.Warnings = append(st.Warnings, fmt.Sprintf("sipload used %.0f%% CPU in its busiest second, all of the %.0f core(s) it may use: its numbers may be limited by itself", st.MaxCPU, cores))
 	}
 	if st.Drops > 0 {
 		st.Warnings = append(st.Warnings, fmt.Sprintf("the kernel dropped %d datagrams on sipload's own socket (receive buffer full): those losses are the generator's; raise -buff_size and net.core.rmem_max", st.Drops))

@@ -144,7 +144,7 @@ func TestSiploadUACAgainstSippUAS(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 			}
 			s := sp.wait(t)
-			t.Logf("sipp uas: %d incoming, %d successful, %d failed; sipload uac: %+v", s["IncomingCall(C)"], s["SuccessfulCall(C)"], s["FailedCall(C)"], c.Counts)
+			t.Logf("sipp uas: %d incoming, %d successful, %d failed (tcp closed %d, unexpected %d); sipload uac: %+v", s["IncomingCall(C)"], s["SuccessfulCall(C)"], s["FailedCall(C)"], s["FailedTcpClosed(C)"], s["FailedUnexpectedMessage(C)"], c.Counts)
 			for _, tc := range []struct {
 				name       string
 				want, have int64

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // packet is one received SIP message, handed from a reader goroutine to the
@@ -123,8 +124,9 @@ type streamConn struct {
 }
 
 type tcpTransport struct {
-	ln    net.Listener // uas
-	conn  *streamConn  // uac: the one connection of -t t1
+	ln    net.Listener  // uas
+	conn  *streamConn   // uac: the one connection of -t t1
+	eof   chan struct{} // uac: closed when the server closes the connection
 	local netip.AddrPort
 	mu    sync.Mutex
 	conns map[*streamConn]struct{}
@@ -182,8 +184,8 @@ func dialTCP(ip string, target string, in chan<- *packet, errc chan<- error) (*t
 		return nil, fmt.Errorf("connect tcp: %w", err)
 	}
 	sc := &streamConn{c: c, w: bufio.NewWriterSize(c, 64<<10)}
-	t := &tcpTransport{conn: sc, local: c.LocalAddr().(*net.TCPAddr).AddrPort()}
-	go readStream(sc, in, errc, true, func() {})
+	t := &tcpTransport{conn: sc, local: c.LocalAddr().(*net.TCPAddr).AddrPort(), eof: make(chan struct{})}
+	go readStream(sc, in, errc, true, func() { close(t.eof) })
 	return t, nil
 }
 
@@ -244,9 +246,18 @@ func (t *tcpTransport) flush() {
 
 func (t *tcpTransport) localAddr() netip.AddrPort { return t.local }
 
+// tcpLinger is how long a client keeps its connection after the last call:
+// a server still finishing that call's transaction (SIPp's uas counts a call
+// whose connection closed under it as failed) gets to end it first.
+const tcpLinger = 500 * time.Millisecond
+
 func (t *tcpTransport) close() error {
 	if t.conn != nil {
 		t.conn.w.Flush()
+		select {
+		case <-t.eof:
+		case <-time.After(tcpLinger):
+		}
 		return t.conn.c.Close()
 	}
 	err := t.ln.Close()

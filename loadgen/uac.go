@@ -117,18 +117,18 @@ func (u *uac) tick(now time.Duration) {
 func (u *uac) startCall(now time.Duration) {
 	u.sent++
 	cl := &call{n: u.sent, cseq: 1, sent: now, rtx: u.o.T1}
-	var b []byte
+	b := make([]byte, 0, 1024) // kept for retransmission, then reused by the BYE
 	switch u.o.Scenario {
 	case "uac":
 		cl.callID = string(u.ep.callID(nil, cl.n))
 		cl.ruri = u.ruri
 		cl.state = sInvite
-		b = u.ep.invite(nil, cl)
+		b = u.ep.invite(b, cl)
 	case "options":
 		cl.callID = string(u.ep.callID(nil, cl.n))
 		cl.ruri = u.ruri
 		cl.state = sReq
-		b = u.ep.options(nil, cl)
+		b = u.ep.options(b, cl)
 	case "register":
 		cl.ruri = u.ruri
 		cl.state = sReq
@@ -151,7 +151,7 @@ func (u *uac) startCall(now time.Duration) {
 		} else {
 			cl.callID = string(u.ep.callID(nil, cl.n))
 		}
-		b = u.ep.register(nil, cl, user, u.o.Expires)
+		b = u.ep.register(b, cl, user, u.o.Expires)
 	}
 	cl.req = b
 	u.calls[cl.callID] = cl
