@@ -1,0 +1,82 @@
+package loadgen
+
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+func TestParseArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		target string
+		port   int
+		sched  Schedule
+		hold   time.Duration
+		csv    string
+	}{
+		{"SIPp order, default port", []string{"10.0.0.1", "-sn", "uac", "-r", "5"}, "10.0.0.1:5060", 0, Constant(5), 0, ""},
+		{"target last", []string{"-r", "10", "-rp", "5s", "h:5080"}, "h:5080", 0, Constant(2), 0, ""},
+		{"-rp in ms", []string{"h:1", "-r", "3", "-rp", "500"}, "h:1", 0, Constant(6), 0, ""},
+		{"-d in ms or a duration", []string{"h:1", "-d", "1500"}, "h:1", 0, Constant(10), 1500 * time.Millisecond, ""},
+		{"-d 2s", []string{"h:1", "-d", "2s"}, "h:1", 0, Constant(10), 2 * time.Second, ""},
+		{"uas listens on 5060", []string{"-sn", "uas"}, "", 5060, Constant(10), 0, ""},
+		{"uas -p", []string{"-sn", "uas", "-p", "0"}, "", 0, Constant(10), 0, ""},
+		{"ramp", []string{"h:1", "-r", "10", "-rate_increase", "10", "-rate_interval", "2", "-rate_max", "30"}, "h:1", 0,
+			Schedule{{10, 2 * time.Second}, {20, 2 * time.Second}, {30, 2 * time.Second}}, 0, ""},
+		{"--schedule", []string{"h:1", "--schedule", "10/20s,350/1m"}, "h:1", 0, Schedule{{10, 20 * time.Second}, {350, time.Minute}}, 0, ""},
+		{"-trace_stat -stf", []string{"h:1", "-trace_stat", "-stf", "x.csv", "-fd", "1", "-nostdin"}, "h:1", 0, Constant(10), 0, "x.csv"},
+	} {
+		cfg, err := parseArgs(tc.args, io.Discard)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if cfg.Target != tc.target || cfg.LocalPort != tc.port || cfg.Hold != tc.hold || cfg.csv != tc.csv {
+			t.Errorf("%s: want target %q port %d hold %v csv %q, have %q %d %v %q", tc.name, tc.target, tc.port, tc.hold, tc.csv,
+				cfg.Target, cfg.LocalPort, cfg.Hold, cfg.csv)
+		}
+		if len(cfg.Schedule) != len(tc.sched) {
+			t.Errorf("%s: want schedule %v, have %v", tc.name, tc.sched, cfg.Schedule)
+			continue
+		}
+		for i := range tc.sched {
+			if cfg.Schedule[i] != tc.sched[i] {
+				t.Errorf("%s: want schedule %v, have %v", tc.name, tc.sched, cfg.Schedule)
+			}
+		}
+	}
+}
+
+// The offered load follows the schedule, not the server: against a server
+// that never answers, every scheduled call is still placed.
+func TestOpenLoopAgainstSilentServer(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	c := runClient(t, Options{Scenario: "uac", Target: pc.LocalAddr().String(),
+		Schedule: Schedule{{50, time.Second}, {0, 500 * time.Millisecond}, {100, time.Second}}, T1: 10 * time.Millisecond, NoRetrans: true})
+	if c.Offered != 150 || c.FailedTimeout != 150 {
+		t.Errorf("want 150 offered and 150 timeouts, have %d %d", c.Offered, c.FailedTimeout)
+	}
+	var target float64
+	for _, r := range c.Rows {
+		target += r.TargetCPS
+	}
+	if target == 0 {
+		t.Error("want rows to carry the target rate, have none")
+	}
+}
+
+func FuzzParseMetrics(f *testing.F) {
+	f.Add(metricsText)
+	f.Add("x{a=\"\\\"\"} 1 2\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		ss, _ := parseMetrics(s)
+		groupSamples(ss)
+	})
+}
