@@ -72,7 +72,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(durationFlag{&ratePeriod, time.Millisecond}, "rp", "rate period (ms, or a duration such as 5s)")
 	fs.Float64Var(&rateIncr, "rate_increase", 0, "add this to the rate every -rate_interval")
 	fs.Float64Var(&rateMax, "rate_max", 0, "with -rate_increase: stop one interval after reaching this rate")
-	fs.Var(durationFlag{&rateInterval, time.Second}, "rate_interval", "interval of -rate_increase (s, or a duration)")
+	fs.Var(durationFlag{&rateInterval, time.Second}, "rate_interval", "interval of -rate_increase (s, or a duration; default -fd, 60s)")
 	fs.BoolVar(&noRateQuit, "no_rate_quit", false, "with -rate_increase: keep going at -rate_max")
 	fs.StringVar(&schedule, "schedule", "", "rate schedule 'CPS/DURATION,...' such as '10/20s,350/60s', or @FILE")
 	fs.Int64Var(&o.MaxCalls, "m", 0, "stop after this many calls")
@@ -98,8 +98,10 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.Int64Var(&cfg.maxFailed, "max-failed", 0, "failure budget: exit 0 only if at most this many calls failed")
 	fs.BoolVar(&cfg.quiet, "q", false, "no live status line")
 	// Accepted so SIPp command lines run unchanged: rows are always written
-	// every second, and sipload never reads stdin.
-	fs.String("fd", "", "accepted for SIPp compatibility; CSV rows are always per second")
+	// every second, and sipload never reads stdin. -fd still sets SIPp's
+	// default -rate_interval.
+	fd := time.Minute
+	fs.Var(durationFlag{&fd, time.Second}, "fd", "SIPp's statistics period (s); only the default of -rate_interval here, CSV rows are always per second")
 	fs.Bool("nostdin", false, "accepted for SIPp compatibility; sipload never reads stdin")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: sipload [target host:port] [flags]\n\nSIPp-compatible flags where SIPp has them; long flags take one or two dashes.\n\n")
@@ -142,7 +144,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 		o.Schedule = s
 	case rateIncr > 0:
 		if rateInterval <= 0 {
-			rateInterval = ratePeriod // SIPp's default interval is the rate period
+			rateInterval = fd // as in SIPp
 		}
 		o.Schedule = Ramp(perSec, rateIncr/ratePeriod.Seconds(), rateMax/ratePeriod.Seconds(), rateInterval, noRateQuit)
 	default:

@@ -26,6 +26,8 @@ func TestParseArgs(t *testing.T) {
 		{"uas -p", []string{"-sn", "uas", "-p", "0"}, "", 0, Constant(10), 0, ""},
 		{"ramp", []string{"h:1", "-r", "10", "-rate_increase", "10", "-rate_interval", "2", "-rate_max", "30"}, "h:1", 0,
 			Schedule{{10, 2 * time.Second}, {20, 2 * time.Second}, {30, 2 * time.Second}}, 0, ""},
+		{"ramp interval defaults to -fd", []string{"h:1", "-r", "10", "-rate_increase", "5", "-rate_max", "15", "-fd", "5"}, "h:1", 0,
+			Schedule{{10, 5 * time.Second}, {15, 5 * time.Second}}, 0, ""},
 		{"--schedule", []string{"h:1", "--schedule", "10/20s,350/1m"}, "h:1", 0, Schedule{{10, 20 * time.Second}, {350, time.Minute}}, 0, ""},
 		{"-trace_stat -stf", []string{"h:1", "-trace_stat", "-stf", "x.csv", "-fd", "1", "-nostdin"}, "h:1", 0, Constant(10), 0, "x.csv"},
 	} {

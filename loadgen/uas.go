@@ -125,8 +125,10 @@ func (u *uas) handle(m *msg, from peer, now time.Duration) {
 		u.sec.Offered++
 		u.sec.Succeeded++
 		extra := ""
-		if bytes.Equal(m.method, []byte("REGISTER")) {
-			extra = "Expires: " + strconv.Itoa(u.o.Expires) + "\r\n"
+		if bytes.Equal(m.method, []byte("REGISTER")) && len(m.contact) > 0 {
+			// A 2xx to REGISTER lists the bindings (RFC 3261 10.3 step 8);
+			// the one just sent is all this registrar keeps.
+			extra = "Contact: <" + string(m.contact) + ">;expires=" + strconv.Itoa(u.o.Expires) + "\r\n"
 		}
 		u.out = u.ep.response(u.out[:0], m, 200, "OK", "", false, extra, nil)
 		u.send(u.out, from)
