@@ -236,6 +236,9 @@ func (o *overload) resumeManually(now time.Time) error {
 // admit is the admission decision of one new session on a group, cheapest
 // checks first: suspension, limits, queue occupancy, RTT throttle.
 func (o *overload) admit(gr *groupRun, m *sipscan.Msg) frontdoor.Refusal {
+	if m.Method == sipscan.Register && o.s.refreshesBinding(m.CallID) {
+		return frontdoor.RefuseNone
+	}
 	if o.suspended.Load() {
 		return frontdoor.RefuseSuspended
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/profile"
+	"github.com/sipvisor/sipvisor/sipscan"
 	"github.com/sipvisor/sipvisor/throttle"
 )
 
@@ -67,8 +68,12 @@ type Supervisor struct {
 
 	ov       *overload
 	regCount atomic.Int64 // bindings in the location store, counted each cycle
-	started  time.Time
-	params   *ctl.Params
+	// regIDs holds the Call-ID hashes of the live bindings' REGISTERs, so
+	// that a refresh of an existing registration is never refused: it is
+	// an existing session, not a new one.
+	regIDs  atomic.Pointer[map[uint64]struct{}]
+	started time.Time
+	params  *ctl.Params
 	// locations holds the registrations, outside every worker, so that
 	// scaling down or a crash never loses one.
 	locations location.Store
@@ -376,7 +381,7 @@ func (s *Supervisor) cycleLoop(ctx context.Context) error {
 func (s *Supervisor) runCycle(now time.Time) {
 	start := time.Now()
 	s.locations.Expire(now)
-	s.regCount.Store(int64(len(s.locations.List())))
+	s.refreshRegistrations()
 	s.ov.sample(now)
 	s.mu.Lock()
 	s.cycle++
@@ -500,4 +505,27 @@ func (s *Supervisor) echoLoop(ctx context.Context) error {
 			s.ov.echoTick(now)
 		}
 	}
+}
+
+// refreshRegistrations recounts the bindings and their REGISTER Call-IDs.
+func (s *Supervisor) refreshRegistrations() {
+	bs := s.locations.List()
+	ids := make(map[uint64]struct{}, len(bs))
+	for _, b := range bs {
+		if b.CallID != "" {
+			ids[sipscan.CallIDHash([]byte(b.CallID))] = struct{}{}
+		}
+	}
+	s.regIDs.Store(&ids)
+	s.regCount.Store(int64(len(bs)))
+}
+
+// refreshesBinding reports whether a REGISTER refreshes a live binding.
+func (s *Supervisor) refreshesBinding(callID []byte) bool {
+	ids := s.regIDs.Load()
+	if ids == nil {
+		return false
+	}
+	_, ok := (*ids)[sipscan.CallIDHash(callID)]
+	return ok
 }
