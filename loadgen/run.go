@@ -163,6 +163,7 @@ type core struct {
 	target peer
 	in     chan *packet
 	errc   chan error
+	sink   *sink
 	start  time.Time
 	timers timerHeap
 	out    []byte // reused send buffer
@@ -205,10 +206,14 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 		defer cancel()
 	}
 	c := &core{o: &o, in: make(chan *packet, 4096), errc: make(chan error, 16)}
+	c.sink = &sink{in: c.in, errc: c.errc, quit: make(chan struct{})}
 	if err := c.open(); err != nil {
 		return Stats{}, err
 	}
-	defer c.tr.close()
+	defer func() {
+		c.tr.close()
+		close(c.sink.quit)
+	}()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	if o.Scrape != "" {
@@ -279,11 +284,11 @@ func (c *core) open() error {
 	var err error
 	switch {
 	case o.Transport == "u1":
-		c.tr, err = listenUDP(ip, o.LocalPort, o.BufSize, c.in, c.errc)
+		c.tr, err = listenUDP(ip, o.LocalPort, o.BufSize, c.sink)
 	case o.Scenario == "uas":
-		c.tr, err = listenTCP(ip, o.LocalPort, c.in, c.errc)
+		c.tr, err = listenTCP(ip, o.LocalPort, c.sink)
 	default:
-		c.tr, err = dialTCP(ip, target.String(), c.in, c.errc)
+		c.tr, err = dialTCP(ip, target.String(), c.sink)
 	}
 	if err != nil {
 		return err
@@ -344,7 +349,18 @@ func (c *core) loop(ctx context.Context, r role) error {
 			}
 		case err := <-c.errc:
 			if c.o.Transport == "t1" && c.o.Scenario != "uas" {
-				c.emit(r, c.now())
+				// The reader sent everything before the connection's end:
+				// handle it first, since a server may close right after
+				// answering the last call.
+				now := c.now()
+				for len(c.in) > 0 {
+					c.handle(r, <-c.in, now)
+				}
+				r.tick(now)
+				c.emit(r, now)
+				if r.done() {
+					return nil
+				}
 				return err
 			}
 			c.sec.Unexpected++

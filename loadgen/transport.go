@@ -30,6 +30,31 @@ type peer struct {
 
 const maxDatagram = 65535
 
+// sink is where reader goroutines hand over messages and errors. Once the
+// loop has ended (quit closed) nothing reads them, so a reader gives up
+// instead of blocking forever.
+type sink struct {
+	in   chan *packet
+	errc chan error
+	quit chan struct{}
+}
+
+func (s *sink) deliver(p *packet) bool {
+	select {
+	case s.in <- p:
+		return true
+	case <-s.quit:
+		return false
+	}
+}
+
+func (s *sink) fail(err error) {
+	select {
+	case s.errc <- err:
+	case <-s.quit:
+	}
+}
+
 var bufPool = sync.Pool{New: func() any { b := make([]byte, maxDatagram); return &b }}
 
 // transport is one UDP socket or a set of TCP connections.
@@ -46,7 +71,7 @@ type udpTransport struct {
 	port int
 }
 
-func listenUDP(ip string, port int, bufSize int, in chan<- *packet, errc chan<- error) (*udpTransport, error) {
+func listenUDP(ip string, port int, bufSize int, k *sink) (*udpTransport, error) {
 	a, err := netip.ParseAddr(ip)
 	if err != nil {
 		return nil, fmt.Errorf("local IP %q: %w", ip, err)
@@ -67,11 +92,13 @@ func listenUDP(ip string, port int, bufSize int, in chan<- *packet, errc chan<- 
 			if err != nil {
 				bufPool.Put(bp)
 				if !errors.Is(err, net.ErrClosed) {
-					errc <- fmt.Errorf("read udp: %w", err)
+					k.fail(fmt.Errorf("read udp: %w", err))
 				}
 				return
 			}
-			in <- &packet{buf: *bp, data: (*bp)[:n], from: peer{ap: from}}
+			if !k.deliver(&packet{buf: *bp, data: (*bp)[:n], from: peer{ap: from}}) {
+				return
+			}
 		}
 	}()
 	return t, nil
@@ -134,7 +161,7 @@ type tcpTransport struct {
 
 // readStream frames messages off one connection. A client's only connection
 // closing ends its run (reportClose), a server's peer leaving does not.
-func readStream(sc *streamConn, in chan<- *packet, errc chan<- error, reportClose bool, done func()) {
+func readStream(sc *streamConn, k *sink, reportClose bool, done func()) {
 	defer done()
 	buf := make([]byte, 0, 256<<10)
 	tmp := make([]byte, 64<<10)
@@ -144,7 +171,7 @@ func readStream(sc *streamConn, in chan<- *packet, errc chan<- error, reportClos
 		for {
 			skip, l, ferr := frameLen(buf)
 			if ferr != nil {
-				errc <- fmt.Errorf("tcp from %s: %w", sc.c.RemoteAddr(), ferr)
+				k.fail(fmt.Errorf("tcp from %s: %w", sc.c.RemoteAddr(), ferr))
 				sc.c.Close()
 				return
 			}
@@ -158,19 +185,21 @@ func readStream(sc *streamConn, in chan<- *packet, errc chan<- error, reportClos
 				bp = &b
 			}
 			copy(*bp, buf[skip:skip+l])
-			in <- &packet{buf: *bp, data: (*bp)[:l], from: peer{c: sc}}
+			if !k.deliver(&packet{buf: *bp, data: (*bp)[:l], from: peer{c: sc}}) {
+				return
+			}
 			buf = buf[:copy(buf, buf[skip+l:])]
 		}
 		if err != nil {
 			if reportClose && !errors.Is(err, net.ErrClosed) {
-				errc <- fmt.Errorf("tcp connection to %s: %w", sc.c.RemoteAddr(), err)
+				k.fail(fmt.Errorf("tcp connection to %s: %w", sc.c.RemoteAddr(), err))
 			}
 			return
 		}
 	}
 }
 
-func dialTCP(ip string, target string, in chan<- *packet, errc chan<- error) (*tcpTransport, error) {
+func dialTCP(ip string, target string, k *sink) (*tcpTransport, error) {
 	d := net.Dialer{}
 	if ip != "" {
 		a, err := netip.ParseAddr(ip)
@@ -185,11 +214,11 @@ func dialTCP(ip string, target string, in chan<- *packet, errc chan<- error) (*t
 	}
 	sc := &streamConn{c: c, w: bufio.NewWriterSize(c, 64<<10)}
 	t := &tcpTransport{conn: sc, local: c.LocalAddr().(*net.TCPAddr).AddrPort(), eof: make(chan struct{})}
-	go readStream(sc, in, errc, true, func() { close(t.eof) })
+	go readStream(sc, k, true, func() { close(t.eof) })
 	return t, nil
 }
 
-func listenTCP(ip string, port int, in chan<- *packet, errc chan<- error) (*tcpTransport, error) {
+func listenTCP(ip string, port int, k *sink) (*tcpTransport, error) {
 	ln, err := net.Listen("tcp", joinHostPort(ip, port))
 	if err != nil {
 		return nil, fmt.Errorf("listen tcp: %w", err)
@@ -205,7 +234,7 @@ func listenTCP(ip string, port int, in chan<- *packet, errc chan<- error) (*tcpT
 			t.mu.Lock()
 			t.conns[sc] = struct{}{}
 			t.mu.Unlock()
-			go readStream(sc, in, errc, false, func() {
+			go readStream(sc, k, false, func() {
 				t.mu.Lock()
 				delete(t.conns, sc)
 				t.mu.Unlock()
