@@ -3,6 +3,7 @@ package loadgen
 import (
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -81,4 +82,47 @@ func FuzzParseMetrics(f *testing.F) {
 		ss, _ := parseMetrics(s)
 		groupSamples(ss)
 	})
+}
+
+func TestParseUDPDrops(t *testing.T) {
+	const table = `   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops
+  123: 0100007F:13C4 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 31337 2 0000000000000000 17
+  124: 0100007F:13C5 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 31338 2 0000000000000000 5
+`
+	for _, tc := range []struct {
+		port int
+		want int64
+	}{{5060, 17}, {5061, 5}, {5062, -1}} {
+		if have := parseUDPDrops(table, tc.port); have != tc.want {
+			t.Errorf("port %d: want %v, have %v", tc.port, tc.want, have)
+		}
+	}
+}
+
+// A run cut short by -timeout leaves its open calls aborted, not failed, so
+// they do not count against the failure budget.
+func TestTimeoutAbortsOpenCalls(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	c := runClient(t, Options{Scenario: "uac", Target: pc.LocalAddr().String(), Schedule: Constant(50), Timeout: 300 * time.Millisecond})
+	if c.Offered == 0 || c.Aborted != c.Offered || c.Failed != 0 {
+		t.Errorf("want every offered call aborted and none failed, have offered %d aborted %d failed %d", c.Offered, c.Aborted, c.Failed)
+	}
+}
+
+func TestUDPDropsFindsOwnSocket(t *testing.T) {
+	if _, err := os.Stat("/proc/net/udp"); err != nil {
+		t.Skip("no /proc/net/udp on this system")
+	}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	if have := udpDrops(pc.LocalAddr().(*net.UDPAddr).Port); have != 0 {
+		t.Errorf("fresh socket: want 0 drops, have %d", have)
+	}
 }

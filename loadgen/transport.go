@@ -120,26 +120,34 @@ func (t *udpTransport) drops() int64 { return udpDrops(t.port) }
 // udpDrops reads the kernel's per-socket drop counter from /proc/net/udp{,6}.
 func udpDrops(port int) int64 {
 	var total int64 = -1
-	hexPort := fmt.Sprintf(":%04X", port)
 	for _, f := range []string{"/proc/net/udp", "/proc/net/udp6"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
 		}
-		for _, l := range strings.Split(string(b), "\n")[1:] {
-			fs := strings.Fields(l)
-			if len(fs) < 13 || !strings.HasSuffix(fs[1], hexPort) {
-				continue
-			}
-			n, err := strconv.ParseInt(fs[len(fs)-1], 10, 64)
-			if err != nil {
-				continue
-			}
-			if total < 0 {
-				total = 0
-			}
-			total += n
+		if n := parseUDPDrops(string(b), port); n >= 0 {
+			total = max(total, 0) + n
 		}
+	}
+	return total
+}
+
+// parseUDPDrops sums the last column ("drops") of the sockets bound to port
+// in a /proc/net/udp table; -1 if there is none.
+func parseUDPDrops(table string, port int) int64 {
+	var total int64 = -1
+	hexPort := fmt.Sprintf(":%04X", port)
+	lines := strings.Split(table, "\n")
+	for _, l := range lines[min(1, len(lines)):] {
+		fs := strings.Fields(l)
+		if len(fs) < 13 || !strings.HasSuffix(fs[1], hexPort) {
+			continue
+		}
+		n, err := strconv.ParseInt(fs[len(fs)-1], 10, 64)
+		if err != nil {
+			continue
+		}
+		total = max(total, 0) + n
 	}
 	return total
 }
