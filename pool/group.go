@@ -89,6 +89,9 @@ func NewGroup(o GroupOptions) *Group {
 	return g
 }
 
+// SetOnReady sets the ready callback; call it before Start.
+func (g *Group) SetOnReady(f func(w *Worker)) { g.opts.OnReady = f }
+
 // SetOnEcho sets the echo callback; call it before Start.
 func (g *Group) SetOnEcho(f func(w *Worker, rtt time.Duration)) { g.opts.OnEcho = f }
 

@@ -25,12 +25,13 @@ type udpDoor struct {
 func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 	gr := s.udp[udpIndex]
 	u := &udpDoor{s: s, sock: sk, gr: gr, buf: make([]byte, pool.MsgHeaderLen+65535)}
-	g := gr.g
-	u.door = frontdoor.New(udpIndex,
-		func(*sipscan.Msg) *pool.Worker { return g.Pick() },
+	var door *frontdoor.Door
+	door = frontdoor.New(udpIndex,
+		func(m *sipscan.Msg) *pool.Worker { return s.pick(gr, m, door.OptionalNewSessions) },
 		s.admission(gr),
 		func(b []byte, to netip.AddrPort) { sk.UDP.WriteToUDPAddrPort(b, to) })
-	gr.door = u.door
+	u.door = door
+	gr.door = door
 	return u
 }
 

@@ -67,6 +67,7 @@ type Supervisor struct {
 	reload chan chan error
 
 	ov       *overload
+	ss       *slowStartMetrics
 	regCount atomic.Int64 // bindings in the location store, counted each cycle
 	// regIDs holds the Call-ID hashes of the live bindings' REGISTERs, so
 	// that a refresh of an existing registration is never refused: it is
@@ -101,6 +102,17 @@ type groupRun struct {
 	admitted atomic.Uint64
 	worstRTT atomic.Int64
 	lastRTT  atomic.Int64
+
+	// Slow start: the workers ramping in, swapped whole under rampMu; the
+	// group's new sessions since the last slow start tick, and their rate
+	// over the last interval (supervisor loop only).
+	ramps       atomic.Pointer[[]*ramp]
+	rampMu      sync.Mutex
+	newSessions atomic.Uint64
+	lastNewRate float64
+	// toRamping and toEstablished count new sessions by the kind of worker
+	// that got them (sipvisor_slowstart_new_sessions_total).
+	toRamping, toEstablished prometheus.Counter
 }
 
 // New binds every SIP socket and the control address, so that an address in
@@ -132,6 +144,7 @@ func New(o Options) (*Supervisor, error) {
 	s.pm = pool.NewMetrics(s.reg)
 	s.reg.MustRegister(newDoorCollector(s))
 	s.ov = newOverload(s, o.Config)
+	s.ss = newSlowStartMetrics(s.reg)
 	s.registerParams()
 
 	var addrs []listeners.Addr
@@ -220,6 +233,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return s.echoLoop(ctx) }, func(error) { cancel() })
 	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return s.slowStartLoop(ctx) }, func(error) { cancel() })
+	}
 	srv := s.httpServer()
 	g.Add(func() error {
 		if err := srv.Serve(s.httpLn); !errors.Is(err, errServerClosed) {
@@ -275,6 +292,16 @@ func (s *Supervisor) makeGroups() {
 			OnExit: func(w *pool.Worker, reason string) { s.workerExited(name, w, reason) },
 			OnCall: s.answerCall,
 		})
+		gr.toRamping = s.ss.handed.WithLabelValues(name, "true")
+		gr.toEstablished = s.ss.handed.WithLabelValues(name, "false")
+		gr.g.SetOnReady(func(w *pool.Worker) {
+			// Workers numbered past the initial count were forked by the
+			// scaler or replace a crashed one: they ramp in. Timer groups
+			// take no sessions.
+			if kind != pool.KindTimer && w.ID > workers {
+				s.startRamp(gr, w)
+			}
+		})
 		gr.g.SetOnEcho(func(w *pool.Worker, rtt time.Duration) {
 			for {
 				old := gr.worstRTT.Load()
@@ -322,6 +349,8 @@ func (s *Supervisor) startGroups() error {
 		if err := gr.g.Start(); err != nil {
 			errs = append(errs, err)
 		}
+		// The first reading of a component is its state, not a flip.
+		s.ov.flips.Observe("workers/"+gr.g.Name(), true, time.Now())
 	}
 	return errors.Join(errs...)
 }

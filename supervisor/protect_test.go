@@ -1,0 +1,211 @@
+package supervisor
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sipvisor/sipvisor/pool"
+)
+
+// invite is a new session (no To tag) whose Call-ID carries seq.
+func invite(seq int) []byte {
+	n := strconv.Itoa(seq)
+	return []byte("INVITE sip:bob@127.0.0.1 SIP/2.0\r\n" +
+		"Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK" + n + "\r\n" +
+		"Max-Forwards: 70\r\n" +
+		"From: <sip:alice@127.0.0.1>;tag=1\r\n" +
+		"To: <sip:bob@127.0.0.1>\r\n" +
+		"Call-ID: seq-" + n + "\r\n" +
+		"CSeq: 1 INVITE\r\n" +
+		"Content-Length: 0\r\n\r\n")
+}
+
+// client sends to a supervisor's first socket and sorts what comes back:
+// the request itself (handled by a cost worker) or a 503 from the door.
+type client struct {
+	c            *net.UDPConn
+	dst          *net.UDPAddr
+	handled, ref atomic.Int64
+	wg           sync.WaitGroup
+}
+
+func newClient(t *testing.T, s *Supervisor) *client {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadBuffer(8 << 20)
+	a := s.SIPAddrs()[0]
+	cl := &client{c: c, dst: &net.UDPAddr{IP: net.ParseIP(a.Host), Port: a.Port}}
+	cl.wg.Add(1)
+	go func() {
+		defer cl.wg.Done()
+		buf := make([]byte, 4096)
+		for {
+			n, _, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			switch {
+			case bytes.HasPrefix(buf[:n], []byte("SIP/2.0 503 ")):
+				cl.ref.Add(1)
+			case bytes.HasPrefix(buf[:n], []byte("INVITE ")):
+				cl.handled.Add(1)
+			}
+		}
+	}()
+	t.Cleanup(func() { c.Close(); cl.wg.Wait() })
+	return cl
+}
+
+// send paces n new sessions at rate per second, numbered from first.
+func (cl *client) send(first, n, rate int) {
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if d := time.Duration(i) * time.Second / time.Duration(rate); time.Since(start) < d {
+			time.Sleep(d - time.Since(start))
+		}
+		cl.c.WriteTo(invite(first+i), cl.dst)
+	}
+}
+
+// A worker made slow by a per-message cost raises the echo round trip; the
+// throttle refuses a growing share of new sessions, and lets go once the
+// backlog is gone (seed 001's behaviour, with time-scaled settings).
+func TestThrottleEngagesAndLetsGo(t *testing.T) {
+	st := startSupervisor(t, cfgf(`
+socket = udp:127.0.0.1:0
+http_listen = 127.0.0.1:0
+udp_workers = 1
+throttle_rtt_threshold = 0.05
+echo_interval = 0.05
+throttle_count = 3
+throttle_step = 10
+route { exit; }
+`), costWorker(20*time.Millisecond), nil)
+	g := st.s.Groups()[0]
+	waitFor(t, "a ready worker", 20*time.Second, func() bool { return len(g.Routable()) == 1 })
+	cl := newClient(t, st.s)
+	// 100 new sessions a second against a worker that handles 50: the queue,
+	// and with it the round trip, grows.
+	cl.send(0, 200, 100)
+	peak := 0.0
+	waitFor(t, "the throttle to engage", 20*time.Second, func() bool {
+		peak = max(peak, counterValue(t, st.s, "sipvisor_overload_throttle_refused_ratio", "", ""))
+		return counterValue(t, st.s, "sipvisor_frontdoor_refused_sessions_total", "reason", "throttle") > 0
+	})
+	waitFor(t, "the throttle to let go", 30*time.Second, func() bool {
+		peak = max(peak, counterValue(t, st.s, "sipvisor_overload_throttle_refused_ratio", "", ""))
+		return counterValue(t, st.s, "sipvisor_overload_throttle_refused_ratio", "", "") == 0
+	})
+	refused := cl.ref.Load()
+	// Once let go, new sessions are admitted again.
+	before := cl.handled.Load()
+	cl.send(1000, 10, 20)
+	waitFor(t, "new sessions handled again", 20*time.Second, func() bool { return cl.handled.Load() >= before+10 })
+	if refused == 0 || peak < 0.1 {
+		t.Fatalf("want refusals and a refused share of at least 10%%, have %d refusals, peak %.2f", refused, peak)
+	}
+	t.Logf("peak refused share %.0f%%, %d sessions refused with 503", 100*peak, refused)
+}
+
+// A worker that replaces a crashed one takes new sessions at the manual
+// slow start rate, the rest going to the established worker; the share is
+// read from the front door's counters.
+func TestSlowStartRampsNewWorker(t *testing.T) {
+	st := startSupervisor(t, cfgf(`
+socket = udp:127.0.0.1:0
+http_listen = 127.0.0.1:0
+udp_workers = 2
+slow_start_mode = manual
+slow_start_unit = per_second
+slow_start_value = 5
+slow_start_interval = 0.5
+route { exit; }
+`), costWorker(0), nil)
+	g := st.s.Groups()[0]
+	waitFor(t, "2 ready workers", 20*time.Second, func() bool { return len(g.Routable()) == 2 })
+	victim := g.Routable()[0]
+	victim.Signal(syscall.SIGKILL)
+	<-victim.Done()
+	var fresh *pool.Worker
+	waitFor(t, "a replacement", 20*time.Second, func() bool {
+		for _, w := range g.Routable() {
+			if w.ID > 2 {
+				fresh = w
+			}
+		}
+		return fresh != nil
+	})
+	waitFor(t, "the replacement in slow start", 10*time.Second, func() bool {
+		return counterValue(t, st.s, "sipvisor_slowstart_workers", "", "") == 1
+	})
+	cl := newClient(t, st.s)
+	// 4 s at 100/s: an equal share would be 200; at 5/s the new worker takes
+	// about 20 (one at once, then the rate).
+	start := time.Now()
+	cl.send(0, 400, 100)
+	elapsed := time.Since(start)
+	waitFor(t, "every session handled", 20*time.Second, func() bool { return cl.handled.Load() == 400 })
+	got := counterValue(t, st.s, "sipvisor_slowstart_new_sessions_total", "ramping", "true")
+	want := 5*elapsed.Seconds() + 1
+	if got < want*0.5 || got > want*1.5 {
+		t.Fatalf("want about %.0f sessions on the worker in slow start, have %v", want, got)
+	}
+	if h := fresh.Handled(); h > 2*uint64(want)+10 {
+		t.Fatalf("want the new worker to have handled about %.0f messages, have %d", want, h)
+	}
+	t.Logf("worker in slow start took %v of 400 new sessions in %v", got, elapsed.Round(time.Millisecond))
+}
+
+// Crashes are status flips of the group's health; enough of them within the
+// window make /healthz unhealthy, and one good reading does not clear it.
+func TestFlappingWorkersTurnUnhealthy(t *testing.T) {
+	st := startSupervisor(t, cfgf(`
+socket = udp:127.0.0.1:0
+http_listen = 127.0.0.1:0
+udp_workers = 1
+flip_threshold = 10
+flip_window = 10m
+route { exit; }
+`), costWorker(0), nil)
+	g := st.s.Groups()[0]
+	health := func() int {
+		resp, err := http.Get("http://" + st.s.HTTPAddr() + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// Each crash and restart is two flips (down, up): five crashes reach ten.
+	for i := 0; i < 5; i++ {
+		if code := health(); code != http.StatusOK {
+			t.Fatalf("after %d crashes: want /healthz 200, have %d", i, code)
+		}
+		var w *pool.Worker
+		waitFor(t, "a ready worker", 30*time.Second, func() bool {
+			ws := g.Routable()
+			if len(ws) == 1 {
+				w = ws[0]
+			}
+			return w != nil
+		})
+		w.Signal(syscall.SIGKILL)
+		<-w.Done()
+	}
+	if code := health(); code != http.StatusServiceUnavailable {
+		t.Fatalf("after 5 crashes: want /healthz 503, have %d", code)
+	}
+	waitFor(t, "a ready worker again", 30*time.Second, func() bool { return len(g.Routable()) == 1 })
+	if code := health(); code != http.StatusServiceUnavailable {
+		t.Fatalf("a healthy worker again must not clear the flips: want 503, have %d", code)
+	}
+}
