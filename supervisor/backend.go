@@ -74,7 +74,7 @@ func (b backend) Stats() ctl.Stats {
 	for _, gr := range s.groupRuns() {
 		if t := gr.throttle.Load(); t != nil {
 			st.Throttle = append(st.Throttle, ctl.Throttle{Group: gr.g.Name(), Enabled: true, SharePercent: 100 * t.Share(),
-				RTTSeconds: time.Duration(gr.lastRTT.Load()).Seconds(), ThresholdSeconds: t.Config().Threshold.Seconds()})
+				RTTSeconds: gr.lastRTT.Load().Seconds(), ThresholdSeconds: t.Config().Threshold.Seconds()})
 		}
 	}
 	for _, gr := range s.groupRuns() {

@@ -2,12 +2,12 @@ package supervisor
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	uatomic "go.uber.org/atomic"
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/ctl"
@@ -38,7 +38,7 @@ type overload struct {
 	// Session limits, 0 = unlimited; read by the doors on every new session.
 	maxSessions, maxPerGroup, maxPerSocket atomic.Int64
 	maxByKind                              [4]atomic.Int64
-	queueAdmission                         atomic.Uint64 // float64 bits, percent
+	queueAdmission                         uatomic.Float64 // percent, 0 = off
 
 	flips *fliphealth.Tracker
 	// throttle is the RTT throttle's settings in force (o.mu).
@@ -105,7 +105,7 @@ func (o *overload) setLimits(l config.Limits) {
 	o.maxByKind[sipscan.KindCall].Store(int64(l.MaxCalls))
 	o.maxByKind[sipscan.KindRegistration].Store(int64(l.MaxRegistrations))
 	o.maxByKind[sipscan.KindSubscription].Store(int64(l.MaxSubscriptions))
-	o.queueAdmission.Store(math.Float64bits(l.QueueAdmission))
+	o.queueAdmission.Store(l.QueueAdmission)
 }
 
 func (o *overload) publishMarks() {
@@ -272,7 +272,7 @@ func (o *overload) admit(gr *groupRun, m *sipscan.Msg) frontdoor.Refusal {
 			return frontdoor.RefuseLimit
 		}
 	}
-	if th := math.Float64frombits(o.queueAdmission.Load()); th > 0 {
+	if th := o.queueAdmission.Load(); th > 0 {
 		if frontdoor.QueueUsage(gr.g.Routable()) > th {
 			return frontdoor.RefuseQueue
 		}
@@ -289,14 +289,14 @@ func (o *overload) admit(gr *groupRun, m *sipscan.Msg) frontdoor.Refusal {
 // silent.
 func (o *overload) echoTick(now time.Time) {
 	for _, gr := range o.s.groupRuns() {
-		worst := time.Duration(gr.worstRTT.Swap(0))
+		worst := gr.worstRTT.Swap(0)
 		for _, w := range gr.g.Routable() {
 			if age := w.EchoAge(now); age > worst {
 				worst = age
 			}
 		}
 		gr.g.Echo(now)
-		gr.lastRTT.Store(int64(worst))
+		gr.lastRTT.Store(worst)
 		o.m.rtt.WithLabelValues(gr.g.Name()).Set(worst.Seconds())
 		t := gr.throttle.Load()
 		if t == nil {
@@ -366,7 +366,7 @@ func (o *overload) resources() []ctl.Resource {
 	lim("max_calls", byKind[sipscan.KindCall], o.maxByKind[sipscan.KindCall].Load())
 	lim("max_registrations", byKind[sipscan.KindRegistration], o.maxByKind[sipscan.KindRegistration].Load())
 	lim("max_subscriptions", byKind[sipscan.KindSubscription], o.maxByKind[sipscan.KindSubscription].Load())
-	qa := math.Float64frombits(o.queueAdmission.Load())
+	qa := o.queueAdmission.Load()
 	for _, gr := range o.s.groupRuns() {
 		if gr.door != nil {
 			own := gr.door.Stats.Affinity.Load()
@@ -377,7 +377,7 @@ func (o *overload) resources() []ctl.Resource {
 		}
 		if t := gr.throttle.Load(); t != nil {
 			th := t.Config().Threshold.Seconds()
-			rtt := time.Duration(gr.lastRTT.Load()).Seconds()
+			rtt := gr.lastRTT.Load().Seconds()
 			out = append(out, ctl.Resource{Name: "throttle_rtt/" + gr.g.Name(), Value: rtt, High: th, Unit: "s", Over: rtt > th})
 		}
 	}

@@ -3,7 +3,6 @@ package supervisor
 import (
 	"errors"
 	"fmt"
-	"math"
 	"sync/atomic"
 	"time"
 
@@ -62,12 +61,12 @@ func (s *Supervisor) registerParams() {
 	count("limits/max_registrations", &o.maxByKind[sipscan.KindRegistration])
 	count("limits/max_subscriptions", &o.maxByKind[sipscan.KindSubscription])
 	p.Register("limits/queue_admission_threshold",
-		func() float64 { return math.Float64frombits(o.queueAdmission.Load()) },
+		func() float64 { return o.queueAdmission.Load() },
 		func(v float64) error {
 			if v > 90 {
 				return fmt.Errorf("queue admission threshold %v%% is over 90%% (0 turns it off)", v)
 			}
-			o.queueAdmission.Store(math.Float64bits(v))
+			o.queueAdmission.Store(v)
 			return nil
 		}, ctl.Percent)
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
+	uatomic "go.uber.org/atomic"
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/ctl"
@@ -100,8 +101,8 @@ type groupRun struct {
 	// since the last echo tick, lastRTT the worst of the last interval.
 	throttle atomic.Pointer[throttle.Throttle]
 	admitted atomic.Uint64
-	worstRTT atomic.Int64
-	lastRTT  atomic.Int64
+	worstRTT uatomic.Duration
+	lastRTT  uatomic.Duration
 
 	// Slow start: the workers ramping in, swapped whole under rampMu; the
 	// group's new sessions since the last slow start tick, and their rate
@@ -305,7 +306,7 @@ func (s *Supervisor) makeGroups() {
 		gr.g.SetOnEcho(func(w *pool.Worker, rtt time.Duration) {
 			for {
 				old := gr.worstRTT.Load()
-				if int64(rtt) <= old || gr.worstRTT.CompareAndSwap(old, int64(rtt)) {
+				if rtt <= old || gr.worstRTT.CompareAndSwap(old, rtt) {
 					return
 				}
 			}
