@@ -116,7 +116,7 @@ func (s *status) row(r Row) {
 	if !s.on {
 		return
 	}
-	line := fmt.Sprintf("%6.0fs  target %6.1f/s  offered %5d/s  ok %5d/s  failed %d  active %d  p99 %.1fms  total %d/%d/%d",
+	line := fmt.Sprintf("%6.1fs  target %6.1f/s  offered %5d/s  ok %5d/s  failed %d  active %d  p99 %.1fms  total %d/%d/%d",
 		r.Elapsed.Seconds(), r.TargetCPS, r.Offered, r.Succeeded, r.Failed, r.Active, ms(r.SetupP99),
 		r.Total.Offered, r.Total.Succeeded, r.Total.Failed)
 	if r.GenLag > lagWarn {
