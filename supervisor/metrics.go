@@ -18,6 +18,7 @@ type metrics struct {
 	dropped        *prometheus.CounterVec
 	reloadOK       prometheus.Gauge
 	reloads        *prometheus.CounterVec
+	timerJobs      *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -52,6 +53,11 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help: "Config reloads by result.",
 		}, []string{"result"}),
 	}
+	m.timerJobs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "sipvisor", Subsystem: "supervisor", Name: "timer_jobs_total",
+		Help: "timer_route runs handed to the timer group (sent) or not (skipped: no worker could take one).",
+	}, []string{"result"})
+	reg.MustRegister(m.timerJobs)
 	m.reloadOK.Set(1)
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "sipvisor", Name: "build_info", Help: "Build information; always 1.",

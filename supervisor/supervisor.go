@@ -238,6 +238,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return s.slowStartLoop(ctx) }, func(error) { cancel() })
 	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return s.timerLoop(ctx) }, func(error) { cancel() })
+	}
 	srv := s.httpServer()
 	g.Add(func() error {
 		if err := srv.Serve(s.httpLn); !errors.Is(err, errServerClosed) {
