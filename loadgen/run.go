@@ -252,6 +252,11 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 	if st.Drops > 0 {
 		st.Warnings = append(st.Warnings, fmt.Sprintf("the kernel dropped %d datagrams on sipload's own socket (receive buffer full): those losses are the generator's; raise -buff_size and net.core.rmem_max", st.Drops))
 	}
+	if c.scr != nil {
+		if n := c.scr.failures(); n > 0 {
+			st.Warnings = append(st.Warnings, fmt.Sprintf("%d of the reads of %s failed; their group cells are empty", n, o.Scrape))
+		}
+	}
 	if st.SendErrors > 0 {
 		st.Warnings = append(st.Warnings, fmt.Sprintf("%d sends failed on sipload's socket", st.SendErrors))
 	}

@@ -215,6 +215,12 @@ func (s *scraper) run(ctx context.Context) {
 	}
 }
 
+func (s *scraper) failures() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.errs
+}
+
 // latest is the last read, NaN for a group the last scrape did not see.
 func (s *scraper) latest() []GroupSample {
 	s.mu.Lock()

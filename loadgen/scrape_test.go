@@ -100,3 +100,23 @@ func TestScrapeAddsGroupColumns(t *testing.T) {
 		t.Errorf("workers: want 2 first and 5 last, have %v %v", first, last)
 	}
 }
+
+func TestScrapeFailureIsReported(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no", http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	addr, _ := startUAS(t, Options{})
+	st, err := Run(context.Background(), Options{Scenario: "options", Target: addr.String(), LocalIP: "127.0.0.1",
+		Schedule: Schedule{{10, 500 * time.Millisecond}}, Scrape: srv.URL, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, w := range st.Warnings {
+		found = found || strings.Contains(w, "reads of "+srv.URL+" failed")
+	}
+	if !found || len(st.Rows[0].Groups) != 0 {
+		t.Errorf("want a warning naming %s and no group columns, have %q and %v", srv.URL, st.Warnings, st.Rows[0].Groups)
+	}
+}

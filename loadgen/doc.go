@@ -1,0 +1,17 @@
+// Package loadgen is sipload, sipvisor's SIPp-like SIP load generator, as a
+// library: Run drives one scenario (uac, uas, register, options) over one UDP
+// socket or one TCP connection and returns per-second rows and totals; Main
+// is the command line around it (flags, CSV, status line, summary, chart,
+// exit code), documented in docs/SIPLOAD.md.
+//
+// One goroutine owns every call, timer and counter; socket readers only hand
+// it messages, so nothing on the hot path takes a lock. Calls start when the
+// rate schedule says they are due, never when the server answers (open loop),
+// and the loop measures how late it starts them, its own CPU time and the
+// kernel's drops on its socket, so that a generator that falls behind says so
+// instead of passing its limit off as the server's.
+//
+// Messages are built by appending into buffers and responses are read with
+// a scanner that slices the datagram in place (no allocation), about seven
+// times cheaper than a full parse (BenchmarkScan, BenchmarkSipgoParse).
+package loadgen
