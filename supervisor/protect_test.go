@@ -209,3 +209,51 @@ route { exit; }
 		t.Fatalf("a healthy worker again must not clear the flips: want 503, have %d", code)
 	}
 }
+
+// A worker forked by the scaler ramps in automatically: its rate grows by
+// the increment every interval, and it takes less than an equal share
+// meanwhile.
+func TestSlowStartAutoRampsForkedWorker(t *testing.T) {
+	st := startSupervisor(t, cfgf(`
+socket = udp:127.0.0.1:0
+http_listen = 127.0.0.1:0
+auto_scaling_cycle = 0.2
+auto_scaling_profile = P scale up to 2 on 50%% for 2 cycles within 2
+udp_workers = 1 use_auto_scaling_profile P
+slow_start_mode = auto
+slow_start_unit = per_second
+slow_start_value = 5
+slow_start_increment = 5
+slow_start_interval = 0.5
+route { exit; }
+`), costWorker(5*time.Millisecond), nil)
+	g := st.s.Groups()[0]
+	waitFor(t, "a ready worker", 20*time.Second, func() bool { return len(g.Routable()) == 1 })
+	cl := newClient(t, st.s)
+	// 150 new sessions a second at 5 ms each keep one worker 75 % busy: the
+	// group forks its second worker, which ramps in.
+	go cl.send(0, 600, 150)
+	waitFor(t, "the forked worker in slow start", 20*time.Second, func() bool {
+		return counterValue(t, st.s, "sipvisor_slowstart_workers", "", "") == 1
+	})
+	var rates []float64
+	waitFor(t, "the ramp to grow", 20*time.Second, func() bool {
+		r := counterValue(t, st.s, "sipvisor_slowstart_rate", "", "")
+		if len(rates) == 0 || r != rates[len(rates)-1] {
+			rates = append(rates, r)
+		}
+		return len(rates) >= 3
+	})
+	for i := 1; i < len(rates); i++ {
+		if rates[i] <= rates[i-1] {
+			t.Fatalf("want a growing rate, have %v", rates)
+		}
+	}
+	waitFor(t, "every session handled", 30*time.Second, func() bool { return cl.handled.Load()+cl.ref.Load() == 600 })
+	ramped := counterValue(t, st.s, "sipvisor_slowstart_new_sessions_total", "ramping", "true")
+	established := counterValue(t, st.s, "sipvisor_slowstart_new_sessions_total", "ramping", "false")
+	if ramped == 0 || ramped >= established {
+		t.Fatalf("want the forked worker to take some but less than the established one, have %v vs %v", ramped, established)
+	}
+	t.Logf("ramp rates %v; new sessions: %v to the ramping worker, %v to the established one", rates, ramped, established)
+}
