@@ -274,3 +274,34 @@ func TestPlotPNG(t *testing.T) {
 		t.Error("no rows: want an error, have nil")
 	}
 }
+
+// A retransmitted OPTIONS is answered again but is not a new call.
+func TestUASCountsRetransmittedOptionsOnce(t *testing.T) {
+	// Not -m 1: that would end the uas before the retransmission arrives.
+	addr, res := startUAS(t, Options{Timeout: 2 * time.Second})
+	c, err := net.Dial("udp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := "OPTIONS sip:service@" + addr.String() + " SIP/2.0\r\nVia: SIP/2.0/UDP " + c.LocalAddr().String() +
+		";branch=z9hG4bK-1\r\nFrom: <sip:a@h>;tag=1\r\nTo: <sip:b@h>\r\nCall-ID: opt-1\r\nCSeq: 7 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+	buf := make([]byte, 65535)
+	for i := 0; i < 2; i++ {
+		if _, err := c.Write([]byte(req)); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i+1, err)
+		}
+		if !bytes.HasPrefix(buf[:n], []byte("SIP/2.0 200 OK\r\n")) {
+			t.Fatalf("answer %d: want 200 OK, have %q", i+1, buf[:n])
+		}
+	}
+	s := wait(t, res, "uas")
+	if s.Offered != 1 || s.RetransReceived != 1 {
+		t.Errorf("want 1 call and 1 retransmission, have %d %d", s.Offered, s.RetransReceived)
+	}
+}

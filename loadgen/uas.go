@@ -10,6 +10,7 @@ const (
 	uWaitAck   uint8 = iota // 200 sent, retransmitted until the ACK
 	uConfirmed              // ACK received, waiting for BYE
 	uRejected               // 503 sent, retransmitted until the ACK
+	uSeen                   // a REGISTER or OPTIONS answered, kept to spot retransmissions
 )
 
 // uas answers INVITE with 180 and 200 (or 503 when told to reject), BYE and
@@ -17,10 +18,16 @@ const (
 type uas struct {
 	*core
 	calls map[string]*call
-	n     int64
+	// seen holds answered REGISTER and OPTIONS transactions (Call-ID and
+	// CSeq) for 64*T1, so a retransmission is answered again but not counted
+	// as a new call.
+	seen map[string]*call
+	n    int64
 }
 
-func newUAS(c *core) *uas { return &uas{core: c, calls: make(map[string]*call, 1024)} }
+func newUAS(c *core) *uas {
+	return &uas{core: c, calls: make(map[string]*call, 1024), seen: make(map[string]*call, 1024)}
+}
 
 func (u *uas) inFlight() int64 { return int64(len(u.calls)) }
 
@@ -121,9 +128,16 @@ func (u *uas) handle(m *msg, from peer, now time.Duration) {
 		u.out = u.ep.response(u.out[:0], m, 200, "OK", "", false, "", nil)
 		u.send(u.out, from)
 	case "REGISTER", "OPTIONS":
-		// Stateless: a retransmission just gets another 200.
-		u.sec.Offered++
-		u.sec.Succeeded++
+		key := string(m.callID) + " " + string(m.cseq)
+		if _, dup := u.seen[key]; dup {
+			u.sec.RetransReceived++
+		} else {
+			u.sec.Offered++
+			u.sec.Succeeded++
+			tx := &call{callID: key, state: uSeen}
+			u.seen[key] = tx
+			u.arm(now+u.o.RecvTimeout, tx, tTimeout)
+		}
 		extra := ""
 		if bytes.Equal(m.method, []byte("REGISTER")) && len(m.contact) > 0 {
 			// A 2xx to REGISTER lists the bindings (RFC 3261 10.3 step 8);
@@ -152,6 +166,10 @@ func (u *uas) fire(t timer, now time.Duration) {
 		// push retransmissions past the transaction timeout.
 		u.arm(t.at+cl.rtx, cl, tRetrans)
 	case tTimeout:
+		if cl.state == uSeen {
+			delete(u.seen, cl.callID)
+			return
+		}
 		if cl.state == uWaitAck {
 			u.sec.fail(failTimeout)
 		}
