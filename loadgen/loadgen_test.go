@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 type result struct {
@@ -303,5 +306,32 @@ func TestUASCountsRetransmittedOptionsOnce(t *testing.T) {
 	s := wait(t, res, "uas")
 	if s.Offered != 1 || s.RetransReceived != 1 {
 		t.Errorf("want 1 call and 1 retransmission, have %d %d", s.Offered, s.RetransReceived)
+	}
+}
+
+func TestMetricsCountOutcomes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, res := startUAS(t, Options{MaxCalls: 10, RejectEvery: 5})
+	runClient(t, Options{Scenario: "uac", Target: addr.String(), Schedule: Constant(50), MaxCalls: 10, Metrics: m})
+	wait(t, res, "uas")
+	want := `
+# HELP sipvisor_loadgen_requests_total Calls (INVITE dialogs) or REGISTER/OPTIONS transactions sipload ended, by outcome.
+# TYPE sipvisor_loadgen_requests_total counter
+sipvisor_loadgen_requests_total{method="INVITE",result="4xx"} 0
+sipvisor_loadgen_requests_total{method="INVITE",result="503_retry_after"} 2
+sipvisor_loadgen_requests_total{method="INVITE",result="5xx"} 0
+sipvisor_loadgen_requests_total{method="INVITE",result="other"} 0
+sipvisor_loadgen_requests_total{method="INVITE",result="succeeded"} 8
+sipvisor_loadgen_requests_total{method="INVITE",result="timeout"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sipvisor_loadgen_requests_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(reg, "sipvisor_loadgen_response_duration_seconds"); n != 1 {
+		t.Errorf("response duration series: want 1, have %d", n)
 	}
 }

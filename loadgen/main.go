@@ -6,11 +6,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Exit codes of sipload, for automation (docs/SIPLOAD.md).
@@ -27,6 +32,7 @@ type config struct {
 	Options
 	csv       string
 	plot      string
+	metrics   string
 	maxFailed int64
 	quiet     bool
 }
@@ -95,6 +101,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&traceStat, "trace_stat", false, "write per-second CSV statistics (to -stf, or sipload_<scenario>_<pid>.csv)")
 	fs.StringVar(&stf, "stf", "", "file for -trace_stat")
 	fs.StringVar(&cfg.plot, "plot", "", "draw the run into FILE.svg or FILE.png")
+	fs.StringVar(&cfg.metrics, "metrics", "", "serve sipload's own Prometheus metrics on this address (such as 127.0.0.1:9099) during the run")
 	fs.Int64Var(&cfg.maxFailed, "max-failed", 0, "failure budget: exit 0 only if at most this many calls failed")
 	fs.BoolVar(&cfg.quiet, "q", false, "no live status line")
 	// Accepted so SIPp command lines run unchanged: rows are always written
@@ -187,6 +194,24 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	status := newStatus(stderr, cfg.quiet)
 	o := cfg.Options
+	if cfg.metrics != "" {
+		reg := prometheus.NewRegistry()
+		m, err := NewMetrics(reg)
+		if err != nil {
+			fmt.Fprintf(stderr, "sipload: %v\n", err)
+			return ExitError
+		}
+		o.Metrics = m
+		ln, err := net.Listen("tcp", cfg.metrics)
+		if err != nil {
+			fmt.Fprintf(stderr, "sipload: metrics: %v\n", err)
+			return ExitError
+		}
+		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+		fmt.Fprintf(stderr, "sipload: metrics on http://%s/metrics\n", ln.Addr())
+	}
 	o.OnListen = func(a netip.AddrPort) {
 		fmt.Fprintf(stderr, "sipload: %s on %s/%s", o.Scenario, a, strings.ToUpper(map[string]string{"u1": "udp", "t1": "tcp"}[o.Transport]))
 		if o.Target != "" {

@@ -36,6 +36,8 @@ type Options struct {
 	Expires     int           // register: Expires value, default 3600
 	RejectEvery int           // uas: answer every Nth INVITE with 503 and Retry-After (0: never)
 	Scrape      string        // --scrape: Prometheus URL read each second
+	// Metrics, if set, counts this run's outcomes and response times.
+	Metrics *Metrics
 	// OnListen, if set, is called with the local address once bound.
 	OnListen func(netip.AddrPort)
 	// OnRow, if set, is called from the run's loop with each second's row.
@@ -178,6 +180,13 @@ type core struct {
 	cpuLast        time.Duration
 	scr            *scraper
 	secStart       time.Duration
+	met            *runMetrics
+}
+
+// setup records one successful request's response time.
+func (c *core) setup(d time.Duration) {
+	c.secHist.add(d)
+	c.met.observe(d)
 }
 
 func (c *core) now() time.Duration { return time.Since(c.start) }
@@ -207,6 +216,7 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 	}
 	c := &core{o: &o, in: make(chan *packet, 4096), errc: make(chan error, 16)}
 	c.sink = &sink{in: c.in, errc: c.errc, quit: make(chan struct{})}
+	c.met = o.Metrics.forRun(map[string]string{"uac": "INVITE", "uas": "INVITE", "register": "REGISTER", "options": "OPTIONS"}[o.Scenario])
 	if err := c.open(); err != nil {
 		return Stats{}, err
 	}
@@ -413,6 +423,7 @@ func (c *core) emit(r role, end time.Duration) {
 		row.Groups = c.scr.latest()
 	}
 	c.tot.add(&c.sec)
+	c.met.add(&c.sec)
 	row.Total = c.tot
 	c.total.merge(&c.secHist)
 	if c.secLag > c.maxLag {

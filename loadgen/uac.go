@@ -254,7 +254,7 @@ func (u *uac) handle(m *msg, _ peer, now time.Duration) {
 			u.finish(cl, reasonOf(m.status, m.retryAfter), false)
 			return
 		}
-		u.secHist.add(now - cl.sent)
+		u.setup(now - cl.sent)
 		cl.target = cl.ruri
 		if len(m.contact) > 0 {
 			cl.target = append([]byte(nil), m.contact...)
@@ -288,7 +288,7 @@ func (u *uac) handle(m *msg, _ peer, now time.Duration) {
 			return
 		}
 		if m.status < 300 {
-			u.secHist.add(now - cl.sent)
+			u.setup(now - cl.sent)
 		}
 		u.finish(cl, reasonOf(m.status, m.retryAfter), m.status < 300)
 	default:
