@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -124,5 +125,31 @@ func TestUDPDropsFindsOwnSocket(t *testing.T) {
 	defer pc.Close()
 	if have := udpDrops(pc.LocalAddr().(*net.UDPAddr).Port); have != 0 {
 		t.Errorf("fresh socket: want 0 drops, have %d", have)
+	}
+}
+
+// Every flag is documented in docs/SIPLOAD.md.
+func TestFlagsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/SIPLOAD.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var usage strings.Builder
+	if _, err := parseArgs([]string{"-h"}, &usage); err == nil {
+		t.Fatal("-h: want flag.ErrHelp, have nil")
+	}
+	n := 0
+	for _, l := range strings.Split(usage.String(), "\n") {
+		if !strings.HasPrefix(l, "  -") {
+			continue
+		}
+		name := strings.Fields(l)[0]
+		n++
+		if !strings.Contains(string(doc), "`"+name) && !strings.Contains(string(doc), "`-"+name) {
+			t.Errorf("flag %s: want it in docs/SIPLOAD.md, have none", name)
+		}
+	}
+	if n < 20 {
+		t.Errorf("want the usage to list at least 20 flags, have %d", n)
 	}
 }
