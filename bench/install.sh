@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what the benchmarks need from Debian: Kamailio (the server
+# sipvisor is compared with) and SIPp (sip-tester). Does nothing for a
+# package that is already there.
+set -euo pipefail
+
+need=()
+command -v kamailio >/dev/null 2>&1 || need+=(kamailio)
+command -v sipp >/dev/null 2>&1 || need+=(sip-tester)
+if [ ${#need[@]} -eq 0 ]; then
+	echo "kamailio and sipp already installed"
+	exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "install.sh: need root to install ${need[*]}" >&2
+	exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+# An empty candidate means the package lists are stale or absent. (The
+# policy is read into a variable: grep -q closing the pipe early would
+# fail the pipeline under pipefail.)
+candidate() { apt-cache policy kamailio 2>/dev/null | sed -n 's/^ *Candidate: *//p'; }
+case "$(candidate)" in [0-9]*) ;; *) timeout 300 apt-get update ;; esac
+if ! [[ "$(candidate)" =~ ^[0-9] ]]; then
+	echo "install.sh: no kamailio package in the configured Debian sources" >&2
+	exit 1
+fi
+timeout 600 apt-get install -y --no-install-recommends "${need[@]}"
+
+# The Debian package starts a system service on the default port; the
+# benchmarks run their own instance, so keep the system one out of the way.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet kamailio 2>/dev/null; then
+	systemctl stop kamailio || true
+	systemctl disable kamailio || true
+fi
+kamailio -v | head -1
+sipp -v 2>&1 | grep -m1 -i 'sipp v' || true

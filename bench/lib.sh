@@ -1,0 +1,263 @@
+# Functions shared by run.sh and capacity.sh; sourced, not run.
+#
+# Everything listens on 127.0.0.1. Every process started here is recorded by
+# pid and ended by pid (with the process tree it forked) in bench_cleanup.
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
+CLK_TCK=$(getconf CLK_TCK)
+
+# Ports: below the ephemeral range, so test processes binding port 0 do not
+# take them. pick_ports moves to the next base while any is in use; set
+# BENCH_PORT_BASE to choose.
+PORT_BASE=${BENCH_PORT_BASE:-17060}
+set_ports() {
+	SIP_PORT=$PORT_BASE
+	UAS_PORT=$((PORT_BASE + 10))
+	UAC_PORT=$((PORT_BASE + 20))
+	LONG_UAC_PORT=$((PORT_BASE + 21))
+	HTTP_PORT=$((PORT_BASE + 30))
+}
+pick_ports() {
+	local i p busy
+	for ((i = 0; i < 20; i++)); do
+		set_ports
+		busy=
+		for p in $SIP_PORT $UAS_PORT $UAC_PORT $LONG_UAC_PORT $HTTP_PORT; do
+			port_free "$p" || busy=$p
+		done
+		[ -n "$busy" ] || return 0
+		PORT_BASE=$((PORT_BASE + 100))
+	done
+	die "no free ports from ${BENCH_PORT_BASE:-17060} on (set BENCH_PORT_BASE)"
+}
+set_ports
+
+SERVER_PID=
+UAS_PID=
+BG_PIDS=()
+
+log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# tree_pids PID prints PID and every descendant, read from /proc/*/stat.
+tree_pids() {
+	# A process may end between the glob and the read: cat then fails, which
+	# is no error here.
+	{ cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v root="$1" '
+		{
+			# The command name is in parentheses and may hold spaces: the
+			# fields after it start after the last ")".
+			i = length($0); while (i > 0 && substr($0, i, 1) != ")") i--
+			split(substr($0, i + 2), f, " ")
+			parent[$1] = f[2]
+		}
+		END {
+			keep[root] = 1; n = 1
+			while (n > 0) {
+				n = 0
+				for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; n++ }
+			}
+			for (p in keep) if (p in parent) print p
+		}'
+}
+
+# tree_cpu PID prints the CPU seconds (user + system) of PID's whole process
+# tree: utime+stime of every live process in it, plus cutime+cstime, which
+# hold the time of children already reaped.
+tree_cpu() {
+	local pids
+	pids=$(tree_pids "$1" | tr '\n' ' ')
+	[ -n "$pids" ] || { echo 0; return; }
+	(for p in $pids; do cat "/proc/$p/stat" 2>/dev/null || true; done) | awk -v hz="$CLK_TCK" '
+		{
+			i = length($0); while (i > 0 && substr($0, i, 1) != ")") i--
+			split(substr($0, i + 2), f, " ")
+			# f[1] is field 3 (state): utime is field 14, so f[12].
+			t += f[12] + f[13] + f[14] + f[15]
+		}
+		END { printf "%.2f\n", t / hz }'
+}
+
+# tree_count PID prints how many processes PID's tree has.
+tree_count() { tree_pids "$1" | wc -l; }
+
+# end_tree PID sends SIGTERM to PID, waits up to $2 seconds (default 20),
+# then SIGKILLs whatever is left of the tree it had.
+end_tree() {
+	local pid=$1 grace=${2:-20} pids i
+	[ -n "$pid" ] || return 0
+	kill -0 "$pid" 2>/dev/null || return 0
+	pids=$(tree_pids "$pid" | tr '\n' ' ')
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < grace * 10; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
+	wait "$pid" 2>/dev/null || true
+}
+
+bench_cleanup() {
+	local p
+	for p in "${BG_PIDS[@]}"; do end_tree "$p" 5; done
+	end_tree "$UAS_PID" 5
+	end_tree "$SERVER_PID" 20
+	UAS_PID= SERVER_PID=
+}
+
+port_free() {
+	! ss -Hlun "sport = :$1" 2>/dev/null | grep -q . &&
+		! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .
+}
+
+# render TEMPLATE OUT fills a config template's @NAME@ placeholders.
+render() {
+	sed -e "s/@SIP_PORT@/$SIP_PORT/g" \
+		-e "s#@UAS@#sip:127.0.0.1:$UAS_PORT#g" \
+		-e "s/@CHILDREN@/$CHILDREN/g" \
+		-e "s/@HTTP_PORT@/$HTTP_PORT/g" \
+		-e "s#@RUNDIR@#$2.run#g" "$1" >"$2"
+}
+
+# build_sipvisor runs `make build` on the committed HEAD, exported to OUT/src,
+# so edits in progress in the work tree (and rebuilds of it during a run) do
+# not change what is measured. BENCH_WORKTREE=1 builds the work tree instead.
+build_sipvisor() {
+	local out=$1 src
+	SIPVISOR_VERSION=$(git -C "$REPO_DIR" describe --always --dirty 2>/dev/null || echo dev)
+	if [ "${BENCH_WORKTREE:-0}" = 1 ]; then
+		src=$REPO_DIR
+	else
+		src=$out/src
+		rm -rf "$src"
+		mkdir -p "$src"
+		git -C "$REPO_DIR" archive HEAD | tar -x -C "$src"
+		SIPVISOR_VERSION=$(git -C "$REPO_DIR" describe --always 2>/dev/null || echo dev)
+	fi
+	log "make build ($SIPVISOR_VERSION, in $src)"
+	make -s -C "$src" build VERSION="$SIPVISOR_VERSION" >&2
+	mkdir -p "$out/bin"
+	cp "$src/bin/sipvisor" "$out/bin/sipvisor"
+	SIPVISOR_BIN=$out/bin/sipvisor
+}
+
+# start_server NAME WORKDIR starts sipvisor or kamailio in the foreground of
+# a background job and waits until it serves. Sets SERVER_PID.
+start_server() {
+	local name=$1 work=$2 cfg i
+	port_free "$SIP_PORT" || die "port $SIP_PORT is in use (set BENCH_PORT_BASE)"
+	case $name in
+	sipvisor)
+		cfg=$work/sipvisor.cfg
+		render "$BENCH_DIR/sipvisor.cfg" "$cfg"
+		"$SIPVISOR_BIN" -f "$cfg" >"$work/sipvisor.log" 2>&1 &
+		SERVER_PID=$!
+		for ((i = 0; i < 300; i++)); do
+			curl -sf -o /dev/null "http://127.0.0.1:$HTTP_PORT/readyz" && break
+			kill -0 "$SERVER_PID" 2>/dev/null || die "sipvisor exited: $(tail -5 "$work/sipvisor.log")"
+			sleep 0.1
+		done
+		((i < 300)) || die "sipvisor not ready in 30 s"
+		;;
+	kamailio)
+		cfg=$work/kamailio.cfg
+		render "$BENCH_DIR/kamailio.cfg" "$cfg"
+		mkdir -p "$cfg.run"
+		# TLSF for both private (-x) and shared (-X) memory, as its users
+		# run it under load; 256 MB shared, 16 MB private per process.
+		kamailio -f "$cfg" -DD -E -x tlsf -X tlsf -m 256 -M 16 >"$work/kamailio.log" 2>&1 &
+		SERVER_PID=$!
+		for ((i = 0; i < 300; i++)); do
+			kill -0 "$SERVER_PID" 2>/dev/null || die "kamailio exited: $(tail -5 "$work/kamailio.log")"
+			# Bound socket and every child forked (main + children + timers).
+			if ! port_free "$SIP_PORT" && (($(tree_count "$SERVER_PID") > CHILDREN)); then break; fi
+			sleep 0.1
+		done
+		((i < 300)) || die "kamailio not ready in 30 s"
+		sleep 1
+		;;
+	*) die "unknown server $name" ;;
+	esac
+	log "$name serving on 127.0.0.1:$SIP_PORT, pid $SERVER_PID, $(tree_count "$SERVER_PID") processes"
+}
+
+stop_server() {
+	end_tree "$SERVER_PID" 20
+	SERVER_PID=
+}
+
+# start_uas WORKDIR picks free ports (call it before start_server) and starts SIPp's built-in UAS on UAS_PORT. Sets UAS_PID.
+start_uas() {
+	pick_ports
+	sipp -sn uas -i 127.0.0.1 -p "$UAS_PORT" -nostdin -buff_size 4194304 \
+		>"$1/uas.log" 2>&1 &
+	UAS_PID=$!
+	sleep 0.5
+	kill -0 "$UAS_PID" 2>/dev/null || die "sipp uas exited: $(tail -5 "$1/uas.log")"
+}
+
+stop_uas() {
+	end_tree "$UAS_PID" 5
+	UAS_PID=
+}
+
+# run_uac DIR KIND RATE COUNT PORT [EXTRA...] runs one SIPp UAC in DIR
+# (KIND call: the built-in uac; register: bench/register.xml), bounded by
+# SIPp's -timeout and by timeout(1). Its stat file is DIR/stat.csv and its
+# per-call response times DIR/*_rtt.csv.
+run_uac() {
+	local dir=$1 kind=$2 rate=$3 count=$4 port=$5
+	shift 5
+	local scen secs limit
+	case $kind in
+	call) scen=(-sn uac) ;;
+	register) scen=(-sf "$BENCH_DIR/register.xml") ;;
+	*) die "unknown kind $kind" ;;
+	esac
+	secs=$(((count + rate - 1) / rate))
+	# Open loop: the limit on calls in progress is far above what the rate
+	# needs, so an overloaded server cannot slow the offered load down.
+	limit=$((rate * 40 + 100))
+	mkdir -p "$dir"
+	(cd "$dir" && timeout -k 5 $((secs + 90)) sipp "${scen[@]}" "127.0.0.1:$SIP_PORT" \
+		-i 127.0.0.1 -p "$port" -r "$rate" -m "$count" -l "$limit" \
+		-nostdin -buff_size 4194304 \
+		-trace_stat -stf stat.csv -fd 1 -trace_rtt -rtt_freq 100 \
+		-timeout $((secs + 60))s -timeout_error "$@" >sipp.out 2>&1) || echo "$?" >"$dir/exit"
+}
+
+# stat_last DIR COLUMN prints COLUMN of the last row of DIR/stat.csv.
+stat_last() {
+	awk -F';' -v col="$2" '
+		NR == 1 { for (i = 1; i <= NF; i++) if ($i == col) c = i; next }
+		{ v = $c }
+		END { print (c && v != "") ? v : "NA" }' "$1/stat.csv" 2>/dev/null || echo NA
+}
+
+# rtt_pct DIR P prints the P-th percentile (0-100) of the response times in
+# milliseconds SIPp wrote to DIR/*_rtt.csv (SIPp's resolution: 1 ms).
+rtt_pct() {
+	local f
+	f=$(ls "$1"/*_rtt.csv 2>/dev/null | head -1)
+	[ -n "$f" ] || { echo NA; return; }
+	tail -n +2 "$f" | cut -d';' -f2 | sort -n | awk -v p="$2" '
+		{ v[NR] = $1 }
+		END {
+			if (NR == 0) { print "NA"; exit }
+			i = int(p / 100 * NR + 0.999999); if (i < 1) i = 1; if (i > NR) i = NR
+			print v[i]
+		}'
+}
+
+# machine_info prints the facts PERFORMANCE.md quotes about the machine.
+machine_info() {
+	echo "nproc: $(nproc)"
+	echo "cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+	echo "kernel: $(uname -sr)"
+	echo "kamailio: $(kamailio -v 2>/dev/null | head -1 | sed 's/^version: //')"
+	echo "sipp: $(sipp -v 2>&1 | grep -m1 -o 'SIPp v[^ ]*' || true)"
+	echo "sipvisor: ${SIPVISOR_VERSION:-unknown}"
+	echo "net.core.rmem_max: $(cat /proc/sys/net/core/rmem_max)"
+	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+}

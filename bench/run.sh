@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of sipvisor and Kamailio at fixed rates.
+#
+# For each repetition, each server and each rate: SIPp UAC -> server -> SIPp
+# UAS (calls: INVITE, ACK, BYE through the stateful proxy) and SIPp UAC ->
+# server (REGISTER, each a new binding). Records completed and failed calls,
+# response times, and the CPU seconds of the server's whole process tree per
+# 1,000 calls, read from /proc before and after the run. Repetitions
+# alternate the servers, so a change in the shared machine's load hits both.
+#
+#   bench/run.sh [--servers sipvisor,kamailio] [--rates 200,500,1000]
+#                [--reg-rates 200,500,1000] [--reps 3] [--secs 20]
+#                [--reg-secs 10] [--settle 5] [--children N] [--out DIR]
+#
+# Writes DIR/results.csv, DIR/summary.md and DIR/machine.txt.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+servers=sipvisor,kamailio
+rates=200,500,1000
+reg_rates=200,500,1000
+reps=3
+secs=20
+reg_secs=10
+settle=5
+CHILDREN=$(nproc)
+out=${BENCH_OUT:-/tmp/sipvisor-bench/compare}
+
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+while [ $# -gt 0 ]; do
+	case $1 in -h | --help) usage ;; esac
+	[ $# -ge 2 ] || die "flag $1 needs a value"
+	case $1 in
+	--servers) servers=$2 ;;
+	--rates) rates=$2 ;;
+	--reg-rates) reg_rates=$2 ;;
+	--reps) reps=$2 ;;
+	--secs) secs=$2 ;;
+	--reg-secs) reg_secs=$2 ;;
+	--settle) settle=$2 ;;
+	--children) CHILDREN=$2 ;;
+	--out) out=$2 ;;
+	*) echo "run.sh: unknown flag $1" >&2; usage ;;
+	esac
+	shift 2
+done
+for v in reps secs reg_secs CHILDREN; do
+	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v,,} must be a positive integer, have '${!v}'"
+done
+[[ $settle =~ ^[0-9]+$ ]] || die "--settle must be a whole number of seconds, have '$settle'"
+for r in ${rates//,/ } ${reg_rates//,/ }; do
+	[[ $r =~ ^[0-9]+$ ]] && ((r > 0)) || die "rates must be positive integers, have '$r'"
+done
+command -v sipp >/dev/null || die "sipp not installed: run make bench-install"
+case ",$servers," in *,kamailio,*) command -v kamailio >/dev/null || die "kamailio not installed: run make bench-install" ;; esac
+
+mkdir -p "$out"
+trap bench_cleanup EXIT
+trap 'exit 130' INT TERM
+case ",$servers," in *,sipvisor,*) build_sipvisor "$out" ;; esac
+machine_info >"$out/machine.txt"
+echo "settings: servers=$servers rates=$rates reg_rates=$reg_rates reps=$reps secs=$secs reg_secs=$reg_secs settle=$settle children=$CHILDREN" >>"$out/machine.txt"
+csv=$out/results.csv
+echo "server,kind,rate,rep,offered,successful,failed,retransmissions,rt_p50_ms,rt_p99_ms,elapsed_s,cpu_s,cpu_s_per_1k" >"$csv"
+
+for ((rep = 1; rep <= reps; rep++)); do
+	for server in ${servers//,/ }; do
+		work=$out/$server
+		mkdir -p "$work"
+		start_uas "$work"
+		start_server "$server" "$work"
+		# What the idle server costs, for reading the rows below.
+		c0=$(tree_cpu "$SERVER_PID")
+		sleep "$settle"
+		c1=$(tree_cpu "$SERVER_PID")
+		echo "$server,idle,0,$rep,0,0,0,0,NA,NA,$settle,$(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.2f", b-a}'),NA" >>"$csv"
+		for kind in call register; do
+			if [ $kind = call ]; then list=$rates d=$secs; else list=$reg_rates d=$reg_secs; fi
+			for rate in ${list//,/ }; do
+				dir=$work/$kind-$rate-$rep
+				rm -rf "$dir"
+				log "rep $rep/$reps $server $kind $rate/s for ${d}s"
+				c0=$(tree_cpu "$SERVER_PID")
+				run_uac "$dir" $kind "$rate" $((rate * d)) "$UAC_PORT" -d 0
+				# Transactions linger after their last message (Kamailio's
+				# wait timer, sipvisor's 5 s); their cleanup belongs to the run.
+				sleep "$settle"
+				c1=$(tree_cpu "$SERVER_PID")
+				kill -0 "$SERVER_PID" 2>/dev/null || die "$server exited during the run"
+				ok=$(stat_last "$dir" 'SuccessfulCall(C)')
+				failed=$(stat_last "$dir" 'FailedCall(C)')
+				retrans=$(stat_last "$dir" 'Retransmissions(C)')
+				elapsed=$(stat_last "$dir" 'ElapsedTime(C)')
+				p50=$(rtt_pct "$dir" 50)
+				p99=$(rtt_pct "$dir" 99)
+				row=$(awk -v a="$c0" -v b="$c1" -v ok="$ok" 'BEGIN {
+					cpu = b - a
+					printf "%.2f,%s", cpu, (ok + 0 > 0) ? sprintf("%.3f", cpu / ok * 1000) : "NA"
+				}')
+				echo "$server,$kind,$rate,$rep,$((rate * d)),$ok,$failed,$retrans,$p50,$p99,$elapsed,$row" >>"$csv"
+				log "  successful $ok failed $failed p50 ${p50}ms p99 ${p99}ms cpu ${row/,/ s, per 1000: }"
+			done
+		done
+		stop_server
+		stop_uas
+	done
+done
+
+# summary.md: median and spread (min-max) of each point over the repetitions.
+summarize() {
+	local metric=$1
+	awk -F, -v m="$metric" '
+		NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+		$2 != "idle" { k = $2 SUBSEP $3 SUBSEP $1; v[k] = v[k] " " $col[m] }
+		END { for (k in v) { split(k, p, SUBSEP); print p[1], p[2], p[3], v[k] } }' "$csv"
+}
+stats() { # values... -> "median (min-max)"
+	printf '%s\n' "$@" | grep -v '^NA$' | sort -g | awk '
+		{ x[NR] = $1 }
+		END {
+			if (NR == 0) { print "NA"; exit }
+			med = (NR % 2) ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2
+			if (NR == 1) print med; else printf "%s (%s–%s)\n", med, x[1], x[NR]
+		}'
+}
+median() { stats "$@" | cut -d' ' -f1; }
+{
+	echo "| kind | rate/s | server | successful | failed | RT p50 ms | RT p99 ms | CPU s / 1000 |"
+	echo "|---|---:|---|---:|---:|---:|---:|---:|"
+	summarize successful | sort -k1,1 -k2,2n -k3,3 | while read -r kind rate server vals; do
+		line="| $kind | $rate | $server"
+		for m in successful failed rt_p50_ms rt_p99_ms cpu_s_per_1k; do
+			# shellcheck disable=SC2046
+			line="$line | $(stats $(summarize $m | awk -v k="$kind" -v r="$rate" -v s="$server" '$1 == k && $2 == r && $3 == s { $1 = $2 = $3 = ""; print }'))"
+		done
+		echo "$line |"
+	done
+	echo
+	echo "Idle CPU seconds over ${settle} s (median of $reps):"
+	for server in ${servers//,/ }; do
+		# shellcheck disable=SC2046
+		echo "- $server: $(median $(awk -F, -v s="$server" '$1 == s && $2 == "idle" { print $12 }' "$csv"))"
+	done
+	case ",$servers," in *,sipvisor,*kamailio,* | *,kamailio,*sipvisor,*)
+		echo
+		echo "| kind | rate/s | CPU s / 1000, sipvisor | CPU s / 1000, Kamailio | ratio sipvisor/Kamailio |"
+		echo "|---|---:|---:|---:|---:|"
+		summarize cpu_s_per_1k | awk '$3 == "sipvisor" { print $1, $2 }' | sort -k1,1 -k2,2n | while read -r kind rate; do
+			# shellcheck disable=SC2046
+			s=$(median $(summarize cpu_s_per_1k | awk -v k="$kind" -v r="$rate" '$1 == k && $2 == r && $3 == "sipvisor" { $1 = $2 = $3 = ""; print }'))
+			# shellcheck disable=SC2046
+			k=$(median $(summarize cpu_s_per_1k | awk -v k="$kind" -v r="$rate" '$1 == k && $2 == r && $3 == "kamailio" { $1 = $2 = $3 = ""; print }'))
+			echo "| $kind | $rate | $s | $k | $(awk -v s="$s" -v k="$k" 'BEGIN { print (k + 0 > 0 && s != "NA") ? sprintf("%.2f", s / k) : "NA" }') |"
+		done
+		;;
+	esac
+} >"$out/summary.md"
+log "wrote $csv and $out/summary.md"
+cat "$out/summary.md"
