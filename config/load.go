@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -50,11 +51,15 @@ func Default() *Config {
 	return c
 }
 
-// LoadFile reads and loads the config at path.
+// LoadFile reads and loads the config at path, or the snapshot at path
+// (see Snapshot).
 func LoadFile(path string) (*Config, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if bytes.HasPrefix(src, []byte(snapshotMagic)) {
+		return LoadSnapshot(src)
 	}
 	return Load(path, src)
 }
@@ -65,7 +70,13 @@ func LoadFile(path string) (*Config, error) {
 // only syntax and include errors are reported, because checks on a partial
 // file would report things that are not wrong.
 func Load(name string, src []byte) (*Config, error) {
+	return load(name, src, readInclude)
+}
+
+func load(name string, src []byte, read func(string) ([]byte, error)) (*Config, error) {
 	l := &loader{
+		read:     read,
+		sources:  map[string][]byte{},
 		setAt:    map[string]script.Pos{},
 		profiles: map[string]script.Pos{},
 		routes:   map[string]map[string]script.Pos{"route": {}, "onreply_route": {}, "failure_route": {}, "timer_route": {}},
@@ -78,11 +89,14 @@ func Load(name string, src []byte) (*Config, error) {
 		return nil, l.joined()
 	}
 	l.cfg.File = name
+	l.cfg.sources = l.sources
 	return l.cfg, nil
 }
 
 type loader struct {
-	errs   []*Error
+	read    func(string) ([]byte, error)
+	sources map[string][]byte // every file read, by the path it was read as
+	errs    []*Error
 	files  []string // in the order first read, to sort errors by file
 	stack  []string // absolute paths of the includes being read
 	items  []*itemAST
@@ -177,6 +191,7 @@ func (l *loader) readFile(name string, src []byte, from script.Pos) {
 		return
 	}
 	l.files = append(l.files, name)
+	l.sources[name] = src
 	l.stack = append(l.stack, abs)
 	defer func() { l.stack = l.stack[:len(l.stack)-1] }()
 
@@ -205,7 +220,7 @@ func (l *loader) readFile(name string, src []byte, from script.Pos) {
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(filepath.Dir(name), rel)
 		}
-		sub, err := readInclude(path)
+		sub, err := l.read(path)
 		if err != nil {
 			l.errorf(p, "cannot read include file: %v", err)
 			continue

@@ -72,6 +72,9 @@ type Config struct {
 
 	// Script holds the routing blocks.
 	Script *script.Script `json:"script"`
+
+	// sources is the text of every file read, for Snapshot.
+	sources map[string][]byte
 }
 
 // Socket is one socket= (or listen=) line.

@@ -89,6 +89,14 @@ func NewGroup(o GroupOptions) *Group {
 	return g
 }
 
+// SetConfigPath changes the file that workers started from now on load
+// their script from (after a reload).
+func (g *Group) SetConfigPath(path string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.opts.ConfigPath = path
+}
+
 // SetOnReady sets the ready callback; call it before Start.
 func (g *Group) SetOnReady(f func(w *Worker)) { g.opts.OnReady = f }
 

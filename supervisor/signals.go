@@ -54,6 +54,11 @@ func (s *Supervisor) doReload() error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.writeSnapshot(cfg); err != nil {
+		s.m.reloadOK.Set(0)
+		s.m.reloads.WithLabelValues("failure").Inc()
+		return err
+	}
 	for _, gr := range s.groups {
 		name := gr.g.Name()
 		var prof string

@@ -51,6 +51,11 @@ type Supervisor struct {
 	m    *metrics
 	pm   *pool.Metrics
 
+	// snapshot is the file workers load their config from: the text of the
+	// last config that loaded, so that a file broken since cannot reach a
+	// new worker. snapDir holds it and goes when Run returns.
+	snapshot, snapDir string
+
 	sockets []*listeners.Socket
 	files   []*os.File // the UDP sockets' descriptors, passed to every worker
 	names   []string
@@ -168,6 +173,11 @@ func New(o Options) (*Supervisor, error) {
 		listeners.Close(s.sockets)
 		return nil, err
 	}
+	if err := s.writeSnapshot(o.Config); err != nil {
+		s.httpLn.Close()
+		listeners.Close(s.sockets)
+		return nil, err
+	}
 	s.makeGroups()
 	return s, nil
 }
@@ -207,6 +217,7 @@ func (s *Supervisor) Groups() []*pool.Group {
 //	  +---------------------------+
 func (s *Supervisor) Run(ctx context.Context) error {
 	defer listeners.Close(s.sockets)
+	defer os.RemoveAll(s.snapDir)
 	defer func() {
 		for _, f := range s.files {
 			f.Close()
@@ -290,7 +301,7 @@ func (s *Supervisor) makeGroups() {
 		}
 		gr.g = pool.NewGroup(pool.GroupOptions{
 			Name: name, Kind: kind, Initial: workers, Ceiling: ceiling,
-			Command: s.opts.Worker, ConfigPath: s.opts.ConfigPath,
+			Command: s.opts.Worker, ConfigPath: s.snapshot,
 			Sockets: files, SocketNames: names,
 			ReadyTimeout: cfg.Workers.ReadyTimeout, DrainTimeout: cfg.Workers.DrainTimeout,
 			MemoryLimit: cfg.Workers.MemoryLimit, Logger: s.opts.Logger, Metrics: s.pm,
@@ -562,4 +573,36 @@ func (s *Supervisor) refreshesBinding(callID []byte) bool {
 	}
 	_, ok := (*ids)[sipscan.CallIDHash(callID)]
 	return ok
+}
+
+// writeSnapshot writes cfg's snapshot to a new file and makes it the one new
+// workers load; the previous one goes (running workers have read theirs).
+func (s *Supervisor) writeSnapshot(cfg *config.Config) error {
+	b, err := cfg.Snapshot()
+	if err != nil {
+		return err
+	}
+	if s.snapDir == "" {
+		if s.snapDir, err = os.MkdirTemp("", "sipvisor-"); err != nil {
+			return fmt.Errorf("config snapshot: %w", err)
+		}
+	}
+	f, err := os.CreateTemp(s.snapDir, "config-*.snapshot")
+	if err != nil {
+		return fmt.Errorf("config snapshot: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("config snapshot: %w", err)
+	}
+	f.Close()
+	old := s.snapshot
+	s.snapshot = f.Name()
+	for _, gr := range s.groups {
+		gr.g.SetConfigPath(s.snapshot)
+	}
+	if old != "" {
+		os.Remove(old)
+	}
+	return nil
 }

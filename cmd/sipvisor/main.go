@@ -16,9 +16,11 @@ func main() {
 	// SIGHUP); the context only ends for a worker when its loop is done.
 	ctx := context.Background()
 	if len(os.Args) > 1 && os.Args[1] == "worker" {
-		// A worker ignores SIGINT from a terminal's process group: its
+		// A worker ignores the signals a terminal or a service manager sends
+		// the whole process group (systemd sends SIGTERM to every process of
+		// the unit): its
 		// supervisor decides when it drains.
-		signal.Ignore(syscall.SIGINT, syscall.SIGHUP)
+		signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	}
 	os.Exit(supervisor.Main(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
