@@ -18,8 +18,7 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "worker" {
 		// A worker ignores the signals a terminal or a service manager sends
 		// the whole process group (systemd sends SIGTERM to every process of
-		// the unit): its
-		// supervisor decides when it drains.
+		// the unit): its supervisor decides when it drains.
 		signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	}
 	os.Exit(supervisor.Main(ctx, os.Args[1:], os.Stdout, os.Stderr))
