@@ -1,0 +1,300 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sipvisor/sipvisor/ctl"
+)
+
+// live counts a group's workers that are spawning or ready: those that take
+// new work.
+func live(gs []ctl.Group, group string) (n int, all []string) {
+	for _, g := range gs {
+		if g.Name != group {
+			continue
+		}
+		for _, w := range g.Workers {
+			all = append(all, fmt.Sprintf("%d/%d:%s", w.ID, w.Pid, w.State))
+			if w.State == "ready" || w.State == "spawning" {
+				n++
+			}
+		}
+	}
+	return n, all
+}
+
+// waitWorkers polls `ctl ps` until the group has exactly want workers, all
+// of them live (the drained ones have exited).
+func (s *server) waitWorkers(group string, want int, within time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		n, all := live(s.ps(), group)
+		if n == want && len(all) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("want %d live workers in %s within %v, have %v\n%s", want, group, within, all, tail(s.log.String(), 30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// While a group drains from 4 workers to 2 under a steady call load, no
+// call fails: a draining worker keeps the messages of the calls it holds
+// (their ACKs, BYEs and retransmissions) until its transactions end.
+//
+// The cooldown (25 cycles of 0.2 s) keeps the group at 4 until SIPp is
+// well under way; 20 calls/s of 2 s each means about 40 calls are up when
+// each worker is drained, and every call spans at least one drain.
+func TestScaleDownUnderCallsLosesNoCall(t *testing.T) {
+	sip, uas, uac := freePort(t), freePort(t), freePort(t)
+	s := startServer(t, proxyCfg(sip, uas, `
+auto_scaling_profile = P
+	scale up to 4 on 50% for 2 cycles within 3
+	scale down to 2 on 30% for 3 cycles
+auto_scaling_cycle = 0.2
+auto_scaling_cooldown = 25
+udp_workers = 4 use_auto_scaling_profile P
+tcp_workers = 1
+`))
+	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
+	sippUAS(t, uas)
+	if n, all := live(s.ps(), group); n != 4 {
+		t.Fatalf("want 4 workers before the load, have %v", all)
+	}
+	if v := s.metric("sipvisor_profile_scalings_total", `direction="down"`); v != 0 {
+		t.Fatalf("want no scale-down before the calls start, have %v: the machine is too slow for this test's cooldown", v)
+	}
+
+	r := runSIPp(t, 120*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+		"-r", "20", "-m", "400", "-d", "2000", "-timeout", "100", "-timeout_error", "-recv_timeout", "40000")
+	log := s.log.String()
+	if r.Successful != 400 || r.Failed != 0 {
+		t.Errorf("want 400 successful calls and 0 failed across the scale-down, have %d/%d (exit %d)\n%s\n%s",
+			r.Successful, r.Failed, r.Exit, tail(r.Out, 60), scalingLines(log))
+	}
+	if v := s.metric("sipvisor_profile_scalings_total", `direction="down"`); v != 2 {
+		t.Errorf("want 2 scale-downs (4 to 2), have %v\n%s", v, scalingLines(log))
+	}
+	if v := s.metric("sipvisor_profile_scalings_total", `direction="up"`); v != 0 {
+		t.Errorf("want no scale-up at this load, have %v\n%s", v, scalingLines(log))
+	}
+	s.waitWorkers(group, 2, 30*time.Second)
+	if v := s.metric("sipvisor_pool_worker_exits_total", `reason="clean"`); v != 2 {
+		t.Errorf("want 2 clean exits of drained workers, have %v\n%s", v, scalingLines(s.log.String()))
+	}
+	for _, reason := range []string{"killed", "crash"} {
+		if v := s.metric("sipvisor_pool_worker_exits_total", `reason="`+reason+`"`); v != 0 {
+			t.Errorf("want no %s exit, have %v\n%s", reason, v, scalingLines(s.log.String()))
+		}
+	}
+	if v := s.metric("sipvisor_frontdoor_admitted_sessions_total", `kind="call"`); v != 400 {
+		t.Errorf("want 400 calls admitted at the front door, have %v", v)
+	}
+}
+
+// scalingLines keeps the log lines about scaling and worker exits, for
+// failure messages.
+func scalingLines(log string) string {
+	var keep []string
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "scaling") || strings.Contains(line, "exited") || strings.Contains(line, "drain") ||
+			strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+// reloadCfg is a config whose script answers OPTIONS with the given reason
+// phrase, so that a test can tell which script a worker runs.
+func reloadCfg(sipPort int, profile, reason string) string {
+	return `
+socket = udp:127.0.0.1:` + strconv.Itoa(sipPort) + `
+http_listen = 127.0.0.1:HTTP_PORT
+auto_scaling_profile = P ` + profile + `
+auto_scaling_cycle = 0.2
+auto_scaling_cooldown = 5
+udp_workers = 3 use_auto_scaling_profile P
+tcp_workers = 1
+
+route {
+	if (is_method("OPTIONS")) {
+		sl_send_reply(200, "` + reason + `");
+		exit;
+	}
+	sl_send_reply(403, "Forbidden");
+}
+`
+}
+
+// optionsReason sends an OPTIONS and returns the reason phrase of the 200.
+func optionsReason(t *testing.T, p *peer, sipPort int) string {
+	t.Helper()
+	p.send(&net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sipPort}, options(p.port(), "reload-"+strconv.FormatInt(time.Now().UnixNano(), 36), ""))
+	m, _ := p.expect(10*time.Second, "200 for OPTIONS", isStatus(200))
+	_, reason, _ := strings.Cut(strings.TrimPrefix(m.first, "SIP/2.0 "), " ")
+	return reason
+}
+
+// replaceWorkers kills every worker of the group and waits for as many
+// replacements, which run the script of the config in force.
+func (s *server) replaceWorkers(group string, want int) {
+	s.t.Helper()
+	old := map[int]bool{}
+	for pid, g := range s.workerPids() {
+		if g == group {
+			old[pid] = true
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		fresh := 0
+		stale := false
+		for _, g := range s.ps() {
+			for _, w := range g.Workers {
+				if g.Name != group {
+					continue
+				}
+				if old[w.Pid] {
+					stale = true
+				} else if w.State == "ready" {
+					fresh++
+				}
+			}
+		}
+		if !stale && fresh == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("want %d new ready workers in %s, have %d (old ones listed: %v)\n%s", want, group, fresh, stale, tail(s.log.String(), 20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// SIGHUP reloads the file: a profile with a scale-down part lets an idle
+// group shrink to its new floor, and workers started after the reload run
+// the new script. A file with errors changes nothing and says so in
+// sipvisor_config_last_reload_successful.
+func TestSIGHUPReloadsProfile(t *testing.T) {
+	sip := freePort(t)
+	// Without a scale-down part the group never shrinks, however idle.
+	s := startServer(t, reloadCfg(sip, "scale up to 3 on 90% for 2 cycles", "v1"))
+	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
+	p := newPeer(t)
+	path := s.cmd.Args[len(s.cmd.Args)-1]
+	if filepath.Ext(path) != ".cfg" {
+		t.Fatalf("want the config path as sipvisor's last argument, have %v", s.cmd.Args)
+	}
+	httpPort := s.http[strings.LastIndexByte(s.http, ':')+1:]
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(strings.ReplaceAll(text, "HTTP_PORT", httpPort)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hup := func(wantOK float64, wantReloads string) {
+		t.Helper()
+		if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for s.metric("sipvisor_config_reloads_total", wantReloads) < 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("want a reload counted as %s within 10s\n%s", wantReloads, tail(s.log.String(), 20))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if v := s.metric("sipvisor_config_last_reload_successful"); v != wantOK {
+			t.Fatalf("want sipvisor_config_last_reload_successful %v, have %v\n%s", wantOK, v, tail(s.log.String(), 20))
+		}
+	}
+
+	// Many idle cycles: the group is still at 3.
+	deadline := time.Now().Add(10 * time.Second)
+	for s.metric("sipvisor_profile_decisions_total", `decision="hold"`) < 20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("want 20 hold decisions within 10s, have %v", s.metric("sipvisor_profile_decisions_total", `decision="hold"`))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n, all := live(s.ps(), group); n != 3 || len(all) != 3 {
+		t.Fatalf("want 3 workers without a scale-down part, have %v", all)
+	}
+	if have := optionsReason(t, p, sip); have != "v1" {
+		t.Fatalf("want the v1 script, have %q", have)
+	}
+
+	write(reloadCfg(sip, "scale up to 3 on 90% for 2 cycles scale down to 1 on 50% for 2 cycles", "v2"))
+	hup(1, `result="success"`)
+	s.waitWorkers(group, 1, 20*time.Second)
+	if v := s.metric("sipvisor_profile_scalings_total", `direction="down"`); v != 2 {
+		t.Errorf("want 2 scale-downs after the reload, have %v", v)
+	}
+	s.replaceWorkers(group, 1)
+	if have := optionsReason(t, p, sip); have != "v2" {
+		t.Errorf("want a worker started after the reload to run the v2 script, have %q", have)
+	}
+
+	// A profile whose floor is over its ceiling: the whole file is refused.
+	write(reloadCfg(sip, "scale up to 3 on 90% for 2 cycles scale down to 5 on 50% for 2 cycles", "v3"))
+	hup(0, `result="failure"`)
+	if !strings.Contains(s.log.String(), "reload failed") {
+		t.Errorf("want the failed reload logged, have\n%s", tail(s.log.String(), 10))
+	}
+	if have := optionsReason(t, p, sip); have != "v2" {
+		t.Errorf("want the v2 script still in force after a failed reload, have %q", have)
+	}
+	if n, all := live(s.ps(), group); n != 1 || len(all) != 1 {
+		t.Errorf("want the group still at 1 worker, have %v", all)
+	}
+}
+
+// A worker started after a failed reload runs the config in force, not the
+// broken file on disk.
+//
+// Known bug: a worker loads its script from the file itself
+// (sipworker.New reads env.Config with config.LoadFile; pool passes the
+// path in SIPVISOR_CONFIG), so once the file on disk is broken every new
+// worker (a replacement, a scale-up) exits at start with the file's error,
+// the group crash-loops down to no worker at all and its socket is served
+// by nobody. Editing the file without SIGHUP likewise changes the script of
+// new workers before any reload.
+func TestWorkerAfterFailedReloadRunsConfigInForce(t *testing.T) {
+	t.Skip("known bug: new workers read the config file from disk, not the config in force; see the comment above")
+	sip := freePort(t)
+	s := startServer(t, reloadCfg(sip, "scale up to 3 on 90% for 2 cycles", "v1"))
+	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
+	p := newPeer(t)
+	path := s.cmd.Args[len(s.cmd.Args)-1]
+	httpPort := s.http[strings.LastIndexByte(s.http, ':')+1:]
+	broken := reloadCfg(sip, "scale up to 3 on 90% for 2 cycles scale down to 5 on 50% for 2 cycles", "v3")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(broken, "HTTP_PORT", httpPort)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.metric("sipvisor_config_reloads_total", `result="failure"`) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("want a failed reload counted within 10s\n%s", tail(s.log.String(), 20))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.replaceWorkers(group, 3)
+	if have := optionsReason(t, p, sip); have != "v1" {
+		t.Errorf("want the v1 script still in force after a failed reload, have %q", have)
+	}
+}
