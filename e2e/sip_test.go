@@ -437,3 +437,61 @@ func TestMalformedDatagrams(t *testing.T) {
 		t.Errorf("want no worker exits, have %v\n%s", v, tail(s.log.String(), 20))
 	}
 }
+
+// tcpExchange sends msg on a new TCP connection and returns what the server
+// wrote back before it closed the connection or went quiet for a second.
+func tcpExchange(t *testing.T, sipPort int, msg string) (reply string, closed bool) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(sipPort), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	// A server that gives up on the message may close while it is still
+	// being written; that is an answer too.
+	if _, err := c.Write([]byte(msg)); err != nil {
+		return "", true
+	}
+	var got []byte
+	buf := make([]byte, 4096)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		n, err := c.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				if strings.Contains(string(got), "\r\n\r\n") {
+					return string(got), false
+				}
+				continue
+			}
+			return string(got), true
+		}
+	}
+	return string(got), false
+}
+
+// A header line of 64 KiB, possible only over TCP, gets no further than the
+// TCP worker that reads it: the connection is refused or closed, the worker
+// lives on, and the next connection is served.
+func TestTCPHeaderLine64KiB(t *testing.T) {
+	sip, uas := freePort(t), freePort(t)
+	s := startServer(t, malformedCfg(sip, uas))
+	long := strings.Replace(options(40000, "tcp-long-1", "X-Long: "+strings.Repeat("a", 64<<10)+"\r\n"), "SIP/2.0/UDP", "SIP/2.0/TCP", 1)
+	reply, closed := tcpExchange(t, sip, long)
+	if strings.HasPrefix(reply, "SIP/2.0 200") {
+		t.Errorf("want a 64 KiB header line refused, have %q", tail(reply, 1))
+	}
+	if !closed && !strings.HasPrefix(reply, "SIP/2.0 4") && !strings.HasPrefix(reply, "SIP/2.0 5") {
+		t.Errorf("want the connection closed or a 4xx/5xx, have %q and the connection open", reply)
+	}
+	good := strings.Replace(options(40000, "tcp-ok-1", ""), "SIP/2.0/UDP", "SIP/2.0/TCP", 1)
+	if reply, _ := tcpExchange(t, sip, good); !strings.HasPrefix(reply, "SIP/2.0 200") {
+		t.Errorf("want 200 for OPTIONS on a new connection after the long line, have %q\n%s", reply, tail(s.log.String(), 20))
+	}
+	if v := s.metric("sipvisor_pool_worker_exits_total"); v != 0 {
+		t.Errorf("want no worker exits, have %v\n%s", v, tail(s.log.String(), 20))
+	}
+}
