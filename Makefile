@@ -4,7 +4,7 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/sipvisor/sipvisor/supervisor.Version=$(VERSION)
 PKGS      := ./...
 
-.PHONY: all build test test-short lint bench fuzz golden clean
+.PHONY: all build test test-short lint bench fuzz golden clean demo
 
 all: lint test build
 
@@ -37,6 +37,10 @@ fuzz:
 # Rewrite the config golden files; review the diff like code.
 golden:
 	$(GO) test ./config -run TestGolden -update
+
+# The OpenSIPS auto-scaling experiment on 127.0.0.1; about five minutes.
+demo:
+	examples/demo.sh
 
 clean:
 	rm -rf bin
