@@ -8,6 +8,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/sipscan"
 	"github.com/sipvisor/sipvisor/watermark"
 )
@@ -127,6 +128,9 @@ func (s *Supervisor) setThrottle(c config.Throttle) {
 	s.ov.throttle = c
 	s.ov.mu.Unlock()
 	for _, gr := range s.groupRuns() {
+		if gr.g.Kind() == pool.KindTimer {
+			continue
+		}
 		gr.throttle.Store(newThrottle(c))
 		s.ov.m.share.WithLabelValues(gr.g.Name()).Set(0)
 	}

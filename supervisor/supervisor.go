@@ -296,7 +296,8 @@ func (s *Supervisor) makeGroups() {
 			ceiling = max(workers, pp.UpTo)
 		}
 		gr := &groupRun{profile: p, workers: map[int]*profile.Views{}}
-		if t := newThrottle(cfg.Throttle); t != nil {
+		// Timer groups take no sessions: nothing to throttle.
+		if t := newThrottle(cfg.Throttle); t != nil && kind != pool.KindTimer {
 			gr.throttle.Store(t)
 		}
 		gr.g = pool.NewGroup(pool.GroupOptions{
