@@ -262,17 +262,10 @@ func TestSIGHUPReloadsProfile(t *testing.T) {
 }
 
 // A worker started after a failed reload runs the config in force, not the
-// broken file on disk.
-//
-// Known bug: a worker loads its script from the file itself
-// (sipworker.New reads env.Config with config.LoadFile; pool passes the
-// path in SIPVISOR_CONFIG), so once the file on disk is broken every new
-// worker (a replacement, a scale-up) exits at start with the file's error,
-// the group crash-loops down to no worker at all and its socket is served
-// by nobody. Editing the file without SIGHUP likewise changes the script of
-// new workers before any reload.
+// broken file on disk: were it to load the file itself, every replacement
+// would exit at start with the file's error and the group would crash-loop
+// down to no worker at all.
 func TestWorkerAfterFailedReloadRunsConfigInForce(t *testing.T) {
-	t.Skip("known bug: new workers read the config file from disk, not the config in force; see the comment above")
 	sip := freePort(t)
 	s := startServer(t, reloadCfg(sip, "scale up to 3 on 90% for 2 cycles", "v1"))
 	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
