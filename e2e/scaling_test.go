@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -75,9 +76,56 @@ tcp_workers = 1
 		t.Fatalf("want no scale-down before the calls start, have %v: the machine is too slow for this test's cooldown", v)
 	}
 
+	// Watch the draining workers: the messages they handle after their drain
+	// began (ACKs, BYEs, replies of the calls they hold) are what a drain
+	// that dropped them would lose.
+	stop := make(chan struct{})
+	watched := make(chan map[int][2]uint64, 1)
+	go func() {
+		seen := map[int][2]uint64{} // pid: handled when first seen draining, and last
+		defer func() { watched <- seen }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			out, err := s.ctl("ps", "--json")
+			if err != nil {
+				continue
+			}
+			var gs []ctl.Group
+			if json.Unmarshal([]byte(out), &gs) != nil {
+				continue
+			}
+			for _, g := range gs {
+				for _, w := range g.Workers {
+					if g.Name != group || w.State != "draining" {
+						continue
+					}
+					h, ok := seen[w.Pid]
+					if !ok {
+						h[0] = w.Handled
+					}
+					h[1] = w.Handled
+					seen[w.Pid] = h
+				}
+			}
+		}
+	}()
 	r := runSIPp(t, 120*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
 		"-r", "20", "-m", "400", "-d", "2000", "-timeout", "100", "-timeout_error", "-recv_timeout", "40000")
+	close(stop)
+	seen := <-watched
 	log := s.log.String()
+	var afterDrain uint64
+	for _, h := range seen {
+		afterDrain += h[1] - h[0]
+	}
+	t.Logf("messages handled by draining workers after their drain began: %d (workers seen draining: %d)", afterDrain, len(seen))
+	if afterDrain == 0 {
+		t.Errorf("want draining workers to handle the messages of calls they hold, have none handled after the drain began (seen %v)", seen)
+	}
 	if r.Successful != 400 || r.Failed != 0 {
 		t.Errorf("want 400 successful calls and 0 failed across the scale-down, have %d/%d (exit %d)\n%s\n%s",
 			r.Successful, r.Failed, r.Exit, tail(r.Out, 60), scalingLines(log))
