@@ -44,3 +44,17 @@ demo:
 
 clean:
 	rm -rf bin
+
+# Side by side with Kamailio under SIPp (bench/, docs/PERFORMANCE.md).
+# Pass flags through BENCH_FLAGS, e.g. BENCH_FLAGS='--rates 200 --reps 1'.
+.PHONY: bench-install bench-compare bench-capacity
+BENCH_FLAGS ?=
+
+bench-install:
+	bash bench/install.sh
+
+bench-compare:
+	bash bench/run.sh $(BENCH_FLAGS)
+
+bench-capacity:
+	bash bench/capacity.sh $(BENCH_FLAGS)

@@ -187,10 +187,11 @@ stop_server() {
 	SERVER_PID=
 }
 
-# start_uas WORKDIR picks free ports (call it before start_server) and starts SIPp's built-in UAS on UAS_PORT. Sets UAS_PID.
+# start_uas WORKDIR picks free ports (call it before start_server) and starts
+# SIPp as UAS (bench/uas.xml) on UAS_PORT. Sets UAS_PID.
 start_uas() {
 	pick_ports
-	sipp -sn uas -i 127.0.0.1 -p "$UAS_PORT" -nostdin -buff_size 4194304 \
+	sipp -sf "$BENCH_DIR/uas.xml" -i 127.0.0.1 -p "$UAS_PORT" -nostdin -buff_size 4194304 \
 		>"$1/uas.log" 2>&1 &
 	UAS_PID=$!
 	sleep 0.5
@@ -203,7 +204,7 @@ stop_uas() {
 }
 
 # run_uac DIR KIND RATE COUNT PORT [EXTRA...] runs one SIPp UAC in DIR
-# (KIND call: the built-in uac; register: bench/register.xml), bounded by
+# (KIND call: SIPp's built-in uac; register: bench/register.xml), bounded by
 # SIPp's -timeout and by timeout(1). Its stat file is DIR/stat.csv and its
 # per-call response times DIR/*_rtt.csv.
 run_uac() {
@@ -223,7 +224,7 @@ run_uac() {
 	(cd "$dir" && timeout -k 5 $((secs + 90)) sipp "${scen[@]}" "127.0.0.1:$SIP_PORT" \
 		-i 127.0.0.1 -p "$port" -r "$rate" -m "$count" -l "$limit" \
 		-nostdin -buff_size 4194304 \
-		-trace_stat -stf stat.csv -fd 1 -trace_rtt -rtt_freq 100 \
+		-trace_stat -stf stat.csv -fd 1 -trace_rtt -rtt_freq 100 -trace_err \
 		-timeout $((secs + 60))s -timeout_error "$@" >sipp.out 2>&1) || echo "$?" >"$dir/exit"
 }
 
