@@ -1,0 +1,361 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sipvisor/sipvisor/ctl"
+)
+
+// BenchmarkRefusedVsServedCPU measures what a refused new session costs the
+// server next to a served call: the CPU seconds of sipvisor's whole process
+// tree (supervisor and workers) over a fixed number of calls proxied from a
+// SIPp uac to a SIPp uas, then, suspended, over as many INVITEs refused at
+// the front door and acknowledged by the client, as real clients do. The
+// target is a ratio of at most 1/20. A third phase sends the INVITEs without
+// the ACK, to show what the front door alone spends. Each phase is seconds
+// of paced traffic, so run it once:
+//
+//	go test ./e2e/ -run '^$' -bench RefusedVsServedCPU -benchtime 1x
+//
+// The idle cost of the tree (cycle loop, echoes, idle workers) accrues in
+// every phase; it is measured apart, and the net figures subtract it.
+func BenchmarkRefusedVsServedCPU(b *testing.B) {
+	if _, err := exec.LookPath("sipp"); err != nil {
+		b.Skip("sipp not installed (apt-get install -y sip-tester)")
+	}
+	const calls, rate = 2000, 200
+	var idle, served, refused, invites phase
+	for i := 0; i < b.N; i++ {
+		sip, uas, uac := benchPort(b), benchPort(b), benchPort(b)
+		s := startBenchServer(b, proxyCfg(sip, uas, "udp_workers = 1\ntcp_workers = 1\nthrottle_enable = no"))
+		benchUAS(b, uas)
+		uacArgs := []string{"127.0.0.1:" + strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+			"-r", strconv.Itoa(rate), "-timeout", "100", "-timeout_error"}
+		sipp := func(what string, n int, args ...string) {
+			b.Helper()
+			r := benchSIPp(b, append(append(args, "-m", strconv.Itoa(n)), uacArgs...)...)
+			if r.Successful != n || r.Failed != 0 {
+				b.Fatalf("%s: want %d successful and 0 failed, have %d/%d\n%s", what, n, r.Successful, r.Failed, tail(r.Out, 30))
+			}
+		}
+
+		// The first calls grow maps and heaps.
+		sipp("warm-up", 200, "-sn", "uac", "-d", "200")
+		idle.add(s.measure(b, func() { time.Sleep(5 * time.Second) }))
+		served.add(s.measure(b, func() { sipp("served", calls, "-sn", "uac", "-d", "200") }))
+
+		if out, err := s.ctl("suspend"); err != nil {
+			b.Fatalf("ctl suspend: %v: %s", err, out)
+		}
+		before := s.refusedSuspended(b)
+		refused.add(s.measure(b, func() { sipp("refused", calls, "-sf", "testdata/overload_refused_uac.xml") }))
+		invites.add(s.measure(b, func() { sipp("refused without ACK", calls, "-sf", "testdata/overload_refused_noack_uac.xml") }))
+		if n := s.refusedSuspended(b) - before; n != 2*calls {
+			b.Fatalf("want %d refusals counted for the suspension, have %v", 2*calls, n)
+		}
+		s.stop(b)
+	}
+
+	n := float64(b.N * calls)
+	idleRate := idle.cpu.total() / idle.wall
+	perServed, perRefused := served.cpu.total()/n, refused.cpu.total()/n
+	netServed, netRefused, netInvite := served.net(idleRate)/n, refused.net(idleRate)/n, invites.net(idleRate)/n
+	metrics := []struct {
+		v    float64
+		unit string
+	}{
+		{perServed * 1e6, "cpu-µs/served-call"},
+		{perRefused * 1e6, "cpu-µs/refused-call"},
+		{perRefused / perServed, "refused/served"},
+		{refused.cpu.supervisor / n * 1e6, "supervisor-cpu-µs/refused-call"},
+		{refused.cpu.workers / n * 1e6, "worker-cpu-µs/refused-call"},
+		{invites.cpu.total() / n * 1e6, "cpu-µs/refused-invite-no-ack"},
+		{idleRate * 1e3, "idle-cpu-ms/s"},
+		{netServed * 1e6, "net-cpu-µs/served-call"},
+		{netRefused * 1e6, "net-cpu-µs/refused-call"},
+		{netRefused / netServed, "net-refused/served"},
+		{netInvite / netServed, "net-refused-no-ack/served"},
+	}
+	b.ReportMetric(0, "ns/op")
+	var line strings.Builder
+	for _, m := range metrics {
+		b.ReportMetric(m.v, m.unit)
+		fmt.Fprintf(&line, " %.4g %s", m.v, m.unit)
+	}
+	// A failed benchmark prints no metrics; the log keeps them.
+	b.Logf("%d calls each at %d/s:%s", b.N*calls, rate, line.String())
+	if perRefused > perServed/20 {
+		b.Errorf("a refused session costs %.1f µs of CPU, a served call %.1f µs: want a ratio of at most 0.05, have %.3f",
+			perRefused*1e6, perServed*1e6, perRefused/perServed)
+	}
+}
+
+// phase is what one stretch of traffic cost the process tree.
+type phase struct {
+	cpu  treeCPU
+	wall float64 // seconds
+}
+
+func (p *phase) add(q phase) {
+	p.cpu.supervisor += q.cpu.supervisor
+	p.cpu.workers += q.cpu.workers
+	p.wall += q.wall
+}
+
+// net is the phase's CPU less what the idle tree would have used meanwhile.
+func (p phase) net(idlePerSecond float64) float64 { return p.cpu.total() - idlePerSecond*p.wall }
+
+func (s *benchServer) measure(tb testing.TB, run func()) phase {
+	c0, t0 := s.cpu(tb), time.Now()
+	run()
+	c1 := s.cpu(tb)
+	return phase{cpu: treeCPU{supervisor: c1.supervisor - c0.supervisor, workers: c1.workers - c0.workers}, wall: time.Since(t0).Seconds()}
+}
+
+// benchServer is a sipvisor process for a benchmark. The harness's server
+// takes a *testing.T; this one takes any testing.TB.
+type benchServer struct {
+	cmd  *exec.Cmd
+	http string
+	log  *syncBuffer
+	done chan error
+}
+
+func startBenchServer(tb testing.TB, cfg string) *benchServer {
+	tb.Helper()
+	httpPort := benchPort(tb)
+	path := tb.TempDir() + "/sipvisor.cfg"
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(cfg, "HTTP_PORT", strconv.Itoa(httpPort))), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	s := &benchServer{http: "127.0.0.1:" + strconv.Itoa(httpPort), log: &syncBuffer{}, done: make(chan error, 1)}
+	s.cmd = exec.Command(sipvisorBin, "-f", path)
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	go func() { s.done <- s.cmd.Wait() }()
+	tb.Cleanup(func() { s.stop(tb) })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if resp, err := http.Get("http://" + s.http + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		select {
+		case err := <-s.done:
+			s.done <- err
+			tb.Fatalf("sipvisor exited: %v\n%s", err, s.log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("sipvisor not ready\n%s", s.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *benchServer) stop(tb testing.TB) {
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.done:
+		s.done <- err
+		if err != nil {
+			tb.Errorf("sipvisor exit: %v\n%s", err, tail(s.log.String(), 40))
+		}
+	case <-time.After(60 * time.Second):
+		s.cmd.Process.Kill()
+		tb.Errorf("sipvisor did not stop on SIGTERM")
+	}
+}
+
+func (s *benchServer) ctl(args ...string) (string, error) {
+	out, err := exec.Command(sipvisorBin, append([]string{"ctl", "-addr", s.http}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+func (s *benchServer) refusedSuspended(tb testing.TB) float64 {
+	tb.Helper()
+	out, err := s.ctl("stats", "--json")
+	if err != nil {
+		tb.Fatalf("ctl stats: %v: %s", err, out)
+	}
+	var st ctl.Stats
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		tb.Fatalf("ctl stats --json: %v: %s", err, out)
+	}
+	if !st.Suspended {
+		tb.Fatalf("want suspended, have %+v", st)
+	}
+	return st.Counters["refused_suspended"]
+}
+
+// treeCPU is CPU seconds used by sipvisor's process tree.
+type treeCPU struct {
+	supervisor float64 // its own
+	workers    float64 // the live workers' and the reaped children's
+}
+
+func (c treeCPU) total() float64 { return c.supervisor + c.workers }
+
+// cpu is the CPU seconds sipvisor's process tree has used: the supervisor's
+// own and its reaped children's, plus each live worker's.
+func (s *benchServer) cpu(tb testing.TB) treeCPU {
+	tb.Helper()
+	resp, err := http.Get("http://" + s.http + "/mi/ps")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var gs []ctl.Group
+	err = json.NewDecoder(resp.Body).Decode(&gs)
+	resp.Body.Close()
+	if err != nil {
+		tb.Fatalf("/mi/ps: %v", err)
+	}
+	var ticks int64
+	for _, g := range gs {
+		for _, w := range g.Workers {
+			own, _, err := procTicks(w.Pid)
+			if err != nil {
+				tb.Fatalf("worker %d: %v", w.Pid, err)
+			}
+			ticks += own
+		}
+	}
+	own, children, err := procTicks(s.cmd.Process.Pid)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	hz := clockTicks(tb)
+	return treeCPU{supervisor: float64(own) / hz, workers: float64(ticks+children) / hz}
+}
+
+// procTicks reads utime+stime and cutime+cstime of a process, in clock ticks.
+func procTicks(pid int) (own, children int64, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	return parseProcTicks(string(b))
+}
+
+// parseProcTicks takes the fields after the command name, which may itself
+// hold spaces and parentheses: state is field 3, utime 14 … cstime 17.
+func parseProcTicks(stat string) (own, children int64, err error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("proc stat %q: no command name", stat)
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 15 {
+		return 0, 0, fmt.Errorf("proc stat %q: %d fields after the command name, want 15 or more", stat, len(f))
+	}
+	var v [4]int64
+	for k := range v {
+		if v[k], err = strconv.ParseInt(f[11+k], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("proc stat field %d: %w", 14+k, err)
+		}
+	}
+	return v[0] + v[1], v[2] + v[3], nil
+}
+
+func TestParseProcTicks(t *testing.T) {
+	for _, c := range []struct {
+		stat            string
+		own, children   int64
+		wantErrContains string
+	}{
+		{"4101 (sipvisor) S 1 4101 4101 0 -1 4194560 2411 0 0 0 150 37 12 5 20 0 9 0 1234 1 2 3", 187, 17, ""},
+		{"77 (a) b) (c) R 1 77 77 0 -1 0 0 0 0 0 1 2 3 4 20 0 1 0 5 6 7", 3, 7, ""},
+		{"77 (x) R 1 2", 0, 0, "fields after the command name"},
+		{"no name here", 0, 0, "no command name"},
+		{"1 (x) S 1 1 1 0 -1 0 0 0 0 0 ten 2 3 4 20", 0, 0, "field 14"},
+	} {
+		own, children, err := parseProcTicks(c.stat)
+		if c.wantErrContains != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErrContains) {
+				t.Errorf("%q: want an error with %q, have %v", c.stat, c.wantErrContains, err)
+			}
+			continue
+		}
+		if err != nil || own != c.own || children != c.children {
+			t.Errorf("%q: want %d, %d, have %d, %d (%v)", c.stat, c.own, c.children, own, children, err)
+		}
+	}
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat times.
+func clockTicks(tb testing.TB) float64 {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err != nil {
+		return 100 // Linux's USER_HZ on every common architecture
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+	if err != nil || v <= 0 {
+		tb.Fatalf("getconf CLK_TCK: %q", out)
+	}
+	return v
+}
+
+func benchPort(tb testing.TB) int {
+	tb.Helper()
+	for i := 0; i < 50; i++ {
+		u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		port := u.LocalAddr().(*net.UDPAddr).Port
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		u.Close()
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
+	}
+	tb.Fatal("no free port")
+	return 0
+}
+
+func benchUAS(tb testing.TB, port int) {
+	tb.Helper()
+	cmd := exec.Command("sipp", "-sn", "uas", "-i", "127.0.0.1", "-p", strconv.Itoa(port), "-nostdin", "-buff_size", "4194304")
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	time.Sleep(200 * time.Millisecond)
+}
+
+// benchSIPp runs a SIPp client to its end, within two minutes.
+func benchSIPp(tb testing.TB, args ...string) sippResult {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sipp", append([]string{"-buff_size", "4194304", "-nostdin"}, args...)...)
+	out, _ := cmd.CombinedOutput()
+	r := sippResult{Out: string(out), Exit: cmd.ProcessState.ExitCode()}
+	r.Successful = sippCounter(r.Out, "Successful call")
+	r.Failed = sippCounter(r.Out, "Failed call")
+	r.Created = sippCounter(r.Out, "Outgoing calls created")
+	return r
+}
