@@ -209,15 +209,9 @@ func TestSIGTERMExitsCleanly(t *testing.T) {
 
 // A call whose INVITE is still waiting for the callee's answer when SIGTERM
 // arrives completes: draining finishes the transactions a worker holds, so
-// the callee's 200 must still reach it and go on to the caller.
-//
-// Known bug: Supervisor.Run (supervisor/supervisor.go) interrupts the UDP
-// door actors together with everything else when the signal actor returns,
-// so the doors stop reading before stopGroups drains the workers. The 200
-// is never read, the worker keeps its INVITE transaction until the drain
-// timeout (40 s) and is killed, and the caller never gets an answer.
+// the front door keeps reading while workers drain, and the callee's 200
+// still reaches the worker and goes on to the caller.
 func TestSIGTERMFinishesCallInProgress(t *testing.T) {
-	t.Skip("known bug: the front door stops reading at SIGTERM, before the workers drain; see the comment above")
 	sip := freePort(t)
 	caller, callee := newPeer(t), newPeer(t)
 	s := startServer(t, proxyCfg(sip, callee.port(), "udp_workers = 1\ntcp_workers = 1"))

@@ -56,6 +56,9 @@ func (s *Supervisor) readyz(w http.ResponseWriter, r *http.Request) {
 func (s *Supervisor) healthy() (bool, string) { return s.ov.healthy(time.Now()) }
 
 func (s *Supervisor) ready() (bool, string) {
+	if s.stopping.Load() {
+		return false, "stopping: draining workers"
+	}
 	if s.ov.suspended.Load() {
 		s.ov.mu.Lock()
 		defer s.ov.mu.Unlock()

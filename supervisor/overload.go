@@ -239,7 +239,7 @@ func (o *overload) admit(gr *groupRun, m *sipscan.Msg) frontdoor.Refusal {
 	if m.Method == sipscan.Register && o.s.refreshesBinding(m.CallID) {
 		return frontdoor.RefuseNone
 	}
-	if o.suspended.Load() {
+	if o.suspended.Load() || o.s.stopping.Load() {
 		return frontdoor.RefuseSuspended
 	}
 	kind := m.Kind()

@@ -13,8 +13,7 @@ var sigTERM os.Signal = syscall.SIGTERM
 
 // hupLoop reloads on SIGHUP and on requests from the control API.
 func (s *Supervisor) hupLoop(ctx context.Context) error {
-	c := make(chan os.Signal, 1)
-	signal.Notify(c, syscall.SIGHUP)
+	c := s.hup
 	defer signal.Stop(c)
 	for {
 		select {

@@ -8,9 +8,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/signal"
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/oklog/run"
@@ -71,8 +73,11 @@ type Supervisor struct {
 	cycle  int64
 
 	reload chan chan error
+	hup    chan os.Signal
 
-	ov       *overload
+	ov *overload
+	// stopping is set once the supervisor drains its workers to exit.
+	stopping atomic.Bool
 	ss       *slowStartMetrics
 	regCount atomic.Int64 // bindings in the location store, counted each cycle
 	// regIDs holds the Call-ID hashes of the live bindings' REGISTERs, so
@@ -141,7 +146,10 @@ func New(o Options) (*Supervisor, error) {
 		o.Worker = pool.Command{Path: exe, Args: []string{"worker"}}
 	}
 	s := &Supervisor{opts: o, log: o.Logger.With("component", "supervisor"), reg: o.Registry,
-		byName: map[string]*groupRun{}, reload: make(chan chan error)}
+		byName: map[string]*groupRun{}, reload: make(chan chan error), hup: make(chan os.Signal, 1)}
+	// Caught from the start: a SIGHUP before the reload loop runs must not
+	// kill the process (its default action).
+	signal.Notify(s.hup, syscall.SIGHUP)
 	s.cfg.Store(o.Config)
 	s.started = time.Now()
 	s.params = ctl.NewParams()
@@ -231,8 +239,62 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+
+	// SIGINT/SIGTERM stay caught for the whole run, drain included: a second
+	// one while workers drain must not kill the supervisor (and, through
+	// Pdeathsig, every call in progress).
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, os.Interrupt, sigTERM)
+	defer signal.Stop(term)
+
+	// The front doors and the control server run outside the run group:
+	// while workers drain, the doors keep passing the messages of calls in
+	// progress to them (refusing new sessions), and the control API stays up
+	// (lame duck), so they stop only after the drain.
+	var serving sync.WaitGroup
+	failed := make(chan error, len(s.sockets)+1)
+	serve := func(f func() error) {
+		serving.Add(1)
+		go func() {
+			defer serving.Done()
+			if err := f(); err != nil {
+				failed <- err
+			}
+		}()
+	}
+	udpIndex := 0
+	for _, sk := range s.sockets {
+		switch {
+		case sk.UDP != nil:
+			u := s.newUDPDoor(udpIndex, sk)
+			udpIndex++
+			serve(u.run)
+		case sk.TCP != nil:
+			serve(func() error { return s.acceptLoop(sk) })
+		}
+	}
+	srv := s.httpServer()
+	serve(func() error {
+		if err := srv.Serve(s.httpLn); !errors.Is(err, errServerClosed) {
+			return err
+		}
+		return nil
+	})
+
 	var g run.Group
-	g.Add(run.SignalHandler(ctx, os.Interrupt, sigTERM))
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error {
+			select {
+			case sig := <-term:
+				return run.SignalError{Signal: sig}
+			case err := <-failed:
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, func(error) { cancel() })
+	}
 	{
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return s.cycleLoop(ctx) }, func(error) { cancel() })
@@ -253,28 +315,37 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return s.timerLoop(ctx) }, func(error) { cancel() })
 	}
-	srv := s.httpServer()
-	g.Add(func() error {
-		if err := srv.Serve(s.httpLn); !errors.Is(err, errServerClosed) {
-			return err
-		}
-		return nil
-	}, func(error) { srv.Close() })
-	udpIndex := 0
-	for _, sk := range s.sockets {
-		switch {
-		case sk.UDP != nil:
-			u := s.newUDPDoor(udpIndex, sk)
-			udpIndex++
-			g.Add(u.run, func(error) { sk.UDP.SetReadDeadline(time.Unix(1, 0)) })
-		case sk.TCP != nil:
-			g.Add(func() error { return s.acceptLoop(sk) }, func(error) { sk.TCP.Close() })
-		}
-	}
 	s.log.Info("sipvisor running", "sockets", s.names, "http", s.HTTPAddr(), "groups", len(s.groups))
 	err := g.Run()
-	s.log.Info("stopping: draining workers")
+
+	s.log.Info("stopping: draining workers; new sessions are refused, calls in progress go on")
+	s.stopping.Store(true)
+	for _, sk := range s.sockets {
+		if sk.TCP != nil {
+			sk.TCP.Close()
+		}
+	}
+	drained := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case sig := <-term:
+				s.log.Warn("already draining; send SIGKILL to stop at once", "signal", sig.String())
+			case <-drained:
+				return
+			}
+		}
+	}()
 	s.stopGroups()
+	close(drained)
+	for _, sk := range s.sockets {
+		if sk.UDP != nil {
+			sk.UDP.SetReadDeadline(time.Unix(1, 0))
+		}
+	}
+	srv.Close()
+	serving.Wait()
+
 	var sig run.SignalError
 	if errors.As(err, &sig) || errors.Is(err, context.Canceled) {
 		return nil
