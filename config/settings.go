@@ -145,7 +145,7 @@ var settings = []setting{
 		set: func(c *Config, v value) { c.SlowStart.Mode = v.s }},
 	{Name: "slow_start_unit", Kind: kindEnum, Default: "per_second", Enum: []string{"per_second", "percent"}, Doc: "Unit of slow_start_value and slow_start_increment: new sessions per second, or percent of an existing worker's share.",
 		set: func(c *Config, v value) { c.SlowStart.Unit = v.s }},
-	{Name: "slow_start_value", Kind: kindInt, Default: "0", Min: 0, Max: 1000000, HasMax: true, Doc: "Rate a worker in slow start receives at first (manual: until changed); 0 means no slow start, as in Citrix ADC.",
+	{Name: "slow_start_value", Kind: kindInt, Default: "0", Min: 0, Max: 1000000, HasMax: true, Doc: "Manual mode: the rate a new worker receives until the setting changes (0 ends slow start). Auto mode: the rate of its first interval (0 = one slow_start_increment).",
 		set: func(c *Config, v value) { c.SlowStart.Value = float64(v.i) }},
 	{Name: "slow_start_interval", Kind: kindDuration, Default: "10s", Min: 0, Max: 3600, HasMax: true, Doc: "How often auto mode raises the rate (Citrix ADC's example: 10 s).",
 		set: func(c *Config, v value) { c.SlowStart.Interval = v.d }},
@@ -154,7 +154,7 @@ var settings = []setting{
 
 	{Name: "flip_window", Kind: kindDuration, Default: "30m", Min: 1, Max: 86400, HasMax: true, Doc: "How long health status flips are remembered.",
 		set: func(c *Config, v value) { c.FlipHealth.Window = v.d }},
-	{Name: "flip_threshold", Kind: kindInt, Default: "10", Min: 1, Max: 100000, HasMax: true, Doc: "Flips within flip_window that mark a worker unhealthy.",
+	{Name: "flip_threshold", Kind: kindInt, Default: "10", Min: 1, Max: 100000, HasMax: true, Doc: "Status flips (a worker crash and its restart count two; suspend/resume and throttle on/off one each) within flip_window that make /healthz report unhealthy.",
 		set: func(c *Config, v value) { c.FlipHealth.Threshold = int(v.i) }},
 }
 
