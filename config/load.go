@@ -97,14 +97,14 @@ type loader struct {
 	read    func(string) ([]byte, error)
 	sources map[string][]byte // every file read, by the path it was read as
 	errs    []*Error
-	files  []string // in the order first read, to sort errors by file
-	stack  []string // absolute paths of the includes being read
-	items  []*itemAST
-	cfg    *Config
-	setAt  map[string]script.Pos // where each global was set
-	first  *script.Pos           // first socket line, for "no main route"
-	groups []groupRef
-	udpAt  []udpRef
+	files   []string // in the order first read, to sort errors by file
+	stack   []string // absolute paths of the includes being read
+	items   []*itemAST
+	cfg     *Config
+	setAt   map[string]script.Pos // where each global was set
+	first   *script.Pos           // first socket line, for "no main route"
+	groups  []groupRef
+	udpAt   []udpRef
 
 	profiles map[string]script.Pos            // lower-case name → where defined
 	routes   map[string]map[string]script.Pos // block kind → name → where defined
