@@ -167,6 +167,25 @@ func TestRefusalAnsweredByTheDoor(t *testing.T) {
 	if v := d.Stats.Refused[RefuseSuspended].Load(); v != 1 {
 		t.Fatalf("want 1 refusal counted as suspended, have %d", v)
 	}
+	// The client's ACK of the 503 ends there: no worker sees it.
+	var rm sipscan.Msg
+	if err := sipscan.Scan(rec.replies[0], &rm); err != nil {
+		t.Fatal(err)
+	}
+	ack := []byte("ACK sip:bob@example.com SIP/2.0\r\n" +
+		"Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bKneweoneINVITE\r\n" +
+		"Max-Forwards: 70\r\n" +
+		"From: <sip:alice@example.com>;tag=1928301774\r\n" +
+		"To: <sip:bob@example.com>;tag=" + string(rm.ToTag) + "\r\n" +
+		"Call-ID: new-one\r\n" +
+		"CSeq: 1 ACK\r\n" +
+		"Content-Length: 0\r\n\r\n")
+	ack = bytes.Replace(ack, []byte("neweone"), []byte(token("new-one")), 1)
+	before := d.Stats.Forwarded.Load()
+	d.Handle(frame(ack), src, now)
+	if d.Stats.OwnAcks.Load() != 1 || d.Stats.Forwarded.Load() != before {
+		t.Fatalf("want the ACK of the door's own 503 absorbed, have %d absorbed, %d forwarded", d.Stats.OwnAcks.Load(), d.Stats.Forwarded.Load()-before)
+	}
 }
 
 // Malformed input is counted by reason and never crashes the door; requests

@@ -95,6 +95,7 @@ type Stats struct {
 	Forwarded  atomic.Uint64
 	Keepalives atomic.Uint64
 	Replied    atomic.Uint64 // stateless replies sent (400 and refusals)
+	OwnAcks    atomic.Uint64 // ACKs of those replies, absorbed by the door
 	// Malformed counts datagrams that could not be scanned, by reason.
 	Malformed [sipscan.NumErrors]atomic.Uint64
 	// Refused counts refused new sessions, by reason.
@@ -164,6 +165,13 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 		d.unbind(key, e)
 	}
 
+	// The ACK of a reply the door sent itself ends a transaction that lives
+	// nowhere else: without this, every refused INVITE would cost a worker
+	// its ACK.
+	if m.Method == sipscan.Ack && sipscan.IsOwnAck(m) {
+		d.Stats.OwnAcks.Add(1)
+		return
+	}
 	newSession := m.NewSession(d.OptionalNewSessions)
 	if newSession && d.admit != nil {
 		if r, retry := d.admit(m, now); r != RefuseNone {

@@ -35,7 +35,7 @@ Content-Length: 0
 	// INVITE call a84b4c76e66710@pc33.atlanta.com true
 	// SIP/2.0 503 Service Unavailable
 	// Via: SIP/2.0/UDP pc33.atlanta.com;branch=z9hG4bK776asdhds
-	// To: Bob <sip:bob@biloxi.com>;tag=83f988552f70ee8f
+	// To: Bob <sip:bob@biloxi.com>;tag=818c4362f9f154bb
 	// From: Alice <sip:alice@atlanta.com>;tag=1928301774
 	// Call-ID: a84b4c76e66710@pc33.atlanta.com
 	// CSeq: 314159 INVITE

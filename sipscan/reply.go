@@ -22,9 +22,9 @@ func AppendReply(dst []byte, req []byte, m *Msg, code int, reason string, retryA
 // Append builds the response RFC 3261 8.2.6 describes from the request
 // bytes: every Via in order (compact "v:" and comma-separated values
 // included), From, To, Call-ID and CSeq as received, a To tag when the
-// request had none, and Content-Length: 0. The added tag is a hash of the
-// Call-ID, the top Via and the CSeq, so a retransmitted request gets the same
-// tag and the client sees one consistent reply.
+// request had none, and Content-Length: 0. The added tag is ReplyTag: a
+// retransmitted request gets the same tag, so the client sees one
+// consistent reply, and the ACK of the reply carries it back (see IsOwnAck).
 //
 // m must come from scanning req; Append uses it only to refuse what must not
 // be answered, and reads the headers itself, so a Msg from a Scan that failed
@@ -62,8 +62,6 @@ func (r *Reply) Append(dst []byte, req []byte, m *Msg) []byte {
 		h        header
 		tagAt    = -1 // where the To tag's digits go, once the hash is known
 		callID   []byte
-		topVia   []byte
-		cseq     []byte
 		lower    [8]byte
 		reqLimit = len(req) + 1 // Scan applied the caller's line limit already
 	)
@@ -105,14 +103,8 @@ func (r *Reply) Append(dst []byte, req []byte, m *Msg) []byte {
 		s, e := trimLWS(req, h.valStart, h.valEnd)
 		out = appendUnfolded(out, req[h.start:e], h.folded)
 		switch bit {
-		case seenVia:
-			if topVia == nil {
-				topVia = req[s:e]
-			}
 		case seenCallID:
 			callID = req[s:e]
-		case seenCSeq:
-			cseq = req[s:e]
 		case seenTo:
 			t0, _, ok := addrTag(req, s, e)
 			if t0 < 0 {
@@ -131,7 +123,7 @@ func (r *Reply) Append(dst []byte, req []byte, m *Msg) []byte {
 		return dst
 	}
 	if tagAt >= 0 {
-		tag := hashBytes(hashBytes(hashBytes(hashSeed, callID), topVia), cseq)
+		tag := ReplyTag(m)
 		const hex = "0123456789abcdef"
 		for i := 15; i >= 0; i-- {
 			out[tagAt+i] = hex[tag&0xf]
@@ -264,4 +256,45 @@ func ReasonPhrase(code int) string {
 		return "Decline"
 	}
 	return "Unknown"
+}
+
+// ReplyTag is the To tag Append adds to a reply to m: a hash of the Call-ID,
+// the top Via's branch (its sent-by for RFC 2543 senders) and the CSeq
+// number, which a request, its retransmissions and the ACK of its final
+// reply share (RFC 3261 17.1.1.3).
+func ReplyTag(m *Msg) uint64 {
+	via := m.Branch
+	if via == nil {
+		via = m.SentBy
+	}
+	var n [4]byte
+	n[0], n[1], n[2], n[3] = byte(m.CSeq>>24), byte(m.CSeq>>16), byte(m.CSeq>>8), byte(m.CSeq)
+	return hashBytes(hashBytes(hashBytes(hashSeed, m.CallID), via), n[:])
+}
+
+// IsOwnAck reports whether m is the ACK of a reply that Append built: its To
+// tag is ReplyTag. Such an ACK ends a transaction that lived nowhere but in
+// the reply, so it needs no worker.
+func IsOwnAck(m *Msg) bool {
+	if !m.IsRequest || m.Method != Ack || len(m.ToTag) != 16 {
+		return false
+	}
+	tag := ReplyTag(m)
+	for i := 15; i >= 0; i-- {
+		c := m.ToTag[i]
+		var v uint64
+		switch {
+		case '0' <= c && c <= '9':
+			v = uint64(c - '0')
+		case 'a' <= c && c <= 'f':
+			v = uint64(c-'a') + 10
+		default:
+			return false
+		}
+		if v != tag&0xf {
+			return false
+		}
+		tag >>= 4
+	}
+	return true
 }

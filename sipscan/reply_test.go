@@ -305,3 +305,52 @@ func TestAppendReplyDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// The ACK of a stateless reply carries the reply's tag back, whatever the
+// request's retransmission; an ACK of someone else's reply does not match.
+func TestIsOwnAck(t *testing.T) {
+	inv := []byte("INVITE sip:bob@example.com SIP/2.0\r\n" +
+		"Via: SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bKabc\r\n" +
+		"From: <sip:alice@example.com>;tag=a1\r\n" +
+		"To: <sip:bob@example.com>\r\n" +
+		"Call-ID: own-ack@10.0.0.1\r\n" +
+		"CSeq: 7 INVITE\r\n" +
+		"Content-Length: 0\r\n\r\n")
+	var m Msg
+	if err := Scan(inv, &m); err != nil {
+		t.Fatal(err)
+	}
+	reply := AppendReply(nil, inv, &m, 503, "", 5)
+	var r Msg
+	if err := Scan(reply, &r); err != nil {
+		t.Fatal(err)
+	}
+	ack := func(tag string, cseq string) []byte {
+		return []byte("ACK sip:bob@example.com SIP/2.0\r\n" +
+			"Via: SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bKabc\r\n" +
+			"From: <sip:alice@example.com>;tag=a1\r\n" +
+			"To: <sip:bob@example.com>;tag=" + tag + "\r\n" +
+			"Call-ID: own-ack@10.0.0.1\r\n" +
+			"CSeq: " + cseq + " ACK\r\n" +
+			"Content-Length: 0\r\n\r\n")
+	}
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want bool
+	}{
+		{"ack of our reply", ack(string(r.ToTag), "7"), true},
+		{"ack with another tag", ack("0123456789abcdef", "7"), false},
+		{"ack of another transaction", ack(string(r.ToTag), "8"), false},
+		{"ack with a short tag", ack("abc", "7"), false},
+		{"the invite itself", inv, false},
+	} {
+		var a Msg
+		if err := Scan(c.b, &a); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if have := IsOwnAck(&a); have != c.want {
+			t.Errorf("%s: want %v, have %v", c.name, c.want, have)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 type doorCollector struct {
 	s                                          *Supervisor
 	received, forwarded, keepalives, replied   *prometheus.Desc
+	ownAcks                                    *prometheus.Desc
 	malformed, refused, admitted, dropped, aff *prometheus.Desc
 }
 
@@ -24,6 +25,7 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 		forwarded:  d("datagrams_forwarded_total", "Datagrams handed to a worker."),
 		keepalives: d("keepalives_total", "Keepalive datagrams (bare CRLF)."),
 		replied:    d("stateless_replies_total", "Replies sent by the front door itself (400, 503)."),
+		ownAcks:    d("own_acks_total", "ACKs of the front door's own replies, absorbed there."),
 		malformed:  d("malformed_total", "Datagrams that could not be scanned, by reason.", "reason"),
 		refused:    d("refused_sessions_total", "New sessions refused with 503, by reason.", "reason"),
 		admitted:   d("admitted_sessions_total", "New sessions admitted, by kind.", "kind"),
@@ -33,7 +35,7 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 }
 
 func (c *doorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.malformed, c.refused, c.admitted, c.dropped, c.aff} {
+	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff} {
 		ch <- d
 	}
 }
@@ -51,6 +53,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.forwarded, st.Forwarded.Load())
 		counter(c.keepalives, st.Keepalives.Load())
 		counter(c.replied, st.Replied.Load())
+		counter(c.ownAcks, st.OwnAcks.Load())
 		for i := 1; i < int(sipscan.NumErrors); i++ {
 			counter(c.malformed, st.Malformed[i].Load(), sipscan.Error(i).String())
 		}
