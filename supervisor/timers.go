@@ -27,13 +27,15 @@ func (s *Supervisor) timerLoop(ctx context.Context) error {
 	for _, t := range cfg.Script.Timers {
 		jobs = append(jobs, &due{frame: append([]byte{pool.FrameJob}, t.Name...), every: t.Interval, next: now.Add(t.Interval)})
 	}
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
+	// Sleep until the earliest job is due rather than polling: an idle
+	// supervisor should not wake a hundred times a second.
+	timer := time.NewTimer(time.Until(earliest(jobs, func(j *due) time.Time { return j.next })))
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case now := <-tick.C:
+		case now := <-timer.C:
 			for _, j := range jobs {
 				if now.Before(j.next) {
 					continue
@@ -50,6 +52,17 @@ func (s *Supervisor) timerLoop(ctx context.Context) error {
 				}
 				s.m.timerJobs.WithLabelValues("sent").Inc()
 			}
+			timer.Reset(max(time.Millisecond, time.Until(earliest(jobs, func(j *due) time.Time { return j.next }))))
 		}
 	}
+}
+
+func earliest[T any](xs []T, at func(T) time.Time) time.Time {
+	var t time.Time
+	for i, x := range xs {
+		if a := at(x); i == 0 || a.Before(t) {
+			t = a
+		}
+	}
+	return t
 }
