@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# CPU profile of a server's whole process tree under a fixed SIPp call load,
+# taken with perf (Debian linux-perf) at the kernel's view, so time spent in
+# system calls and in the Go runtime shows beside the SIP code.
+#
+#   bench/profile.sh [--server sipvisor|kamailio] [--rate 500] [--secs 20]
+#                    [--freq 999] [--children N] [--out DIR]
+#
+# Writes DIR/perf.data, DIR/report.txt (symbols by self time), and
+# DIR/split.txt (self time by process and by kernel/runtime/program).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+server=sipvisor
+rate=500
+secs=20
+freq=999
+CHILDREN=$(nproc)
+out=${BENCH_OUT:-/tmp/sipvisor-bench/profile}
+
+usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+while [ $# -gt 0 ]; do
+	case $1 in -h | --help) usage ;; esac
+	[ $# -ge 2 ] || die "flag $1 needs a value"
+	case $1 in
+	--server) server=$2 ;;
+	--rate) rate=$2 ;;
+	--secs) secs=$2 ;;
+	--freq) freq=$2 ;;
+	--children) CHILDREN=$2 ;;
+	--out) out=$2 ;;
+	*) echo "profile.sh: unknown flag $1" >&2; usage ;;
+	esac
+	shift 2
+done
+for v in rate secs freq CHILDREN; do
+	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v,,} must be a positive integer, have '${!v}'"
+done
+command -v perf >/dev/null || die "perf not installed (apt-get install -y linux-perf)"
+command -v sipp >/dev/null || die "sipp not installed: run make bench-install"
+
+mkdir -p "$out"
+trap bench_cleanup EXIT
+trap 'exit 130' INT TERM
+[ "$server" != sipvisor ] || build_sipvisor "$out"
+machine_info >"$out/machine.txt"
+work=$out/$server
+mkdir -p "$work"
+start_uas "$work"
+start_server "$server" "$work"
+pids=$(tree_pids "$SERVER_PID" | paste -sd,)
+log "perf record on $server ($pids) while SIPp offers $rate calls/s for ${secs}s"
+c0=$(tree_cpu "$SERVER_PID")
+perf record -q -g -F "$freq" -p "$pids" -o "$out/perf.data" -- sleep $((secs + 2)) 2>"$out/perf-record.log" &
+perf_pid=$!
+BG_PIDS+=("$perf_pid")
+sleep 1
+run_uac "$work/call" call "$rate" $((rate * secs)) "$UAC_PORT" -d 0
+wait "$perf_pid" || die "perf record failed: $(tail -3 "$out/perf-record.log")"
+BG_PIDS=()
+c1=$(tree_cpu "$SERVER_PID")
+ok=$(stat_last "$work/call" 'SuccessfulCall(C)')
+log "successful $ok, failed $(stat_last "$work/call" 'FailedCall(C)'), cpu $(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.2f", b-a}') s"
+
+perf report -i "$out/perf.data" --no-children --stdio --percent-limit 0.5 \
+	--sort sym 2>/dev/null | grep -v '^$' | grep -v '^ *|' | grep -v '^ *-' | head -80 >"$out/report.txt"
+# Self time split three ways: the kernel ([k] symbols), the Go runtime or
+# libc, and everything else (the program's own code).
+perf report -i "$out/perf.data" --no-children --stdio --sort comm,sym -g none 2>/dev/null |
+	awk '
+		/^ *[0-9.]+%/ {
+			p = $1; sub("%", "", p)
+			comm = $2
+			if ($0 ~ /\[k\]/) where = "kernel"
+			else if ($0 ~ /runtime\.|\[\.\] (__|_dl|malloc|free|mem|str|pthread|epoll|futex)/) where = "runtime/libc"
+			else where = "program"
+			by[comm "\t" where] += p; tot[where] += p; all += p
+		}
+		END {
+			for (k in tot) printf "%6.1f%%\t%s\n", tot[k], k | "sort -rn"
+			close("sort -rn")
+			print "by process:"
+			for (k in by) printf "%6.1f%%\t%s\n", by[k], k | "sort -rn"
+			close("sort -rn")
+			printf "%6.1f%%\tof the samples classified\n", all
+		}' >"$out/split.txt"
+log "wrote $out/report.txt and $out/split.txt"
+cat "$out/split.txt"
+head -40 "$out/report.txt"
