@@ -10,6 +10,7 @@ import (
 	"github.com/sipvisor/sipvisor/ctl"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/sipscan"
+	"github.com/sipvisor/sipvisor/slowstart"
 	"github.com/sipvisor/sipvisor/watermark"
 )
 
@@ -85,6 +86,7 @@ func (s *Supervisor) registerParams() {
 				return nil
 			}, kind)
 	}
+	s.registerSlowStartParams()
 	thr("throttle/enable", ctl.Bool,
 		func(c config.Throttle) float64 { return b2f(c.Enable) },
 		func(c *config.Throttle, v float64) error { c.Enable = v != 0; return nil })
@@ -115,6 +117,27 @@ func (s *Supervisor) registerParams() {
 			c.StepPercent = v
 			return nil
 		})
+}
+
+func (s *Supervisor) registerSlowStartParams() {
+	ss := func(path string, kind ctl.Kind, get func(c slowstart.Config) float64, set func(c *slowstart.Config, v float64)) {
+		s.params.Register(path,
+			func() float64 { return get(s.slowStart()) },
+			func(v float64) error {
+				c := s.slowStart()
+				set(&c, v)
+				return s.setSlowStart(c)
+			}, kind)
+	}
+	ss("slow_start/value", ctl.Number,
+		func(c slowstart.Config) float64 { return c.Value },
+		func(c *slowstart.Config, v float64) { c.Value = v })
+	ss("slow_start/increment", ctl.Number,
+		func(c slowstart.Config) float64 { return c.Increment },
+		func(c *slowstart.Config, v float64) { c.Increment = v })
+	ss("slow_start/interval", ctl.Seconds,
+		func(c slowstart.Config) float64 { return c.Interval.Seconds() },
+		func(c *slowstart.Config, v float64) { c.Interval = time.Duration(v * float64(time.Second)) })
 }
 
 func (s *Supervisor) throttleConfig() config.Throttle {

@@ -163,6 +163,16 @@ route { exit; }
 		t.Fatalf("want the new worker to have handled about %.0f messages, have %d", want, h)
 	}
 	t.Logf("worker in slow start took %v of 400 new sessions in %v", got, elapsed.Round(time.Millisecond))
+	// Manual mode holds until changed; a value of 0 set at run time ends it.
+	if err := st.s.params.Set("slow_start/value", "0"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the ramp to end", 10*time.Second, func() bool {
+		return counterValue(t, st.s, "sipvisor_slowstart_workers", "", "") == 0
+	})
+	if err := st.s.params.Set("slow_start/value", "-1"); err == nil {
+		t.Fatal("want a negative slow start value refused")
+	}
 }
 
 // Crashes are status flips of the group's health; enough of them within the

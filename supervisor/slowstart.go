@@ -54,7 +54,7 @@ func slowStartConfig(c config.SlowStart) slowstart.Config {
 // startRamp puts a worker that became ready after start-up (forked by the
 // scaler or replacing a crashed one) in slow start.
 func (s *Supervisor) startRamp(gr *groupRun, w *pool.Worker) {
-	c := slowStartConfig(s.config().SlowStart)
+	c := s.slowStart()
 	if c.Mode == "" || c.Mode == slowstart.Off {
 		return
 	}
@@ -151,11 +151,14 @@ outer:
 // slowStartLoop ticks every ramp each slow_start_interval with what the
 // group's workers received during it, and drops the ramps that ended.
 func (s *Supervisor) slowStartLoop(ctx context.Context) error {
-	interval := s.config().SlowStart.Interval
-	if interval <= 0 {
-		interval = 10 * time.Second
+	// The interval is read afresh each time: ctl set may change it.
+	interval := func() time.Duration {
+		if d := s.slowStart().Interval; d > 0 {
+			return d
+		}
+		return 10 * time.Second
 	}
-	t := time.NewTicker(interval)
+	t := time.NewTimer(interval())
 	defer t.Stop()
 	last := time.Now()
 	for {
@@ -163,6 +166,7 @@ func (s *Supervisor) slowStartLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case now := <-t.C:
+			t.Reset(interval())
 			secs := now.Sub(last).Seconds()
 			last = now
 			for _, gr := range s.groupRuns() {
@@ -208,4 +212,36 @@ func (s *Supervisor) tickRamps(gr *groupRun, now time.Time, secs float64) {
 	gr.ramps.Store(&keep)
 	gr.rampMu.Unlock()
 	s.ss.ramping.WithLabelValues(gr.g.Name()).Set(float64(len(keep)))
+}
+
+// slowStart is the slow start setting in force: the config's, or what
+// ctl set made of it since.
+func (s *Supervisor) slowStart() slowstart.Config {
+	if c := s.ssCfg.Load(); c != nil {
+		return *c
+	}
+	return slowStartConfig(s.config().SlowStart)
+}
+
+// setSlowStart validates c, makes it the setting for workers that start
+// from now on, and applies it to the ramps running (a manual value of 0
+// ends them).
+func (s *Supervisor) setSlowStart(c slowstart.Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	s.ssCfg.Store(&c)
+	now := time.Now()
+	for _, gr := range s.groupRuns() {
+		for _, r := range gr.rampList() {
+			r.mu.Lock()
+			err := r.r.Reconfigure(c, now)
+			r.mu.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	s.log.Info("slow start settings changed", "mode", c.Mode, "unit", c.Unit, "value", c.Value, "increment", c.Increment, "interval", c.Interval)
+	return nil
 }

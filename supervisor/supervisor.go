@@ -27,6 +27,7 @@ import (
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/profile"
 	"github.com/sipvisor/sipvisor/sipscan"
+	"github.com/sipvisor/sipvisor/slowstart"
 	"github.com/sipvisor/sipvisor/throttle"
 )
 
@@ -79,7 +80,8 @@ type Supervisor struct {
 	// stopping is set once the supervisor drains its workers to exit.
 	stopping atomic.Bool
 	ss       *slowStartMetrics
-	regCount atomic.Int64 // bindings in the location store, counted each cycle
+	ssCfg    atomic.Pointer[slowstart.Config] // set by ctl; nil: the config's
+	regCount atomic.Int64                     // bindings in the location store, counted each cycle
 	// regIDs holds the Call-ID hashes of the live bindings' REGISTERs, so
 	// that a refresh of an existing registration is never refused: it is
 	// an existing session, not a new one.
