@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	dto "github.com/prometheus/client_model/go"
 	"testing"
 )
 
@@ -36,4 +37,13 @@ func counterValue(t *testing.T, s *Supervisor, name, key, val string) float64 {
 		}
 	}
 	return sum
+}
+
+func mustGather(t *testing.T, s *Supervisor) []*dto.MetricFamily {
+	t.Helper()
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
 }
