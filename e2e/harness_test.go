@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 // freePort finds a free port on 127.0.0.1 for both UDP and TCP. SIPp and the
 // config need numbers up front; the small window before use is acceptable
 // on a test machine.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	for i := 0; i < 50; i++ {
 		u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -76,7 +76,7 @@ func freePort(t *testing.T) int {
 
 // server is a running sipvisor process.
 type server struct {
-	t    *testing.T
+	t    testing.TB
 	cmd  *exec.Cmd
 	http string
 	log  *syncBuffer
@@ -102,7 +102,7 @@ func (s *syncBuffer) String() string {
 
 // startServer runs sipvisor on cfg (text with %[1]d for the HTTP port) and
 // waits until every group has a ready worker.
-func startServer(t *testing.T, cfg string) *server {
+func startServer(t testing.TB, cfg string) *server {
 	t.Helper()
 	httpPort := freePort(t)
 	path := filepath.Join(t.TempDir(), "sipvisor.cfg")
@@ -234,7 +234,7 @@ type sippResult struct {
 	Created    int
 }
 
-func runSIPp(t *testing.T, timeout time.Duration, args ...string) sippResult {
+func runSIPp(t testing.TB, timeout time.Duration, args ...string) sippResult {
 	t.Helper()
 	if _, err := exec.LookPath("sipp"); err != nil {
 		t.Skip("sipp not installed (apt-get install -y sip-tester)")
@@ -267,7 +267,7 @@ func sippCounter(screen, name string) int {
 }
 
 // sippUAS starts a SIPp UAS in the background, ended with the test.
-func sippUAS(t *testing.T, port int, extra ...string) {
+func sippUAS(t testing.TB, port int, extra ...string) {
 	t.Helper()
 	if _, err := exec.LookPath("sipp"); err != nil {
 		t.Skip("sipp not installed (apt-get install -y sip-tester)")

@@ -1,16 +1,13 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,14 +34,14 @@ func BenchmarkRefusedVsServedCPU(b *testing.B) {
 	const calls, rate = 2000, 200
 	var idle, served, refused, invites phase
 	for i := 0; i < b.N; i++ {
-		sip, uas, uac := benchPort(b), benchPort(b), benchPort(b)
-		s := startBenchServer(b, proxyCfg(sip, uas, "udp_workers = 1\ntcp_workers = 1\nthrottle_enable = no"))
-		benchUAS(b, uas)
+		sip, uas, uac := freePort(b), freePort(b), freePort(b)
+		s := startServer(b, proxyCfg(sip, uas, "udp_workers = 1\ntcp_workers = 1\nthrottle_enable = no"))
+		sippUAS(b, uas)
 		uacArgs := []string{"127.0.0.1:" + strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
 			"-r", strconv.Itoa(rate), "-timeout", "100", "-timeout_error"}
 		sipp := func(what string, n int, args ...string) {
 			b.Helper()
-			r := benchSIPp(b, append(append(args, "-m", strconv.Itoa(n)), uacArgs...)...)
+			r := runSIPp(b, 2*time.Minute, append(append(args, "-m", strconv.Itoa(n)), uacArgs...)...)
 			if r.Successful != n || r.Failed != 0 {
 				b.Fatalf("%s: want %d successful and 0 failed, have %d/%d\n%s", what, n, r.Successful, r.Failed, tail(r.Out, 30))
 			}
@@ -64,7 +61,7 @@ func BenchmarkRefusedVsServedCPU(b *testing.B) {
 		if n := s.refusedSuspended(b) - before; n != 2*calls {
 			b.Fatalf("want %d refusals counted for the suspension, have %v", 2*calls, n)
 		}
-		s.stop(b)
+		s.stop()
 	}
 
 	n := float64(b.N * calls)
@@ -116,81 +113,14 @@ func (p *phase) add(q phase) {
 // net is the phase's CPU less what the idle tree would have used meanwhile.
 func (p phase) net(idlePerSecond float64) float64 { return p.cpu.total() - idlePerSecond*p.wall }
 
-func (s *benchServer) measure(tb testing.TB, run func()) phase {
+func (s *server) measure(tb testing.TB, run func()) phase {
 	c0, t0 := s.cpu(tb), time.Now()
 	run()
 	c1 := s.cpu(tb)
 	return phase{cpu: treeCPU{supervisor: c1.supervisor - c0.supervisor, workers: c1.workers - c0.workers}, wall: time.Since(t0).Seconds()}
 }
 
-// benchServer is a sipvisor process for a benchmark. The harness's server
-// takes a *testing.T; this one takes any testing.TB.
-type benchServer struct {
-	cmd  *exec.Cmd
-	http string
-	log  *syncBuffer
-	done chan error
-}
-
-func startBenchServer(tb testing.TB, cfg string) *benchServer {
-	tb.Helper()
-	httpPort := benchPort(tb)
-	path := tb.TempDir() + "/sipvisor.cfg"
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(cfg, "HTTP_PORT", strconv.Itoa(httpPort))), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	s := &benchServer{http: "127.0.0.1:" + strconv.Itoa(httpPort), log: &syncBuffer{}, done: make(chan error, 1)}
-	s.cmd = exec.Command(sipvisorBin, "-f", path)
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	go func() { s.done <- s.cmd.Wait() }()
-	tb.Cleanup(func() { s.stop(tb) })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if resp, err := http.Get("http://" + s.http + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s
-			}
-		}
-		select {
-		case err := <-s.done:
-			s.done <- err
-			tb.Fatalf("sipvisor exited: %v\n%s", err, s.log.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("sipvisor not ready\n%s", s.log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (s *benchServer) stop(tb testing.TB) {
-	if s.cmd.ProcessState != nil {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-s.done:
-		s.done <- err
-		if err != nil {
-			tb.Errorf("sipvisor exit: %v\n%s", err, tail(s.log.String(), 40))
-		}
-	case <-time.After(60 * time.Second):
-		s.cmd.Process.Kill()
-		tb.Errorf("sipvisor did not stop on SIGTERM")
-	}
-}
-
-func (s *benchServer) ctl(args ...string) (string, error) {
-	out, err := exec.Command(sipvisorBin, append([]string{"ctl", "-addr", s.http}, args...)...).CombinedOutput()
-	return string(out), err
-}
-
-func (s *benchServer) refusedSuspended(tb testing.TB) float64 {
+func (s *server) refusedSuspended(tb testing.TB) float64 {
 	tb.Helper()
 	out, err := s.ctl("stats", "--json")
 	if err != nil {
@@ -216,7 +146,7 @@ func (c treeCPU) total() float64 { return c.supervisor + c.workers }
 
 // cpu is the CPU seconds sipvisor's process tree has used: the supervisor's
 // own and its reaped children's, plus each live worker's.
-func (s *benchServer) cpu(tb testing.TB) treeCPU {
+func (s *server) cpu(tb testing.TB) treeCPU {
 	tb.Helper()
 	resp, err := http.Get("http://" + s.http + "/mi/ps")
 	if err != nil {
@@ -311,51 +241,4 @@ func clockTicks(tb testing.TB) float64 {
 		tb.Fatalf("getconf CLK_TCK: %q", out)
 	}
 	return v
-}
-
-func benchPort(tb testing.TB) int {
-	tb.Helper()
-	for i := 0; i < 50; i++ {
-		u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		port := u.LocalAddr().(*net.UDPAddr).Port
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		u.Close()
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return port
-	}
-	tb.Fatal("no free port")
-	return 0
-}
-
-func benchUAS(tb testing.TB, port int) {
-	tb.Helper()
-	cmd := exec.Command("sipp", "-sn", "uas", "-i", "127.0.0.1", "-p", strconv.Itoa(port), "-nostdin", "-buff_size", "4194304")
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	time.Sleep(200 * time.Millisecond)
-}
-
-// benchSIPp runs a SIPp client to its end, within two minutes.
-func benchSIPp(tb testing.TB, args ...string) sippResult {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "sipp", append([]string{"-buff_size", "4194304", "-nostdin"}, args...)...)
-	out, _ := cmd.CombinedOutput()
-	r := sippResult{Out: string(out), Exit: cmd.ProcessState.ExitCode()}
-	r.Successful = sippCounter(r.Out, "Successful call")
-	r.Failed = sippCounter(r.Out, "Failed call")
-	r.Created = sippCounter(r.Out, "Outgoing calls created")
-	return r
 }
