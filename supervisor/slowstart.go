@@ -63,7 +63,7 @@ func (s *Supervisor) startRamp(gr *groupRun, w *pool.Worker) {
 	peers := len(gr.g.Routable()) - 1 - len(gr.rampList())
 	peerRate := 0.0
 	if peers > 0 {
-		peerRate = gr.lastNewRate / float64(peers)
+		peerRate = gr.lastNewRate.Load() / float64(peers)
 	}
 	r, err := slowstart.New(c, now, peerRate)
 	if err != nil {
@@ -179,7 +179,7 @@ func (s *Supervisor) slowStartLoop(ctx context.Context) error {
 func (s *Supervisor) tickRamps(gr *groupRun, now time.Time, secs float64) {
 	total := gr.newSessions.Swap(0)
 	if secs > 0 {
-		gr.lastNewRate = float64(total) / secs
+		gr.lastNewRate.Store(float64(total) / secs)
 	}
 	ramps := gr.rampList()
 	if len(ramps) == 0 {

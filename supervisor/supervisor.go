@@ -63,6 +63,7 @@ type Supervisor struct {
 	files   []*os.File // the UDP sockets' descriptors, passed to every worker
 	names   []string
 	httpLn  net.Listener
+	doors   []*udpDoor
 
 	cfg    atomic.Pointer[config.Config]
 	mu     sync.Mutex // guards each groupRun's scaling state
@@ -122,7 +123,7 @@ type groupRun struct {
 	ramps       atomic.Pointer[[]*ramp]
 	rampMu      sync.Mutex
 	newSessions atomic.Uint64
-	lastNewRate float64
+	lastNewRate uatomic.Float64
 	// toRamping and toEstablished count new sessions by the kind of worker
 	// that got them (sipvisor_slowstart_new_sessions_total).
 	toRamping, toEstablished prometheus.Counter
@@ -189,6 +190,15 @@ func New(o Options) (*Supervisor, error) {
 		return nil, err
 	}
 	s.makeGroups()
+	// The doors exist before Run so that metrics and the control API, which
+	// read their counters, never see one appear.
+	udpIndex := 0
+	for _, sk := range s.sockets {
+		if sk.UDP != nil {
+			s.doors = append(s.doors, s.newUDPDoor(udpIndex, sk))
+			udpIndex++
+		}
+	}
 	return s, nil
 }
 
@@ -264,14 +274,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	udpIndex := 0
+	for _, u := range s.doors {
+		serve(u.run)
+	}
 	for _, sk := range s.sockets {
-		switch {
-		case sk.UDP != nil:
-			u := s.newUDPDoor(udpIndex, sk)
-			udpIndex++
-			serve(u.run)
-		case sk.TCP != nil:
+		if sk.TCP != nil {
 			serve(func() error { return s.acceptLoop(sk) })
 		}
 	}
