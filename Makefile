@@ -14,7 +14,7 @@ build:
 
 # The test command README.md names and CI runs.
 test:
-	$(GO) test -race -timeout 900s $(PKGS)
+	$(GO) test -race -count=1 -timeout 900s $(PKGS)
 
 test-short:
 	$(GO) test -short -timeout 300s $(PKGS)
