@@ -10,8 +10,8 @@
 #    Report goodput (calls completed successfully per second while the
 #    overload lasted) and whether every call already up still finished.
 #
-#   bench/capacity.sh [--servers sipvisor,kamailio] [--start 200] [--step 200]
-#                     [--max 3000] [--step-secs 10] [--factors 1.5,2]
+#   bench/capacity.sh [--servers sipvisor,kamailio] [--start 500] [--step 500]
+#                     [--max 10000] [--step-secs 10] [--factors 1.5,2]
 #                     [--overload-secs 20] [--long-calls 100] [--settle 5]
 #                     [--children N] [--out DIR]
 #
@@ -20,9 +20,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 servers=sipvisor,kamailio
-start=200
-step=200
-max=3000
+start=500
+step=500
+max=10000
 step_secs=10
 factors=1.5,2
 overload_secs=20

@@ -79,6 +79,15 @@ tree_cpu() {
 		END { printf "%.2f\n", t / hz }'
 }
 
+# tree_ctxsw PID prints the context switches (voluntary and not) of every
+# thread of PID's live process tree.
+tree_ctxsw() {
+	local p
+	for p in $(tree_pids "$1"); do
+		cat /proc/"$p"/task/*/status 2>/dev/null || true
+	done | awk '/^(voluntary|nonvoluntary)_ctxt_switches:/ { n += $2 } END { print n + 0 }'
+}
+
 # tree_count PID prints how many processes PID's tree has.
 tree_count() { tree_pids "$1" | wc -l; }
 

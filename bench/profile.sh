@@ -6,8 +6,10 @@
 #   bench/profile.sh [--server sipvisor|kamailio] [--rate 500] [--secs 20]
 #                    [--freq 999] [--children N] [--out DIR]
 #
-# Writes DIR/perf.data, DIR/report.txt (symbols by self time), and
-# DIR/split.txt (self time by process and by kernel/runtime/program).
+# Writes DIR/perf.data, DIR/summary.txt (CPU and context switches per call),
+# DIR/report.txt (symbols by self time), DIR/children.txt (by time including
+# callees) and DIR/split.txt (self time in the kernel, the Go runtime or
+# libc, and the program).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -51,6 +53,7 @@ start_server "$server" "$work"
 pids=$(tree_pids "$SERVER_PID" | paste -sd,)
 log "perf record on $server ($pids) while SIPp offers $rate calls/s for ${secs}s"
 c0=$(tree_cpu "$SERVER_PID")
+x0=$(tree_ctxsw "$SERVER_PID")
 perf record -q -g -F "$freq" -p "$pids" -o "$out/perf.data" -- sleep $((secs + 2)) 2>"$out/perf-record.log" &
 perf_pid=$!
 BG_PIDS+=("$perf_pid")
@@ -59,11 +62,18 @@ run_uac "$work/call" call "$rate" $((rate * secs)) "$UAC_PORT" -d 0
 wait "$perf_pid" || die "perf record failed: $(tail -3 "$out/perf-record.log")"
 BG_PIDS=()
 c1=$(tree_cpu "$SERVER_PID")
+x1=$(tree_ctxsw "$SERVER_PID")
 ok=$(stat_last "$work/call" 'SuccessfulCall(C)')
-log "successful $ok, failed $(stat_last "$work/call" 'FailedCall(C)'), cpu $(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.2f", b-a}') s"
+awk -v a="$c0" -v b="$c1" -v xa="$x0" -v xb="$x1" -v ok="$ok" -v s="$server" -v r="$rate" 'BEGIN {
+	printf "%s at %s calls/s: %d calls, %.2f CPU s (%.3f ms per call), %d context switches (%.1f per call)\n", s, r, ok, b - a, (b - a) / ok * 1000, xb - xa, (xb - xa) / ok
+}' | tee "$out/summary.txt" >&2
 
-perf report -i "$out/perf.data" --no-children --stdio --percent-limit 0.5 \
-	--sort sym 2>/dev/null | grep -v '^$' | grep -v '^ *|' | grep -v '^ *-' | head -80 >"$out/report.txt"
+# Self time by symbol, and time including callees (what a function and
+# everything it called cost).
+perf report -i "$out/perf.data" --no-children --stdio --sort sym -g none --percent-limit 0.5 2>/dev/null |
+	grep -v '^#' | grep -v '^$' >"$out/report.txt"
+perf report -i "$out/perf.data" --children --stdio --sort sym -g none --percent-limit 2 2>/dev/null |
+	grep -v '^#' | grep -v '^$' >"$out/children.txt"
 # Self time split three ways: the kernel ([k] symbols), the Go runtime or
 # libc, and everything else (the program's own code).
 perf report -i "$out/perf.data" --no-children --stdio --sort comm,sym -g none 2>/dev/null |
@@ -84,6 +94,6 @@ perf report -i "$out/perf.data" --no-children --stdio --sort comm,sym -g none 2>
 			close("sort -rn")
 			printf "%6.1f%%\tof the samples classified\n", all
 		}' >"$out/split.txt"
-log "wrote $out/report.txt and $out/split.txt"
+log "wrote $out/summary.txt, report.txt, children.txt and split.txt"
 cat "$out/split.txt"
-head -40 "$out/report.txt"
+head -25 "$out/report.txt"
