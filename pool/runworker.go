@@ -11,6 +11,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -112,7 +113,7 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 	}
 
 	w := &workerLoop{env: env, ctl: ctl, stats: stats, dataFD: dataFD, submit: make(chan func(), 64)}
-	env.Submit = func(fn func()) { w.submit <- fn }
+	env.Submit = w.submitFn
 	calls := newCaller(ctl)
 	env.Call = calls.call
 	h, err := newHandler(env)
@@ -157,6 +158,7 @@ func importSockets(names []string, files []*os.File) ([]net.PacketConn, error) {
 
 type workerLoop struct {
 	env      *Env
+	data     atomic.Pointer[os.File] // the data channel, once run has started
 	h        Handler
 	ctl      net.Conn
 	stats    *statsPage
@@ -169,58 +171,65 @@ type workerLoop struct {
 type frame struct {
 	buf []byte
 	fd  int // a passed descriptor, or -1
-	err error
 }
 
 // run is the worker's one loop. A reader goroutine turns the data channel into
 // frames; the loop handles frames, submitted work and timer ticks, and counts
 // the time it spends on them as busy.
 func (w *workerLoop) run(ctx context.Context) error {
-	frames := make(chan frame, 1)
-	free := make(chan []byte, 2)
-	for i := 0; i < cap(free); i++ {
-		free <- make([]byte, maxFrame)
+	// The loop reads the data channel itself, through the network poller:
+	// a reader goroutine blocked in recvmsg made every frame cost a
+	// blocking-syscall handoff and a goroutine wake-up, most of a worker's
+	// CPU per message at moderate rates. Timer ticks and submitted work
+	// wake the read through its deadline.
+	if err := unix.SetNonblock(w.dataFD, true); err != nil {
+		return fmt.Errorf("data channel: %w", err)
 	}
-	go w.read(frames, free)
-	tick := time.NewTicker(tickEvery)
-	defer tick.Stop()
+	data := os.NewFile(uintptr(w.dataFD), "data")
+	defer data.Close()
+	rc, err := data.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("data channel: %w", err)
+	}
+	w.data.Store(data)
+	buf := make([]byte, maxFrame)
+	oob := make([]byte, unix.CmsgSpace(4))
+	var (
+		n, oobn int
+		rerr    error
+	)
+	recv := func(fd uintptr) bool {
+		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, 0)
+		return rerr != unix.EAGAIN && rerr != unix.EINTR
+	}
+	next := time.Now().Add(tickEvery)
 	for {
-		select {
-		case <-ctx.Done():
+		if ctx.Err() != nil {
 			return ctx.Err()
-		case f := <-frames:
-			if f.err != nil {
-				return fmt.Errorf("data channel: %w", f.err)
-			}
-			end := w.handle(f)
-			free <- f.buf[:cap(f.buf)]
-			if end {
-				return nil
-			}
-		case fn := <-w.submit:
-			w.busy(fn)
-		case now := <-tick.C:
+		}
+		w.runSubmitted()
+		if now := time.Now(); !now.Before(next) {
 			w.h.Tick(now)
 			w.checkDrained()
+			next = now.Add(tickEvery)
 		}
-	}
-}
-
-func (w *workerLoop) read(frames chan<- frame, free <-chan []byte) {
-	oob := make([]byte, unix.CmsgSpace(4))
-	for {
-		buf := <-free
-		n, oobn, _, _, err := unix.Recvmsg(w.dataFD, buf, oob, 0)
-		if err == unix.EINTR {
+		data.SetReadDeadline(next)
+		// Work submitted after runSubmitted set its own deadline to now
+		// after ours, so it cannot wait for the tick.
+		if len(w.submit) > 0 {
 			continue
 		}
-		if err != nil {
-			frames <- frame{err: err}
-			return
+		if err := rc.Read(recv); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
+			return fmt.Errorf("data channel: %w", err)
+		}
+		if rerr != nil {
+			return fmt.Errorf("data channel: %w", rerr)
 		}
 		if n == 0 {
-			frames <- frame{err: errors.New("supervisor closed the data channel")}
-			return
+			return errors.New("supervisor closed the data channel")
 		}
 		fd := -1
 		if oobn > 0 {
@@ -230,7 +239,29 @@ func (w *workerLoop) read(frames chan<- frame, free <-chan []byte) {
 				}
 			}
 		}
-		frames <- frame{buf: buf[:n], fd: fd}
+		if w.handle(frame{buf: buf[:n], fd: fd}) {
+			return nil
+		}
+	}
+}
+
+// runSubmitted runs the work submitted so far.
+func (w *workerLoop) runSubmitted() {
+	for {
+		select {
+		case fn := <-w.submit:
+			w.busy(fn)
+		default:
+			return
+		}
+	}
+}
+
+// submit queues fn for the loop and wakes its read.
+func (w *workerLoop) submitFn(fn func()) {
+	w.submit <- fn
+	if d := w.data.Load(); d != nil {
+		d.SetReadDeadline(time.Now())
 	}
 }
 
