@@ -6,7 +6,8 @@
 #   bench/profile.sh [--server sipvisor|kamailio] [--rate 500] [--secs 20]
 #                    [--freq 999] [--children N] [--out DIR]
 #
-# Writes DIR/perf.data, DIR/summary.txt (CPU and context switches per call),
+# Writes DIR/perf.data, DIR/summary.txt (CPU and context switches per call,
+# for the tree and for each process),
 # DIR/report.txt (symbols by self time), DIR/children.txt (by time including
 # callees) and DIR/split.txt (self time in the kernel, the Go runtime or
 # libc, and the program).
@@ -41,6 +42,19 @@ done
 command -v perf >/dev/null || die "perf not installed (apt-get install -y linux-perf)"
 command -v sipp >/dev/null || die "sipp not installed: run make bench-install"
 
+# proc_snapshot PID: one line per process of the tree: pid, role, CPU ticks
+# (utime+stime), context switches of all its threads.
+proc_snapshot() {
+	local p role
+	for p in $(tree_pids "$1"); do
+		role=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^SIPVISOR_GROUP=//p' || true)
+		[ -n "$role" ] || { [ "$p" = "$1" ] && role=main || role=child; }
+		printf '%s %s %s %s\n' "$p" "$role" \
+			"$(awk '{ i = length($0); while (i > 0 && substr($0, i, 1) != ")") i--; split(substr($0, i + 2), f, " "); print f[12] + f[13] }' "/proc/$p/stat" 2>/dev/null || echo 0)" \
+			"$(cat /proc/"$p"/task/*/status 2>/dev/null | awk '/^(voluntary|nonvoluntary)_ctxt_switches:/ { n += $2 } END { print n + 0 }')"
+	done
+}
+
 mkdir -p "$out"
 trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
@@ -54,6 +68,7 @@ pids=$(tree_pids "$SERVER_PID" | paste -sd,)
 log "perf record on $server ($pids) while SIPp offers $rate calls/s for ${secs}s"
 c0=$(tree_cpu "$SERVER_PID")
 x0=$(tree_ctxsw "$SERVER_PID")
+proc_snapshot "$SERVER_PID" >"$out/procs.before"
 perf record -q -g -F "$freq" -p "$pids" -o "$out/perf.data" -- sleep $((secs + 2)) 2>"$out/perf-record.log" &
 perf_pid=$!
 BG_PIDS+=("$perf_pid")
@@ -63,10 +78,17 @@ wait "$perf_pid" || die "perf record failed: $(tail -3 "$out/perf-record.log")"
 BG_PIDS=()
 c1=$(tree_cpu "$SERVER_PID")
 x1=$(tree_ctxsw "$SERVER_PID")
+proc_snapshot "$SERVER_PID" >"$out/procs.after"
 ok=$(stat_last "$work/call" 'SuccessfulCall(C)')
 awk -v a="$c0" -v b="$c1" -v xa="$x0" -v xb="$x1" -v ok="$ok" -v s="$server" -v r="$rate" 'BEGIN {
 	printf "%s at %s calls/s: %d calls, %.2f CPU s (%.3f ms per call), %d context switches (%.1f per call)\n", s, r, ok, b - a, (b - a) / ok * 1000, xb - xa, (xb - xa) / ok
 }' | tee "$out/summary.txt" >&2
+# Per process: which one the CPU and the switches belong to.
+awk -v ok="$ok" -v hz="$CLK_TCK" '
+	NR == FNR { cpu[$1] = $3; sw[$1] = $4; next }
+	($1 in cpu) {
+		printf "%-8s %-28s %8.3f ms/call %6.1f switches/call\n", $1, $2, ($3 - cpu[$1]) / hz / ok * 1000, ($4 - sw[$1]) / ok
+	}' "$out/procs.before" "$out/procs.after" | tee -a "$out/summary.txt" >&2
 
 # Self time by symbol, and time including callees (what a function and
 # everything it called cost).
