@@ -99,18 +99,19 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 	if s := os.Getenv(EnvSockets); s != "" {
 		env.SocketNames = strings.Split(s, ",")
 	}
-	files := make([]*os.File, len(env.SocketNames))
 	for i, name := range env.SocketNames {
-		files[i] = os.NewFile(uintptr(fdSockets+i), name)
+		fd := fdSockets + i
+		unix.CloseOnExec(fd)
+		s, err := newSendSocket(fd)
+		if err != nil {
+			return fmt.Errorf("import %s: %w", name, err)
+		}
+		env.Sockets = append(env.Sockets, s)
 	}
 	// The data channel stays a raw descriptor: frames may carry descriptors
 	// (TCP connections), which need recvmsg.
 	dataFD := fdData
 	unix.CloseOnExec(dataFD)
-	env.Sockets, err = importSockets(env.SocketNames, files)
-	if err != nil {
-		return err
-	}
 
 	w := &workerLoop{env: env, ctl: ctl, stats: stats, dataFD: dataFD, submit: make(chan func(), 64)}
 	env.Submit = w.submitFn
@@ -141,19 +142,6 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 		return fmt.Errorf("ready: %w", err)
 	}
 	return w.run(ctx)
-}
-
-func importSockets(names []string, files []*os.File) ([]net.PacketConn, error) {
-	out := make([]net.PacketConn, 0, len(files))
-	for i, f := range files {
-		c, err := net.FilePacketConn(f)
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("import %s: %w", names[i], err)
-		}
-		out = append(out, c)
-	}
-	return out, nil
 }
 
 type workerLoop struct {

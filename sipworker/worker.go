@@ -308,7 +308,9 @@ func (w *Worker) send(d *dest, b []byte) error {
 		return errors.New("no udp socket to send from")
 	}
 	var err error
-	if u, ok := w.opt.Sockets[d.sock].(*net.UDPConn); ok {
+	if u, ok := w.opt.Sockets[d.sock].(interface {
+		WriteToUDPAddrPort([]byte, netip.AddrPort) (int, error)
+	}); ok {
 		_, err = u.WriteToUDPAddrPort(b, d.addr)
 	} else {
 		_, err = w.opt.Sockets[d.sock].WriteTo(b, net.UDPAddrFromAddrPort(d.addr))
