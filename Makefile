@@ -3,6 +3,7 @@ GO        ?= go
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/sipvisor/sipvisor/supervisor.Version=$(VERSION)
 PKGS      := ./...
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: all build test test-short lint bench fuzz golden clean demo
 
@@ -22,6 +23,7 @@ test-short:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
 	@# Only pool/ starts processes (depguard-style fence, kept without a linter dependency).
 	@bad=$$(grep -l '"os/exec"' $$(git ls-files '*.go' | grep -v _test.go | grep -v '^pool/' | grep -v '^loadgen/' | grep -v '^bench/')); \
 	  if [ -n "$$bad" ]; then echo "os/exec outside pool/: $$bad"; exit 1; fi

@@ -330,7 +330,7 @@ func (c *core) loop(ctx context.Context, r role) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	flusher, _ := c.tr.(*tcpTransport)
-	nextSec := time.Second
+	nextRow := time.Second
 	for {
 		select {
 		case p := <-c.in:
@@ -354,9 +354,9 @@ func (c *core) loop(ctx context.Context, r role) error {
 			if flusher != nil {
 				flusher.flush()
 			}
-			for now >= nextSec {
-				c.emit(r, nextSec)
-				nextSec += time.Second
+			for now >= nextRow {
+				c.emit(r, nextRow)
+				nextRow += time.Second
 			}
 			if r.done() {
 				c.emit(r, now)

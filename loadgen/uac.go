@@ -47,7 +47,6 @@ type uac struct {
 	sent     int64
 	stopped  bool
 	users    []regUser
-	method   string
 	schedLen time.Duration
 	ruri     []byte // shared by every call, never written
 }

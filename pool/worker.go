@@ -18,8 +18,6 @@ var (
 	ErrQueueFull = errors.New("worker queue full")
 	// ErrEnded: the worker has been told its work is over.
 	ErrEnded = errors.New("worker ended")
-	// ErrReadyTimeout is the exit reason of a worker that never became ready.
-	ErrReadyTimeout = errors.New("worker not ready in time")
 )
 
 // Exit reasons, as metric labels.
