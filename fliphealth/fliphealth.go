@@ -1,5 +1,5 @@
 // Package fliphealth marks a component unhealthy when its status flaps, after the
-// AppNet agent's flip health check (seed 003): the time of every status flip is
+// AppNet agent's flip health check: the time of every status flip is
 // kept for a window (30 minutes by default), older ones are pruned, and a count
 // within the window that reaches the threshold (10 by default) makes the
 // component unhealthy.

@@ -50,7 +50,7 @@ func TestParseSchedule(t *testing.T) {
 
 func TestParseScheduleFile(t *testing.T) {
 	name := filepath.Join(t.TempDir(), "swing.txt")
-	if err := os.WriteFile(name, []byte("# seed 002\n10/20s\n100/40s, 10/40s\n\n350/bad\n"), 0o644); err != nil {
+	if err := os.WriteFile(name, []byte("# OpenSIPS 3.0 auto-scaling\n10/20s\n100/40s, 10/40s\n\n350/bad\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, err := ParseSchedule("@" + name)

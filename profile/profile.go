@@ -1,5 +1,5 @@
 // Package profile holds an auto-scaling profile, a group's load history and the
-// scaling decision, as OpenSIPS 3.x defines them (seed 002, "Auto process
+// scaling decision, as OpenSIPS 3.x defines them (the OpenSIPS 3.0 announcement, "Auto process
 // scaling"): Decide forks a worker on sustained high load and drains one on
 // sustained low load, never within a cooldown after startup or a fork, and
 // never when the load expected on one worker fewer would reach the up

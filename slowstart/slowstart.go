@@ -1,6 +1,6 @@
 // Package slowstart ramps up the share of new sessions a newly started or
 // restarted worker receives, after Citrix ADC's virtual-server slow start
-// (seed 004).
+// (Citrix ADC slow start).
 //
 // A group's established workers take new sessions as usual; a worker in slow
 // start takes them only while its Ramp allows, and the front door hands what it

@@ -20,9 +20,10 @@ import (
 )
 
 // overload is the supervisor's protection of the service: auto-suspend on
-// watermarks (seed 000), session limits and queue admission (seed 001), the
-// RTT throttle (seed 001) and flip health (seed 003). The pure decisions live
-// in their packages; this is the wiring: sampling, live settings, metrics.
+// watermarks (after AppGate SDP), session limits, queue admission and the
+// RTT throttle (after the Junos resource monitor) and flip health (after the
+// AppNet agent). The pure decisions live in their packages; this is the
+// wiring: sampling, live settings, metrics.
 type overload struct {
 	s   *Supervisor
 	log logger

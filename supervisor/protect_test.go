@@ -78,7 +78,7 @@ func (cl *client) send(first, n, rate int) {
 
 // A worker made slow by a per-message cost raises the echo round trip; the
 // throttle refuses a growing share of new sessions, and lets go once the
-// backlog is gone (seed 001's behaviour, with time-scaled settings).
+// backlog is gone (the Junos resource monitor's behaviour, with time-scaled settings).
 func TestThrottleEngagesAndLetsGo(t *testing.T) {
 	st := startSupervisor(t, cfgf(`
 socket = udp:127.0.0.1:0

@@ -14,7 +14,7 @@ import (
 	"github.com/sipvisor/sipvisor/slowstart"
 )
 
-// ramp is one worker's slow start (seed 004). The door's goroutine asks
+// ramp is one worker's slow start (Citrix ADC slow start). The door's goroutine asks
 // Allow while the supervisor's loop ticks it, so a mutex guards it.
 type ramp struct {
 	w   *pool.Worker

@@ -1,5 +1,5 @@
 // Package throttle is the round-trip load throttle of Junos's resource monitor
-// (seed 001, "Limitación de carga para reducir los retrasos en el
+// (Junos resource monitor, "Limitación de carga para reducir los retrasos en el
 // procesamiento"), applied to a sipvisor worker. The supervisor sends the
 // worker an echo every second, queued behind its real work and answered at
 // once, and passes each round trip to Observe. When the round trip is over

@@ -1,5 +1,5 @@
 // Package watermark suspends a server under heavy load and resumes it when the
-// load allows, after AppGate SDP's auto-suspend (seed 000).
+// load allows, after AppGate SDP 6.4's auto-suspend.
 //
 // Each monitor has a high and a low watermark. When any monitored value meets
 // its high watermark (>=) the server is suspended: existing sessions carry on,
