@@ -88,9 +88,43 @@ func (s *Supervisor) doReload() error {
 			s.log.Info("reload: group profile changed", "group", name, "profile", prof)
 		}
 	}
+	if !sameSockets(s.config().Sockets, cfg.Sockets) {
+		s.log.Warn("reload: sockets changed in the file; they change only on a restart", "file", s.opts.ConfigPath)
+	}
+	if !sameTimers(s.config(), cfg) {
+		s.log.Warn("reload: timer_route blocks added or rescheduled; their schedule changes only on a restart (their script changes now)")
+	}
 	s.cfg.Store(cfg)
 	s.m.reloadOK.Set(1)
 	s.m.reloads.WithLabelValues("success").Inc()
 	s.log.Info("config reloaded", "file", s.opts.ConfigPath)
 	return nil
+}
+
+func sameSockets(a, b []config.Socket) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Proto != b[i].Proto || a[i].Host != b[i].Host || a[i].Port != b[i].Port {
+			return false
+		}
+	}
+	return true
+}
+
+func sameTimers(a, b *config.Config) bool {
+	if a.Script == nil || b.Script == nil {
+		return a.Script == b.Script
+	}
+	if len(a.Script.Timers) != len(b.Script.Timers) {
+		return false
+	}
+	for i, t := range a.Script.Timers {
+		u := b.Script.Timers[i]
+		if t.Name != u.Name || t.Interval != u.Interval {
+			return false
+		}
+	}
+	return true
 }
