@@ -94,17 +94,25 @@ route { exit; }
 	waitFor(t, "a ready worker", 20*time.Second, func() bool { return len(g.Routable()) == 1 })
 	cl := newClient(t, st.s)
 	// 100 new sessions a second against a worker that handles 50: the queue,
-	// and with it the round trip, grows.
-	cl.send(0, 200, 100)
+	// and with it the round trip, grows. The share is watched from the
+	// start: it may rise and fall while the sessions are still being sent.
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		cl.send(0, 200, 100)
+	}()
 	peak := 0.0
+	ratio := func() float64 {
+		r := counterValue(t, st.s, "sipvisor_overload_throttle_refused_ratio", "", "")
+		peak = max(peak, r)
+		return r
+	}
 	waitFor(t, "the throttle to engage", 20*time.Second, func() bool {
-		peak = max(peak, counterValue(t, st.s, "sipvisor_overload_throttle_refused_ratio", "", ""))
+		ratio()
 		return counterValue(t, st.s, "sipvisor_frontdoor_refused_sessions_total", "reason", "throttle") > 0
 	})
-	waitFor(t, "the throttle to let go", 30*time.Second, func() bool {
-		peak = max(peak, counterValue(t, st.s, "sipvisor_overload_throttle_refused_ratio", "", ""))
-		return counterValue(t, st.s, "sipvisor_overload_throttle_refused_ratio", "", "") == 0
-	})
+	<-sent
+	waitFor(t, "the throttle to let go", 30*time.Second, func() bool { return ratio() == 0 })
 	refused := cl.ref.Load()
 	// Once let go, new sessions are admitted again.
 	before := cl.handled.Load()
