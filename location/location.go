@@ -41,6 +41,10 @@ type Store interface {
 	// Save adds or refreshes b under aor; a binding whose Expires is not
 	// after now removes that contact instead (Expires: 0).
 	Save(aor string, b Binding) error
+	// Register saves b as Save does and returns the live bindings of aor,
+	// what a registrar's 200 OK lists: one step, one round trip for a
+	// store in another process.
+	Register(aor string, b Binding) ([]Binding, error)
 	// Lookup returns the live bindings of aor, newest registration first;
 	// none is not an error.
 	Lookup(aor string) ([]Binding, error)
@@ -145,6 +149,14 @@ func (m *Memory) drop(aor string, i int) {
 		return
 	}
 	m.aors[aor] = list
+}
+
+// Lookup implements Store.
+func (m *Memory) Register(aor string, b Binding) ([]Binding, error) {
+	if err := m.Save(aor, b); err != nil {
+		return nil, err
+	}
+	return m.Lookup(aor)
 }
 
 // Lookup implements Store.

@@ -124,3 +124,33 @@ func BenchmarkRemoteLookup(b *testing.B) {
 		}
 	}
 }
+
+// Register saves and answers with the AOR's live bindings in one step, in
+// memory and across the wire alike.
+func TestRegisterReturnsBindings(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	now := t0
+	for name, s := range stores(&now) {
+		t.Run(name, func(t *testing.T) {
+			const aor = "sip:bob@example.com"
+			if _, err := s.Register(aor, Binding{Contact: "sip:bob@10.0.0.1", Expires: now.Add(time.Minute)}); err != nil {
+				t.Fatal(err)
+			}
+			bs, err := s.Register(aor, Binding{Contact: "sip:bob@10.0.0.2", Expires: now.Add(2 * time.Minute)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := contacts(bs); len(got) != 2 {
+				t.Fatalf("want both contacts, have %v", got)
+			}
+			// Expires now: the contact goes, and the answer says so.
+			bs, err = s.Register(aor, Binding{Contact: "sip:bob@10.0.0.1", Expires: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := contacts(bs); len(got) != 1 || got[0] != "sip:bob@10.0.0.2" {
+				t.Fatalf("want only sip:bob@10.0.0.2 left, have %v", got)
+			}
+		})
+	}
+}

@@ -66,6 +66,12 @@ func (r *Remote) Save(aor string, b Binding) error {
 	return err
 }
 
+// Register implements Store: the save's answer carries the bindings.
+func (r *Remote) Register(aor string, b Binding) ([]Binding, error) {
+	resp, err := r.do(request{Op: "register", AOR: aor, Binding: &b})
+	return resp.Bindings, err
+}
+
 // Lookup implements Store.
 func (r *Remote) Lookup(aor string) ([]Binding, error) {
 	resp, err := r.do(request{Op: "lookup", AOR: aor})
@@ -121,6 +127,11 @@ func serve(store Store, req []byte) response {
 			return response{Err: "save without a binding"}
 		}
 		err = store.Save(q.AOR, *q.Binding)
+	case "register":
+		if q.Binding == nil {
+			return response{Err: "register without a binding"}
+		}
+		resp.Bindings, err = store.Register(q.AOR, *q.Binding)
 	case "lookup":
 		resp.Bindings, err = store.Lookup(q.AOR)
 	case "remove":

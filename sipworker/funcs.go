@@ -369,6 +369,10 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 	if c.src.addr.IsValid() {
 		received, proto = c.src.addr.String(), c.src.proto
 	}
+	// The bindings to list in the 200 OK come back with each save, so a
+	// REGISTER costs one call to the store, not a save and a lookup.
+	var bs []location.Binding
+	listed := false
 	for _, h := range req.GetHeaders("Contact") {
 		ch, ok := h.(*sip.ContactHeader)
 		if !ok {
@@ -384,6 +388,7 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 				w.replyStateless(req, c.src, 500, "Server Internal Error", nil)
 				return false
 			}
+			bs, listed = nil, true
 			continue
 		}
 		exp := expires
@@ -404,17 +409,21 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 		if exp == 0 {
 			b.Expires = now
 		}
-		if err := w.opt.Store.Save(aor, b); err != nil {
+		var err error
+		if bs, err = w.opt.Store.Register(aor, b); err != nil {
 			w.log.Warn("location save failed", "aor", aor, "error", err)
 			w.replyStateless(req, c.src, 500, "Server Internal Error", nil)
 			return false
 		}
+		listed = true
 	}
-	bs, err := w.opt.Store.Lookup(aor)
-	if err != nil {
-		w.log.Warn("location lookup failed", "aor", aor, "error", err)
-		w.replyStateless(req, c.src, 500, "Server Internal Error", nil)
-		return false
+	if !listed {
+		var err error
+		if bs, err = w.opt.Store.Lookup(aor); err != nil {
+			w.log.Warn("location lookup failed", "aor", aor, "error", err)
+			w.replyStateless(req, c.src, 500, "Server Internal Error", nil)
+			return false
+		}
 	}
 	extra := make([]string, 0, len(bs))
 	for _, b := range bs {
