@@ -122,9 +122,12 @@ func appendBody(b []byte, ctype string, body []byte) []byte {
 	return append(b, body...)
 }
 
-// invite builds the initial INVITE of call n, the same shape as SIPp's uac.
-func (e *endpoint) invite(b []byte, c *call) []byte {
-	b = append(b, "INVITE "...)
+// outOfDialog starts a request of call c that opens a transaction outside a
+// dialog, to the Request-URI: start line, Via, Max-Forwards, From, To,
+// Call-ID, CSeq.
+func (e *endpoint) outOfDialog(b []byte, method string, c *call) []byte {
+	b = append(b, method...)
+	b = append(b, ' ')
 	b = append(b, c.ruri...)
 	b = append(b, " SIP/2.0\r\n"...)
 	b = e.via(b, c.n, 1)
@@ -135,7 +138,30 @@ func (e *endpoint) invite(b []byte, c *call) []byte {
 	b = append(b, ">\r\nCall-ID: "...)
 	b = append(b, c.callID...)
 	b = append(b, "\r\n"...)
-	b = appendCSeq(b, c.cseq, "INVITE")
+	return appendCSeq(b, c.cseq, method)
+}
+
+// inDialog starts a request within call c's dialog: to the remote target,
+// along the reversed route set, with the dialog's To.
+func (e *endpoint) inDialog(b []byte, method string, c *call, branch uint32) []byte {
+	b = append(b, method...)
+	b = append(b, ' ')
+	b = append(b, c.target...)
+	b = append(b, " SIP/2.0\r\n"...)
+	b = e.via(b, c.n, branch)
+	for i := len(c.routes) - 1; i >= 0; i-- {
+		b = appendHdr(b, "Route", c.routes[i])
+	}
+	b = append(b, "Max-Forwards: 70\r\n"...)
+	b = e.fromHdr(b, "sipload", c.n)
+	b = appendHdr(b, "To", c.to)
+	b = appendHdr(b, "Call-ID", []byte(c.callID))
+	return appendCSeq(b, c.cseq, method)
+}
+
+// invite builds the initial INVITE of call n, the same shape as SIPp's uac.
+func (e *endpoint) invite(b []byte, c *call) []byte {
+	b = e.outOfDialog(b, "INVITE", c)
 	b = e.contactHdr(b)
 	b = append(b, "Subject: Performance Test\r\n"...)
 	return appendBody(b, "application/sdp", e.sdp)
@@ -145,19 +171,13 @@ func (e *endpoint) invite(b []byte, c *call) []byte {
 // transaction to the remote target along the route set; for a failure it
 // reuses the INVITE's branch and Request-URI (RFC 3261 17.1.1.3).
 func (e *endpoint) ack(b []byte, c *call, twoxx bool) []byte {
-	b = append(b, "ACK "...)
 	if twoxx {
-		b = append(b, c.target...)
-		b = append(b, " SIP/2.0\r\n"...)
-		b = e.via(b, c.n, 2)
-		for i := len(c.routes) - 1; i >= 0; i-- {
-			b = appendHdr(b, "Route", c.routes[i])
-		}
-	} else {
-		b = append(b, c.ruri...)
-		b = append(b, " SIP/2.0\r\n"...)
-		b = e.via(b, c.n, 1)
+		return appendBody(e.inDialog(b, "ACK", c, 2), "", nil)
 	}
+	b = append(b, "ACK "...)
+	b = append(b, c.ruri...)
+	b = append(b, " SIP/2.0\r\n"...)
+	b = e.via(b, c.n, 1)
 	b = append(b, "Max-Forwards: 70\r\n"...)
 	b = e.fromHdr(b, "sipload", c.n)
 	b = appendHdr(b, "To", c.to)
@@ -167,19 +187,7 @@ func (e *endpoint) ack(b []byte, c *call, twoxx bool) []byte {
 }
 
 func (e *endpoint) bye(b []byte, c *call) []byte {
-	b = append(b, "BYE "...)
-	b = append(b, c.target...)
-	b = append(b, " SIP/2.0\r\n"...)
-	b = e.via(b, c.n, 3)
-	for i := len(c.routes) - 1; i >= 0; i-- {
-		b = appendHdr(b, "Route", c.routes[i])
-	}
-	b = append(b, "Max-Forwards: 70\r\n"...)
-	b = e.fromHdr(b, "sipload", c.n)
-	b = appendHdr(b, "To", c.to)
-	b = appendHdr(b, "Call-ID", []byte(c.callID))
-	b = appendCSeq(b, c.cseq, "BYE")
-	return appendBody(b, "", nil)
+	return appendBody(e.inDialog(b, "BYE", c, 3), "", nil)
 }
 
 // register builds a REGISTER for user; a refresh reuses its Call-ID with a
@@ -215,18 +223,7 @@ func (e *endpoint) register(b []byte, c *call, user string, expires int) []byte 
 }
 
 func (e *endpoint) options(b []byte, c *call) []byte {
-	b = append(b, "OPTIONS "...)
-	b = append(b, c.ruri...)
-	b = append(b, " SIP/2.0\r\n"...)
-	b = e.via(b, c.n, 1)
-	b = append(b, "Max-Forwards: 70\r\n"...)
-	b = e.fromHdr(b, "sipload", c.n)
-	b = append(b, "To: <"...)
-	b = append(b, c.ruri...)
-	b = append(b, ">\r\nCall-ID: "...)
-	b = append(b, c.callID...)
-	b = append(b, "\r\n"...)
-	b = appendCSeq(b, c.cseq, "OPTIONS")
+	b = e.outOfDialog(b, "OPTIONS", c)
 	b = append(b, "Accept: application/sdp\r\n"...)
 	return appendBody(b, "", nil)
 }
