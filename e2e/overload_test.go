@@ -21,31 +21,8 @@ import (
 // REGISTERs and refreshes of existing bindings can all be tried on one
 // server. Cycles are short so that a watermark change takes effect quickly.
 func overloadCfg(sipPort, uasPort int, extra string) string {
-	uas := "sip:127.0.0.1:" + strconv.Itoa(uasPort)
-	return `
-socket = udp:127.0.0.1:` + strconv.Itoa(sipPort) + `
-socket = tcp:127.0.0.1:` + strconv.Itoa(sipPort) + `
-http_listen = 127.0.0.1:HTTP_PORT
-udp_workers = 1
-tcp_workers = 1
-auto_scaling_cycle = 0.2
-` + extra + `
-route {
-	if (!mf_process_maxfwd_header(10)) { sl_send_reply(483, "Too Many Hops"); exit; }
-	if (has_totag()) {
-		if (!loose_route())
-			$du = "` + uas + `";
-		t_relay();
-		exit;
-	}
-	if (is_method("CANCEL")) { if (t_check_trans()) t_relay(); exit; }
-	t_check_trans();
-	if (is_method("REGISTER")) { save("location"); exit; }
-	if (is_method("INVITE")) record_route();
-	$du = "` + uas + `";
-	if (!t_relay()) sl_send_reply(500, "Internal Server Error");
-}
-`
+	return proxyConfig("sip:127.0.0.1:"+strconv.Itoa(uasPort), sipPort,
+		"udp_workers = 1\ntcp_workers = 1\nauto_scaling_cycle = 0.2\n"+extra, true)
 }
 
 // ovUA speaks SIP over a plain UDP socket, so the test sees every byte of

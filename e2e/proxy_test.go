@@ -16,6 +16,16 @@ func proxyCfg(sipPort, uasPort int, extra string) string {
 
 // proxyCfgTo is proxyCfg with the UAS given as a URI (;transport=tcp).
 func proxyCfgTo(uas string, sipPort int, extra string) string {
+	return proxyConfig(uas, sipPort, extra, false)
+}
+
+// proxyConfig is the proxy to uas, also a registrar when registrar is set.
+func proxyConfig(uas string, sipPort int, extra string, registrar bool) string {
+	register := ""
+	if registrar {
+		register = `
+	if (is_method("REGISTER")) { save("location"); exit; }`
+	}
 	return `
 socket = udp:127.0.0.1:` + strconv.Itoa(sipPort) + `
 socket = tcp:127.0.0.1:` + strconv.Itoa(sipPort) + `
@@ -30,7 +40,7 @@ route {
 		exit;
 	}
 	if (is_method("CANCEL")) { if (t_check_trans()) t_relay(); exit; }
-	t_check_trans();
+	t_check_trans();` + register + `
 	if (is_method("INVITE")) record_route();
 	$du = "` + uas + `";
 	if (!t_relay()) sl_send_reply(500, "Internal Server Error");
