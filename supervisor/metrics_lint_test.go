@@ -17,8 +17,15 @@ http_listen = 127.0.0.1:0
 udp_workers = 1
 route { exit; }
 `), costWorker(0), nil)
-	waitFor(t, "a cycle", 20*time.Second, func() bool {
-		return counterValue(t, st.s, "sipvisor_supervisor_cycle_duration_seconds", "", "") >= 0 && len(st.s.Groups()[0].Routable()) == 1
+	// Once a cycle has sampled a ready worker, the load gauge has a sample
+	// and the families lint with values in them.
+	waitFor(t, "a sampled group", 20*time.Second, func() bool {
+		for _, mf := range mustGather(t, st.s) {
+			if mf.GetName() == "sipvisor_profile_load_ratio" {
+				return true
+			}
+		}
+		return false
 	})
 	problems, err := promlint.NewWithMetricFamilies(mustGather(t, st.s)).Lint()
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -13,19 +12,6 @@ import (
 
 	"github.com/sipvisor/sipvisor/pool"
 )
-
-// invite is a new session (no To tag) whose Call-ID carries seq.
-func invite(seq int) []byte {
-	n := strconv.Itoa(seq)
-	return []byte("INVITE sip:bob@127.0.0.1 SIP/2.0\r\n" +
-		"Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK" + n + "\r\n" +
-		"Max-Forwards: 70\r\n" +
-		"From: <sip:alice@127.0.0.1>;tag=1\r\n" +
-		"To: <sip:bob@127.0.0.1>\r\n" +
-		"Call-ID: seq-" + n + "\r\n" +
-		"CSeq: 1 INVITE\r\n" +
-		"Content-Length: 0\r\n\r\n")
-}
 
 // client sends to a supervisor's first socket and sorts what comes back:
 // the request itself (handled by a cost worker) or a 503 from the door.
@@ -72,7 +58,7 @@ func (cl *client) send(first, n, rate int) {
 		if d := time.Duration(i) * time.Second / time.Duration(rate); time.Since(start) < d {
 			time.Sleep(d - time.Since(start))
 		}
-		cl.c.WriteTo(invite(first+i), cl.dst)
+		cl.c.WriteTo(numbered("INVITE", first+i), cl.dst)
 	}
 }
 

@@ -66,7 +66,7 @@ route { exit; }
 			<-tick.C
 			due := int(time.Since(start).Seconds() * float64(rate))
 			for ; sentHere < due; sentHere++ {
-				client.WriteTo(numbered(seq), dst)
+				client.WriteTo(numbered("OPTIONS", seq), dst)
 				seq++
 			}
 		}
@@ -99,17 +99,18 @@ route { exit; }
 	t.Logf("sent and answered %d messages; the group peaked at %d workers", sent, maxLive)
 }
 
-// numbered is a SIP request whose Call-ID carries seq: each is a
-// transaction of its own for the front door.
-func numbered(seq int) []byte {
+// numbered is a request of method whose Call-ID carries seq: each is a
+// transaction of its own for the front door. An OPTIONS is no new session;
+// an INVITE (no To tag) is one.
+func numbered(method string, seq int) []byte {
 	n := strconv.Itoa(seq)
-	return []byte("OPTIONS sip:ping@127.0.0.1 SIP/2.0\r\n" +
+	return []byte(method + " sip:bob@127.0.0.1 SIP/2.0\r\n" +
 		"Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK" + n + "\r\n" +
 		"Max-Forwards: 70\r\n" +
-		"From: <sip:load@127.0.0.1>;tag=1\r\n" +
-		"To: <sip:ping@127.0.0.1>\r\n" +
+		"From: <sip:alice@127.0.0.1>;tag=1\r\n" +
+		"To: <sip:bob@127.0.0.1>\r\n" +
 		"Call-ID: seq-" + n + "\r\n" +
-		"CSeq: 1 OPTIONS\r\n" +
+		"CSeq: 1 " + method + "\r\n" +
 		"Content-Length: 0\r\n\r\n")
 }
 
