@@ -19,7 +19,7 @@ import (
 // the door does under overload).
 func BenchmarkHandle(b *testing.B) {
 	g := startGroup(b, 2)
-	d := New(0, func(*sipscan.Msg) *pool.Worker { return g.Pick() }, func(*sipscan.Msg, int64) (Refusal, int) { return RefuseNone, 0 }, nil)
+	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, func(*sipscan.Msg, int64) (Refusal, int) { return RefuseNone, 0 }, nil)
 	const calls = 1024
 	frames := make([][]byte, 0, 2*calls)
 	for i := 0; i < calls; i++ {
@@ -62,7 +62,7 @@ func BenchmarkHandle(b *testing.B) {
 // built from the raw bytes, no worker involved.
 func BenchmarkRefuse(b *testing.B) {
 	var sent int
-	d := New(0, func(*sipscan.Msg) *pool.Worker { return nil },
+	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return nil },
 		func(*sipscan.Msg, int64) (Refusal, int) { return RefuseSuspended, 30 },
 		func(p []byte, _ netip.AddrPort) { sent += len(p) })
 	f := frame(invite("refused@127.0.0.1", ""))

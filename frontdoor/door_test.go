@@ -109,7 +109,7 @@ func waitHandled(t *testing.T, g *pool.Group, want uint64) {
 // when another worker is idler.
 func TestAffinity(t *testing.T) {
 	g := startGroup(t, 2)
-	d := New(0, func(*sipscan.Msg) *pool.Worker { return g.Pick() }, nil, nil)
+	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, nil, nil)
 	now := time.Now().UnixNano()
 	d.Handle(frame(invite("call-a", "")), src, now)
 	waitHandled(t, g, 1)
@@ -143,7 +143,7 @@ func TestRefusalAnsweredByTheDoor(t *testing.T) {
 	g := startGroup(t, 1)
 	rec := &recorder{}
 	refuse := false
-	d := New(0, func(*sipscan.Msg) *pool.Worker { return g.Pick() },
+	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() },
 		func(*sipscan.Msg, int64) (Refusal, int) {
 			if refuse {
 				return RefuseSuspended, 30
@@ -193,7 +193,7 @@ func TestRefusalAnsweredByTheDoor(t *testing.T) {
 func TestMalformed(t *testing.T) {
 	g := startGroup(t, 1)
 	rec := &recorder{}
-	d := New(0, func(*sipscan.Msg) *pool.Worker { return g.Pick() }, nil, rec.reply)
+	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, nil, rec.reply)
 	now := time.Now().UnixNano()
 	good := invite("m1", "")
 	noCallID := bytes.Replace(good, []byte("Call-ID: m1\r\n"), nil, 1)

@@ -58,7 +58,8 @@ func (r Refusal) String() string {
 type Admission func(m *sipscan.Msg, now int64) (r Refusal, retryAfter int)
 
 // Picker chooses a worker for new work; nil when none can take it.
-type Picker func(m *sipscan.Msg) *pool.Worker
+// newSession says whether m starts a session, as the door classified it.
+type Picker func(m *sipscan.Msg, newSession bool) *pool.Worker
 
 // Replier sends a stateless reply from the door's socket.
 type Replier func(b []byte, to netip.AddrPort)
@@ -180,7 +181,7 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 			return
 		}
 	}
-	w := d.pick(m)
+	w := d.pick(m, newSession)
 	if w == nil {
 		if newSession {
 			d.Stats.Refused[RefuseNoWorker].Add(1)

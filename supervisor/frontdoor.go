@@ -25,9 +25,8 @@ type udpDoor struct {
 func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 	gr := s.udp[udpIndex]
 	u := &udpDoor{s: s, sock: sk, gr: gr, buf: make([]byte, pool.MsgHeaderLen+65535)}
-	var door *frontdoor.Door
-	door = frontdoor.New(udpIndex,
-		func(m *sipscan.Msg) *pool.Worker { return s.pick(gr, m, door.OptionalNewSessions) },
+	door := frontdoor.New(udpIndex,
+		func(m *sipscan.Msg, newSession bool) *pool.Worker { return s.pick(gr, newSession) },
 		s.admission(gr),
 		func(b []byte, to netip.AddrPort) { sk.UDP.WriteToUDPAddrPort(b, to) })
 	u.door = door

@@ -10,7 +10,6 @@ import (
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/pool"
-	"github.com/sipvisor/sipvisor/sipscan"
 	"github.com/sipvisor/sipvisor/slowstart"
 )
 
@@ -89,13 +88,13 @@ func (gr *groupRun) rampList() []*ramp {
 	return nil
 }
 
-// pickNew picks the worker for a message with no affinity. A new session
+// pick picks the worker for a message with no affinity. A new session
 // goes to the least loaded worker unless that worker is in slow start and its
 // ramp says no; then to the least loaded established worker. Nothing is
 // refused because of slow start.
-func (s *Supervisor) pick(gr *groupRun, m *sipscan.Msg, optional bool) *pool.Worker {
+func (s *Supervisor) pick(gr *groupRun, newSession bool) *pool.Worker {
 	w := gr.g.Pick()
-	if w == nil || m == nil || !m.NewSession(optional) {
+	if w == nil || !newSession {
 		return w
 	}
 	gr.newSessions.Add(1)
