@@ -105,6 +105,9 @@ type Stats struct {
 	// or in-dialog message with none ready) or a full queue.
 	DroppedNoWorker  atomic.Uint64
 	DroppedQueueFull atomic.Uint64
+	// ReplyFailed counts stateless replies the socket would not send (its
+	// send buffer stayed full); the Replier counts them.
+	ReplyFailed atomic.Uint64
 	// Sessions admitted, by kind.
 	Admitted [4]atomic.Uint64
 	// Affinity is the number of Call-IDs currently bound to a worker.

@@ -12,8 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
+	"github.com/sipvisor/sipvisor/rawio"
 	"golang.org/x/sys/unix"
 )
 
@@ -187,8 +189,13 @@ func (w *workerLoop) run(ctx context.Context) error {
 		rerr    error
 	)
 	recv := func(fd uintptr) bool {
-		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, 0)
-		return rerr != unix.EAGAIN && rerr != unix.EINTR
+		var e syscall.Errno
+		n, oobn, e = rawio.Recvmsg(int(fd), buf, oob)
+		rerr = nil
+		if e != 0 {
+			rerr = e
+		}
+		return e != rawio.EAGAIN && e != rawio.EINTR
 	}
 	next := time.Now().Add(tickEvery)
 	for {

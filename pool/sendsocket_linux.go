@@ -4,10 +4,9 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"syscall"
 	"time"
-	"unsafe"
 
+	"github.com/sipvisor/sipvisor/rawio"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,46 +41,15 @@ func newSendSocket(fd int) (*sendSocket, error) {
 
 // WriteToUDPAddrPort sends b to ap without allocating.
 func (s *sendSocket) WriteToUDPAddrPort(b []byte, ap netip.AddrPort) (int, error) {
-	var (
-		ptr  unsafe.Pointer
-		size uintptr
-		sa4  unix.RawSockaddrInet4
-		sa6  unix.RawSockaddrInet6
-	)
-	port := ap.Port()
-	// The port is in network byte order in memory, whatever the machine's.
-	nport := [2]byte{byte(port >> 8), byte(port)}
-	if a := ap.Addr(); a.Is4() || a.Is4In6() {
-		sa4.Family = unix.AF_INET
-		*(*[2]byte)(unsafe.Pointer(&sa4.Port)) = nport
-		sa4.Addr = a.Unmap().As4()
-		if s.local.IP.To4() == nil {
-			// An IPv6 socket reaches IPv4 peers through mapped addresses.
-			sa6.Family = unix.AF_INET6
-			sa6.Port = sa4.Port
-			sa6.Addr = netip.AddrFrom4(sa4.Addr).As16()
-			ptr, size = unsafe.Pointer(&sa6), unsafe.Sizeof(sa6)
-		} else {
-			ptr, size = unsafe.Pointer(&sa4), unsafe.Sizeof(sa4)
-		}
-	} else {
-		sa6.Family = unix.AF_INET6
-		*(*[2]byte)(unsafe.Pointer(&sa6.Port)) = nport
-		sa6.Addr = a.As16()
-		ptr, size = unsafe.Pointer(&sa6), unsafe.Sizeof(sa6)
-	}
-	var p unsafe.Pointer
-	if len(b) > 0 {
-		p = unsafe.Pointer(&b[0])
-	}
+	sa := rawio.MakeSockaddr(ap, s.local.IP.To4() == nil)
 	for tries := 0; ; tries++ {
-		n, _, e := syscall.Syscall6(syscall.SYS_SENDTO, uintptr(s.fd), uintptr(p), uintptr(len(b)), 0, uintptr(ptr), size)
+		n, e := rawio.Sendto(s.fd, b, &sa)
 		switch e {
 		case 0:
-			return int(n), nil
-		case unix.EINTR:
+			return n, nil
+		case rawio.EINTR:
 			continue
-		case unix.EAGAIN:
+		case rawio.EAGAIN:
 			// The socket is the supervisor's and non-blocking; a full send
 			// buffer empties in microseconds on loopback or a LAN.
 			if tries < 100 {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sipvisor/sipvisor/rawio"
 	"golang.org/x/sys/unix"
 )
 
@@ -104,19 +105,19 @@ func (w *Worker) send(frame []byte, capped bool) error {
 		return ErrQueueFull
 	}
 	for {
-		_, err := unix.Write(w.p.dataFD, frame)
-		switch err {
-		case nil:
+		_, e := rawio.Write(w.p.dataFD, frame)
+		switch e {
+		case 0:
 			w.sent.Add(1)
 			return nil
-		case unix.EINTR:
+		case rawio.EINTR:
 			continue
-		case unix.EAGAIN:
+		case rawio.EAGAIN:
 			w.dropped.Add(1)
 			return ErrQueueFull
 		default:
 			w.dropped.Add(1)
-			return err
+			return e
 		}
 	}
 }

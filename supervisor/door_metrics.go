@@ -29,7 +29,7 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 		malformed:  d("malformed_total", "Datagrams that could not be scanned, by reason.", "reason"),
 		refused:    d("refused_sessions_total", "New sessions refused with 503, by reason.", "reason"),
 		admitted:   d("admitted_sessions_total", "New sessions admitted, by kind.", "kind"),
-		dropped:    d("datagrams_dropped_total", "Datagrams no worker could take, by reason.", "reason"),
+		dropped:    d("datagrams_dropped_total", "Datagrams no worker could take, and stateless replies the socket would not send, by reason.", "reason"),
 		aff:        d("affinity_callids", "Call-IDs currently bound to a worker."),
 	}
 }
@@ -65,6 +65,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(c.dropped, st.DroppedNoWorker.Load(), "no_worker")
 		counter(c.dropped, st.DroppedQueueFull.Load(), "queue_full")
+		counter(c.dropped, st.ReplyFailed.Load(), "reply_failed")
 		ch <- prometheus.MustNewConstMetric(c.aff, prometheus.GaugeValue, float64(st.Affinity.Load()), g)
 	}
 }

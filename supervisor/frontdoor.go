@@ -7,9 +7,12 @@ import (
 	"os"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sipvisor/sipvisor/frontdoor"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/rawio"
 	"github.com/sipvisor/sipvisor/sipscan"
 )
 
@@ -20,32 +23,78 @@ type udpDoor struct {
 	gr   *groupRun
 	door *frontdoor.Door
 	buf  []byte
+	fd   int  // the socket's descriptor while run reads it
+	v6   bool // an AF_INET6 socket
 }
 
 func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 	gr := s.udp[udpIndex]
-	u := &udpDoor{s: s, sock: sk, gr: gr, buf: make([]byte, pool.MsgHeaderLen+65535)}
+	u := &udpDoor{s: s, sock: sk, gr: gr, buf: make([]byte, pool.MsgHeaderLen+65535), fd: -1}
+	if a, ok := sk.UDP.LocalAddr().(*net.UDPAddr); ok && a.IP.To4() == nil {
+		u.v6 = true
+	}
 	door := frontdoor.New(udpIndex,
 		func(m *sipscan.Msg, newSession bool) *pool.Worker { return s.pick(gr, newSession) },
 		s.admission(gr),
-		func(b []byte, to netip.AddrPort) { sk.UDP.WriteToUDPAddrPort(b, to) })
+		u.reply)
 	u.door = door
 	gr.door = door
 	return u
 }
 
 // run reads until the socket is closed or its deadline is set in the past.
+// The door handles every datagram inside the raw read, which keeps the
+// descriptor open under it, and reads until the socket is empty before it
+// waits again: one wake-up takes a whole burst.
 func (u *udpDoor) run() error {
-	c := u.sock.UDP
-	for {
-		n, from, err := c.ReadFromUDPAddrPort(u.buf[pool.MsgHeaderLen:])
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed) {
-				return nil
+	rc, err := u.sock.UDP.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		u.fd = int(fd)
+		for {
+			n, from, e := rawio.Recvfrom(u.fd, u.buf[pool.MsgHeaderLen:])
+			switch e {
+			case 0:
+				u.door.Handle(u.buf[:pool.MsgHeaderLen+n], from, time.Now().UnixNano())
+			case rawio.EINTR:
+			case rawio.EAGAIN:
+				return false
+			default:
+				rerr = &net.OpError{Op: "read", Net: "udp", Addr: u.sock.UDP.LocalAddr(), Err: e}
+				return true
 			}
-			return err
 		}
-		u.door.Handle(u.buf[:pool.MsgHeaderLen+n], from, time.Now().UnixNano())
+	})
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return rerr
+}
+
+// reply sends a stateless reply from the door's socket. It runs inside run's
+// read, so the descriptor is open. A full send buffer is waited out briefly
+// and then the reply dropped: the client retransmits its request, and the
+// door must not stall on one peer.
+func (u *udpDoor) reply(b []byte, to netip.AddrPort) {
+	sa := rawio.MakeSockaddr(to, u.v6)
+	for tries := 0; ; tries++ {
+		_, e := rawio.Sendto(u.fd, b, &sa)
+		switch {
+		case e == rawio.EINTR:
+			continue
+		case e == rawio.EAGAIN && tries < 3:
+			unix.Poll([]unix.PollFd{{Fd: int32(u.fd), Events: unix.POLLOUT}}, 1)
+			continue
+		case e != 0:
+			u.door.Stats.ReplyFailed.Add(1)
+		}
+		return
 	}
 }
 

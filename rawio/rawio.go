@@ -1,0 +1,140 @@
+// Package rawio makes the socket calls of the message path — read a datagram,
+// send one, write or read a frame — on non-blocking descriptors, without
+// going through the Go scheduler's system-call hooks.
+//
+// syscall.Syscall brackets every call with entersyscall and exitsyscall, so
+// that the runtime can give the thread's P to another thread if the call
+// blocks. The first such call after the process has been idle also wakes the
+// runtime's monitor thread (sysmon), which then polls every 20 µs until the
+// process is idle again. A process that handles one message per wake-up, as
+// every sipvisor process does at moderate rates, paid that on every message:
+// traced on the front door refusing 200 sessions a second, a futex wake and
+// two to four 20 µs sleeps of the monitor per datagram, 5.5 context switches
+// per refused session where the datagrams themselves need two.
+//
+// A call on a non-blocking descriptor returns at once, so there is nothing to
+// hand off: RawSyscall is enough, and the monitor sleeps on. Every function
+// here is for non-blocking descriptors only; on a blocking one it would stall
+// its thread, and with it a P, for as long as the call blocks.
+package rawio
+
+import (
+	"net/netip"
+	"syscall"
+	"unsafe"
+)
+
+// Errors the callers test for.
+const (
+	EAGAIN = syscall.EAGAIN
+	EINTR  = syscall.EINTR
+)
+
+// Sockaddr is a socket address in the kernel's form, built once per
+// destination without allocating.
+type Sockaddr struct {
+	raw  syscall.RawSockaddrInet6 // large enough for either family
+	size uintptr
+}
+
+// MakeSockaddr is ap as a socket of family v6 (an AF_INET6 socket) or not
+// must be given it: an IPv6 socket reaches IPv4 peers through mapped
+// addresses.
+func MakeSockaddr(ap netip.AddrPort, v6 bool) Sockaddr {
+	var s Sockaddr
+	port := ap.Port()
+	// The port is in network byte order in memory, whatever the machine's.
+	nport := [2]byte{byte(port >> 8), byte(port)}
+	a := ap.Addr()
+	if (a.Is4() || a.Is4In6()) && !v6 {
+		sa := (*syscall.RawSockaddrInet4)(unsafe.Pointer(&s.raw))
+		sa.Family = syscall.AF_INET
+		*(*[2]byte)(unsafe.Pointer(&sa.Port)) = nport
+		sa.Addr = a.Unmap().As4()
+		s.size = unsafe.Sizeof(*sa)
+		return s
+	}
+	s.raw.Family = syscall.AF_INET6
+	*(*[2]byte)(unsafe.Pointer(&s.raw.Port)) = nport
+	s.raw.Addr = a.As16()
+	s.size = unsafe.Sizeof(s.raw)
+	return s
+}
+
+// Sendto sends b to the address on fd.
+func Sendto(fd int, b []byte, to *Sockaddr) (int, syscall.Errno) {
+	n, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(fd), uintptr(bufPtr(b)), uintptr(len(b)),
+		0, uintptr(unsafe.Pointer(&to.raw)), to.size)
+	return int(n), e
+}
+
+// Recvfrom reads one datagram into b and says where it came from. IPv4
+// peers of an IPv6 socket come as mapped addresses, unmapped here so that
+// they compare equal to the same peer on an IPv4 socket.
+func Recvfrom(fd int, b []byte) (int, netip.AddrPort, syscall.Errno) {
+	var (
+		sa   syscall.RawSockaddrAny
+		size = uint32(unsafe.Sizeof(sa))
+	)
+	n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(bufPtr(b)), uintptr(len(b)),
+		0, uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&size)))
+	if e != 0 {
+		return 0, netip.AddrPort{}, e
+	}
+	return int(n), addrPort(&sa), 0
+}
+
+func addrPort(sa *syscall.RawSockaddrAny) netip.AddrPort {
+	switch sa.Addr.Family {
+	case syscall.AF_INET:
+		p := (*syscall.RawSockaddrInet4)(unsafe.Pointer(sa))
+		return netip.AddrPortFrom(netip.AddrFrom4(p.Addr), port(p.Port))
+	case syscall.AF_INET6:
+		p := (*syscall.RawSockaddrInet6)(unsafe.Pointer(sa))
+		return netip.AddrPortFrom(netip.AddrFrom16(p.Addr).Unmap(), port(p.Port))
+	}
+	return netip.AddrPort{}
+}
+
+// port reads a port kept in network byte order.
+func port(p uint16) uint16 {
+	b := (*[2]byte)(unsafe.Pointer(&p))
+	return uint16(b[0])<<8 | uint16(b[1])
+}
+
+// Write writes b to fd: one frame on a SEQPACKET socket.
+func Write(fd int, b []byte) (int, syscall.Errno) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(bufPtr(b)), uintptr(len(b)))
+	return int(n), e
+}
+
+// Recvmsg reads one frame into p and any control message (passed
+// descriptors) into oob; passed descriptors are made close-on-exec.
+func Recvmsg(fd int, p, oob []byte) (n, oobn int, e syscall.Errno) {
+	var iov syscall.Iovec
+	iov.Base = (*byte)(bufPtr(p))
+	iov.SetLen(len(p))
+	var msg syscall.Msghdr
+	msg.Iov = &iov
+	msg.Iovlen = 1
+	if len(oob) > 0 {
+		msg.Control = &oob[0]
+		msg.SetControllen(len(oob))
+	}
+	r, _, e := syscall.RawSyscall(syscall.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), syscall.MSG_CMSG_CLOEXEC)
+	if e != 0 {
+		return 0, 0, e
+	}
+	return int(r), int(msg.Controllen), 0
+}
+
+// bufPtr is where b's bytes are; a valid pointer even for an empty b, as the
+// kernel reads nothing from it then.
+func bufPtr(b []byte) unsafe.Pointer {
+	if len(b) == 0 {
+		return unsafe.Pointer(&zero)
+	}
+	return unsafe.Pointer(&b[0])
+}
+
+var zero byte

@@ -1,0 +1,170 @@
+package rawio
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// udpFD is a non-blocking UDP socket on the loopback and its descriptor.
+func udpFD(t *testing.T, network, addr string) (*net.UDPConn, int) {
+	t.Helper()
+	c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr)))
+	if err != nil {
+		t.Skipf("%s %s: %v", network, addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fd int
+	rc.Control(func(f uintptr) { fd = int(f) })
+	return c, fd
+}
+
+// recvWait reads one datagram, waiting up to 5 s for it.
+func recvWait(t *testing.T, fd int, b []byte) (int, netip.AddrPort) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, from, e := Recvfrom(fd, b)
+		if e == 0 {
+			return n, from
+		}
+		if e != EAGAIN || time.Now().After(deadline) {
+			t.Fatalf("recvfrom: want a datagram, have %v", e)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestSendtoRecvfrom(t *testing.T) {
+	for _, c := range []struct {
+		name, network, a, b string
+		v6                  bool
+		want                string // the sender as the receiver sees it
+	}{
+		{"ipv4", "udp4", "127.0.0.1:0", "127.0.0.1:0", false, "127.0.0.1"},
+		{"ipv6", "udp6", "[::1]:0", "[::1]:0", true, "::1"},
+		// An IPv4 peer of a dual-stack socket arrives mapped and is unmapped.
+		{"v4 peer of a v6 socket", "udp", "[::]:0", "127.0.0.1:0", true, "127.0.0.1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, afd := udpFD(t, c.network, c.a)
+			bn := "udp4"
+			if c.network == "udp6" {
+				bn = "udp6"
+			}
+			b, bfd := udpFD(t, bn, c.b)
+			to := netip.AddrPortFrom(netip.MustParseAddr(c.want), b.LocalAddr().(*net.UDPAddr).AddrPort().Port())
+			sa := MakeSockaddr(to, c.v6)
+			if n, e := Sendto(afd, []byte("OPTIONS"), &sa); e != 0 || n != 7 {
+				t.Fatalf("sendto %v: want 7, have %d (%v)", to, n, e)
+			}
+			buf := make([]byte, 64)
+			n, from := recvWait(t, bfd, buf)
+			if string(buf[:n]) != "OPTIONS" {
+				t.Errorf("want OPTIONS, have %q", buf[:n])
+			}
+			wantFrom := netip.AddrPortFrom(netip.MustParseAddr(c.want), a.LocalAddr().(*net.UDPAddr).AddrPort().Port())
+			if from != wantFrom {
+				t.Errorf("want from %v, have %v", wantFrom, from)
+			}
+		})
+	}
+}
+
+func TestRecvfromEmptySocket(t *testing.T) {
+	_, fd := udpFD(t, "udp4", "127.0.0.1:0")
+	if _, _, e := Recvfrom(fd, make([]byte, 16)); e != EAGAIN {
+		t.Errorf("want EAGAIN, have %v", e)
+	}
+}
+
+func TestSendtoWrongFamily(t *testing.T) {
+	_, fd := udpFD(t, "udp4", "127.0.0.1:0")
+	sa := MakeSockaddr(netip.MustParseAddrPort("[::1]:5060"), false)
+	if _, e := Sendto(fd, []byte("x"), &sa); e == 0 {
+		t.Error("want an error sending to an IPv6 address from an IPv4 socket, have none")
+	}
+}
+
+func seqpacket(t *testing.T) (int, int) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fds[0]); syscall.Close(fds[1]) })
+	return fds[0], fds[1]
+}
+
+func TestWriteRecvmsgKeepsFrames(t *testing.T) {
+	a, b := seqpacket(t)
+	for _, f := range []string{"first", "", "third frame"} {
+		if n, e := Write(a, []byte(f)); e != 0 || n != len(f) {
+			t.Fatalf("write %q: have %d (%v)", f, n, e)
+		}
+	}
+	buf, oob := make([]byte, 64), make([]byte, 64)
+	for _, want := range []string{"first", "", "third frame"} {
+		n, oobn, e := Recvmsg(b, buf, oob)
+		if e != 0 || string(buf[:n]) != want || oobn != 0 {
+			t.Errorf("want frame %q, have %q (oob %d, %v)", want, buf[:n], oobn, e)
+		}
+	}
+	if _, _, e := Recvmsg(b, buf, oob); e != EAGAIN {
+		t.Errorf("want EAGAIN on an empty channel, have %v", e)
+	}
+}
+
+func TestRecvmsgPassesDescriptorCloseOnExec(t *testing.T) {
+	a, b := seqpacket(t)
+	f, err := os.CreateTemp(t.TempDir(), "passed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Sendmsg(a, []byte{'c'}, syscall.UnixRights(int(f.Fd())), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	buf, oob := make([]byte, 8), make([]byte, syscall.CmsgSpace(4))
+	n, oobn, e := Recvmsg(b, buf, oob)
+	if e != 0 || n != 1 || oobn == 0 {
+		t.Fatalf("want one byte and a control message, have %d, %d (%v)", n, oobn, e)
+	}
+	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("control message: %v (%d)", err, len(msgs))
+	}
+	fds, err := syscall.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		t.Fatalf("rights: %v (%d)", err, len(fds))
+	}
+	defer syscall.Close(fds[0])
+	flags, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(fds[0]), syscall.F_GETFD, 0)
+	if e != 0 || flags&syscall.FD_CLOEXEC == 0 {
+		t.Errorf("want the passed descriptor close-on-exec, have flags %#x (%v)", flags, e)
+	}
+}
+
+func TestNoAllocations(t *testing.T) {
+	a, afd := udpFD(t, "udp4", "127.0.0.1:0")
+	sa := MakeSockaddr(a.LocalAddr().(*net.UDPAddr).AddrPort(), false)
+	buf := make([]byte, 64)
+	x, y := seqpacket(t)
+	oob := make([]byte, 32)
+	allocs := testing.AllocsPerRun(100, func() {
+		Sendto(afd, []byte("x"), &sa)
+		Recvfrom(afd, buf)
+		Write(x, buf[:4])
+		Recvmsg(y, buf, oob)
+	})
+	if allocs != 0 {
+		t.Errorf("want 0 allocations per round, have %v", allocs)
+	}
+}
