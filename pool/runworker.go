@@ -69,10 +69,26 @@ type Handler interface {
 // IsWorker reports whether this process was started as a worker.
 func IsWorker() bool { return os.Getenv(EnvCookie) != "" }
 
-// tickEvery is how often the loop runs the handler's timers. SIP's shortest
-// timer is T1 (500 ms), so 50 ms is precise enough, and an idle worker wakes
-// only 20 times a second.
+// tickEvery is the finest grain of the handler's timers: SIP's shortest
+// timer is T1 (500 ms), so 50 ms is precise enough, and a busy worker moves
+// its wake-up at most 20 times a second.
 const tickEvery = 50 * time.Millisecond
+
+// idleTick is how long a worker with no timer pending sleeps: it still
+// reports its heap and checks whether it has drained that often.
+const idleTick = time.Second
+
+// heapEvery is how often the worker's heap is read into its stats page.
+const heapEvery = 250 * time.Millisecond
+
+// A Timed handler says when its next timer is due, so that the loop sleeps
+// until then rather than ticking: an idle worker that wakes only to find
+// nothing due still costs a thread wake-up and a few context switches.
+type Timed interface {
+	// NextTimer is the earliest timer pending, or false for none. An early
+	// answer is harmless (Tick finds nothing due), a late one delays timers.
+	NextTimer() (time.Time, bool)
+}
 
 // RunWorker is the whole life of a worker process: it rebuilds what the
 // supervisor passed, makes the handler, says ready, and handles frames in
@@ -124,6 +140,11 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 		return fmt.Errorf("start handler: %w", err)
 	}
 	w.h = h
+	w.timed = tickTimed{}
+	if t, ok := h.(Timed); ok {
+		w.timed = t
+	}
+	w.heap[0].Name = "/memory/classes/heap/objects:bytes"
 
 	// The supervisor gone means this worker must go too: nothing would route
 	// to it, and Pdeathsig may not have fired if the forking thread lived on.
@@ -139,7 +160,6 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 			}
 		}
 	}()
-	go w.reportHeap(ctx)
 	if _, err := ctl.Write([]byte{ctlReady}); err != nil {
 		return fmt.Errorf("ready: %w", err)
 	}
@@ -156,6 +176,9 @@ type workerLoop struct {
 	submit   chan func()
 	draining bool
 	drained  bool
+	timed    Timed
+	heap     [1]metrics.Sample
+	heapDue  time.Time
 }
 
 type frame struct {
@@ -163,9 +186,8 @@ type frame struct {
 	fd  int // a passed descriptor, or -1
 }
 
-// run is the worker's one loop. A reader goroutine turns the data channel into
-// frames; the loop handles frames, submitted work and timer ticks, and counts
-// the time it spends on them as busy.
+// run is the worker's one loop: it handles frames, submitted work and the
+// handler's timers, and counts the time it spends on them as busy.
 func (w *workerLoop) run(ctx context.Context) error {
 	// The loop reads the data channel itself, through the network poller:
 	// a reader goroutine blocked in recvmsg made every frame cost a
@@ -197,7 +219,13 @@ func (w *workerLoop) run(ctx context.Context) error {
 		}
 		return e != rawio.EAGAIN && e != rawio.EINTR
 	}
-	next := time.Now().Add(tickEvery)
+	// armed is the read deadline in force, so that it is set only when it
+	// moves: every change of a timer that may be the earliest wakes another
+	// thread of the runtime, which a deadline set per frame paid each time.
+	var armed time.Time
+	now := time.Now()
+	w.reportHeap(now)
+	next := w.nextTick(now)
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -206,16 +234,24 @@ func (w *workerLoop) run(ctx context.Context) error {
 		if now := time.Now(); !now.Before(next) {
 			w.h.Tick(now)
 			w.checkDrained()
-			next = now.Add(tickEvery)
+			if !now.Before(w.heapDue) {
+				w.reportHeap(now)
+			}
+			next = w.nextTick(now)
 		}
-		data.SetReadDeadline(next)
+		if !next.Equal(armed) {
+			data.SetReadDeadline(next)
+			armed = next
+		}
 		// Work submitted after runSubmitted set its own deadline to now
 		// after ours, so it cannot wait for the tick.
 		if len(w.submit) > 0 {
+			armed = time.Time{}
 			continue
 		}
 		if err := rc.Read(recv); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
+				armed = time.Time{}
 				continue
 			}
 			return fmt.Errorf("data channel: %w", err)
@@ -237,8 +273,38 @@ func (w *workerLoop) run(ctx context.Context) error {
 		if w.handle(frame{buf: buf[:n], fd: fd}) {
 			return nil
 		}
+		// The frame may have started a timer due before the wake-up armed.
+		if t, ok := w.timed.NextTimer(); ok && t.Before(next) {
+			if t = later(t, time.Now().Add(tickEvery)); t.Before(next) {
+				next = t
+			}
+		}
 	}
 }
+
+// nextTick is when the loop must next run the handler's timers: at its
+// earliest timer, but no sooner than tickEvery from now and no later than
+// idleTick.
+func (w *workerLoop) nextTick(now time.Time) time.Time {
+	idle := now.Add(idleTick)
+	if t, ok := w.timed.NextTimer(); ok && t.Before(idle) {
+		return later(t, now.Add(tickEvery))
+	}
+	return idle
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// tickTimed stands in for a handler that does not say when its timers are
+// due: a timer always overdue has it ticked every tickEvery.
+type tickTimed struct{}
+
+func (tickTimed) NextTimer() (time.Time, bool) { return time.Time{}, true }
 
 // runSubmitted runs the work submitted so far.
 func (w *workerLoop) runSubmitted() {
@@ -324,19 +390,12 @@ func (w *workerLoop) busy(fn func()) {
 	w.stats.store(offBusySince, 0)
 }
 
-func (w *workerLoop) reportHeap(ctx context.Context) {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		metrics.Read(s)
-		if s[0].Value.Kind() == metrics.KindUint64 {
-			w.stats.store(offHeap, s[0].Value.Uint64())
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+// reportHeap puts the heap in use on the stats page, where the supervisor's
+// worker heap monitor reads it.
+func (w *workerLoop) reportHeap(now time.Time) {
+	metrics.Read(w.heap[:])
+	if w.heap[0].Value.Kind() == metrics.KindUint64 {
+		w.stats.store(offHeap, w.heap[0].Value.Uint64())
 	}
+	w.heapDue = now.Add(heapEvery)
 }

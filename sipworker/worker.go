@@ -409,3 +409,12 @@ func (w *Worker) newBranch() string {
 func netipAddrPort(ip netip.Addr, port int) netip.AddrPort {
 	return netip.AddrPortFrom(ip, uint16(port))
 }
+
+// NextTimer is when the earliest pending timer is due, so that an idle
+// worker sleeps instead of ticking.
+func (w *Worker) NextTimer() (time.Time, bool) {
+	if len(w.timers) == 0 {
+		return time.Time{}, false
+	}
+	return w.timers[0].at, true
+}

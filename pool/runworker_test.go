@@ -1,0 +1,34 @@
+package pool
+
+import (
+	"testing"
+	"time"
+)
+
+type fixedTimer struct {
+	at time.Time
+	ok bool
+}
+
+func (f fixedTimer) NextTimer() (time.Time, bool) { return f.at, f.ok }
+
+func TestNextTick(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, c := range []struct {
+		name  string
+		timer Timed
+		want  time.Duration // after now
+	}{
+		{"no timer: sleep the idle tick", fixedTimer{}, idleTick},
+		{"timer in 300 ms", fixedTimer{now.Add(300 * time.Millisecond), true}, 300 * time.Millisecond},
+		{"timer overdue: one grain on", fixedTimer{now.Add(-time.Second), true}, tickEvery},
+		{"timer within the grain: the grain", fixedTimer{now.Add(10 * time.Millisecond), true}, tickEvery},
+		{"timer beyond the idle tick: the idle tick", fixedTimer{now.Add(time.Minute), true}, idleTick},
+		{"handler without timers: every grain", tickTimed{}, tickEvery},
+	} {
+		w := &workerLoop{timed: c.timer}
+		if have := w.nextTick(now).Sub(now); have != c.want {
+			t.Errorf("%s: want %v, have %v", c.name, c.want, have)
+		}
+	}
+}
