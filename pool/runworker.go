@@ -104,7 +104,15 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 	}
 	env.Logger = logger.With("group", env.Group, "worker", id, "pid", os.Getpid())
 
-	ctl, err := net.FileConn(os.NewFile(fdControl, "control"))
+	fc, err := net.FileConn(os.NewFile(fdControl, "control"))
+	if err != nil {
+		return fmt.Errorf("control channel: %w", err)
+	}
+	uc, ok := fc.(*net.UnixConn)
+	if !ok {
+		return fmt.Errorf("control channel: a %T, not a unix socket", fc)
+	}
+	ctl, err := newFrameConn(uc)
 	if err != nil {
 		return fmt.Errorf("control channel: %w", err)
 	}

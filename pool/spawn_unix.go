@@ -22,7 +22,7 @@ type Command struct {
 // spawned is what start hands back: the process and the supervisor's ends.
 type spawned struct {
 	proc   *os.Process
-	ctl    *net.UnixConn
+	ctl    *frameConn
 	dataFD int
 	data   *os.File
 	stats  *statsPage
@@ -140,6 +140,12 @@ func start(c Command, group string, id int, configPath string, memLimit int64, s
 	}
 	fc, err := net.FileConn(ctlOurs)
 	ctlOurs.Close()
+	var ctl *frameConn
+	if err == nil {
+		if ctl, err = newFrameConn(fc.(*net.UnixConn)); err != nil {
+			fc.Close()
+		}
+	}
 	if err != nil {
 		proc.Kill()
 		proc.Wait()
@@ -147,5 +153,5 @@ func start(c Command, group string, id int, configPath string, memLimit int64, s
 		stats.unmap()
 		return nil, fmt.Errorf("control channel: %w", err)
 	}
-	return &spawned{proc: proc, ctl: fc.(*net.UnixConn), dataFD: dataFD, data: dataOurs, stats: stats}, nil
+	return &spawned{proc: proc, ctl: ctl, dataFD: dataFD, data: dataOurs, stats: stats}, nil
 }
