@@ -6,6 +6,9 @@
 #
 #   bench/ctxsw.sh [BIN] [RATE] [CALLS]     # defaults: bin/sipvisor 300 3000
 #
+# REPLY_SOCKETS=yes in the environment runs the workers with
+# worker_reply_sockets = yes.
+#
 # Context switches are counted from /proc/PID/task/*/status of the
 # supervisor and its workers: a count, so it moves little with the noise of
 # a shared machine, unlike time.
@@ -22,6 +25,7 @@ cat >"$work/ab.cfg" <<CFG
 socket = udp:127.0.0.1:$SIP
 http_listen = 127.0.0.1:$HTTP
 udp_workers = 2
+${REPLY_SOCKETS:+worker_reply_sockets = yes}
 timer_workers = 1
 route {
 	if (has_totag()) {

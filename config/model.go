@@ -104,6 +104,8 @@ type WorkerSettings struct {
 	// MemoryLimit: worker_memory_limit in bytes (default 256 MiB); the Go
 	// memory limit of each worker and the base of heap_usage.
 	MemoryLimit int64 `json:"memory_limit"`
+	// ReplySockets: worker_reply_sockets (default no).
+	ReplySockets bool `json:"reply_sockets"`
 }
 
 // Watermark is a high/low pair of one monitor.

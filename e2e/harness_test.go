@@ -158,6 +158,16 @@ func (s *server) stop() {
 	}
 }
 
+// stopDrained stops the server and fails the test if a worker had to be
+// killed at the drain timeout rather than finishing its transactions.
+func (s *server) stopDrained() {
+	s.t.Helper()
+	s.stop()
+	if log := s.log.String(); strings.Contains(log, "did not drain in time") {
+		s.t.Errorf("want every worker drained on SIGTERM, have one killed:\n%s", tail(log, 20))
+	}
+}
+
 func (s *server) ready() bool {
 	resp, err := http.Get("http://" + s.http + "/readyz")
 	if err != nil {

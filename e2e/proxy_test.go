@@ -63,6 +63,25 @@ func TestSIPpCallsOverUDP(t *testing.T) {
 	}
 }
 
+// With reply sockets, the UAS's responses go straight to the workers: the
+// front door reads only the uac's requests (INVITE, ACK, BYE).
+func TestSIPpCallsOverUDPWithReplySockets(t *testing.T) {
+	sip, uas, uac := freePort(t), freePort(t), freePort(t)
+	s := startServer(t, proxyCfg(sip, uas, "udp_workers = 2\ntcp_workers = 1\nworker_reply_sockets = yes"))
+	sippUAS(t, uas)
+	r := runSIPp(t, 90*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+		"-r", "50", "-m", "300", "-d", "200", "-timeout", "60", "-timeout_error")
+	if r.Exit != 0 || r.Successful != 300 || r.Failed != 0 {
+		t.Fatalf("want 300 successful calls and 0 failed, have %d/%d (exit %d)\n%s", r.Successful, r.Failed, r.Exit, tail(r.Out, 40))
+	}
+	// Retransmissions may add a few; the UAS's 180, 200 and 200 to BYE
+	// would add 900.
+	if v := s.metric("sipvisor_frontdoor_datagrams_received_total", ""); v < 900 || v > 1000 {
+		t.Errorf("want the front door to read the uac's 900 requests and at most a few retransmissions, have %v", v)
+	}
+	s.stopDrained()
+}
+
 // The same over TCP: the supervisor accepts and hands each connection to a
 // TCP worker.
 func TestSIPpCallsOverTCP(t *testing.T) {

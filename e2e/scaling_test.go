@@ -57,6 +57,13 @@ func (s *server) waitWorkers(group string, want int, within time.Duration) {
 // well under way; 20 calls/s of 2 s each means about 40 calls are up when
 // each worker is drained, and every call spans at least one drain.
 func TestScaleDownUnderCallsLosesNoCall(t *testing.T) {
+	t.Run("through the supervisor", func(t *testing.T) { testScaleDownUnderCalls(t, "") })
+	// A draining worker's reply socket stays open until it exits: the
+	// responses of the calls it holds still reach it.
+	t.Run("reply sockets", func(t *testing.T) { testScaleDownUnderCalls(t, "worker_reply_sockets = yes") })
+}
+
+func testScaleDownUnderCalls(t *testing.T, extra string) {
 	sip, uas, uac := freePort(t), freePort(t), freePort(t)
 	s := startServer(t, proxyCfg(sip, uas, `
 auto_scaling_profile = P
@@ -66,7 +73,7 @@ auto_scaling_cycle = 0.2
 auto_scaling_cooldown = 25
 udp_workers = 4 use_auto_scaling_profile P
 tcp_workers = 1
-`))
+`+extra))
 	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
 	sippUAS(t, uas)
 	if n, all := live(s.ps(), group); n != 4 {

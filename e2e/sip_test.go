@@ -261,11 +261,23 @@ func replyTo(req sipMsg, code int, reason, toTag string) string {
 // the 486 again, and the caller's ACK ends at the proxy, which has ACKed the
 // 486 to the callee itself.
 func TestRetransmissionsAbsorbed(t *testing.T) {
+	t.Run("through the supervisor", func(t *testing.T) { testRetransmissionsAbsorbed(t, false) })
+	// The callee answers the INVITE's source, which is the worker's reply
+	// socket: the replies reach the transaction without the front door.
+	t.Run("reply sockets", func(t *testing.T) { testRetransmissionsAbsorbed(t, true) })
+}
+
+func testRetransmissionsAbsorbed(t *testing.T, replySockets bool) {
 	sip := freePort(t)
 	caller, callee := newPeer(t), newPeer(t)
 	// Two workers: the retransmissions must reach the worker that holds the
 	// transaction, by Call-ID.
-	startServer(t, proxyCfg(sip, callee.port(), "udp_workers = 2\ntcp_workers = 1"))
+	extra := "udp_workers = 2\ntcp_workers = 1"
+	if replySockets {
+		extra += "\nworker_reply_sockets = yes"
+	}
+	s := startServer(t, proxyCfg(sip, callee.port(), extra))
+	defer s.stopDrained()
 	proxy := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
 
 	invite := fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
@@ -281,6 +293,10 @@ func TestRetransmissionsAbsorbed(t *testing.T) {
 	caller.send(proxy, invite)
 	caller.expect(5*time.Second, "100 Trying", isStatus(100))
 	inv, _ := callee.expect(5*time.Second, "the INVITE at the callee", isMethod("INVITE"))
+	if viaPort := inv.from.Port; (viaPort != sip) != replySockets || !strings.Contains(inv.header("Via"), ":"+strconv.Itoa(viaPort)+";") {
+		t.Fatalf("reply sockets %v: want the INVITE from and naming in its Via %s, have it from port %d with Via %q",
+			replySockets, map[bool]string{false: "the SIP port", true: "a port of the worker's"}[replySockets], viaPort, inv.header("Via"))
+	}
 	callee.send(inv.from, replyTo(inv, 180, "Ringing", "callee1"))
 	caller.expect(5*time.Second, "180 Ringing", isStatus(180))
 

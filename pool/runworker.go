@@ -42,6 +42,15 @@ type Env struct {
 	// GroupOptions.OnCall): how workers reach state kept outside them, such
 	// as registrations. Safe for concurrent use.
 	Call func(req []byte) ([]byte, error)
+
+	// OpenReplySockets binds, for each of Sockets, a UDP socket of this
+	// worker's own on the same address and a port the kernel picks, and
+	// has the loop read it: datagrams arriving there reach HandleMessage as
+	// the supervisor's do, with Socket the index of the socket it stands
+	// beside. A handler that names such a socket in the Via of the requests
+	// it relays gets their responses without the supervisor's hop. Call it
+	// from the handler's constructor, at most once.
+	OpenReplySockets func() ([]net.PacketConn, error)
 }
 
 // Message is one SIP datagram handed to a worker. Data is valid only during
@@ -141,6 +150,7 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 
 	w := &workerLoop{env: env, ctl: ctl, stats: stats, dataFD: dataFD, submit: make(chan func(), 64)}
 	env.Submit = w.submitFn
+	env.OpenReplySockets = w.openReplySockets
 	calls := newCaller(ctl)
 	env.Call = calls.call
 	h, err := newHandler(env)
@@ -187,6 +197,7 @@ type workerLoop struct {
 	timed    Timed
 	heap     [1]metrics.Sample
 	heapDue  time.Time
+	replies  []*sendSocket // the worker's own reply sockets, if opened
 }
 
 type frame struct {
@@ -205,22 +216,62 @@ func (w *workerLoop) run(ctx context.Context) error {
 	if err := unix.SetNonblock(w.dataFD, true); err != nil {
 		return fmt.Errorf("data channel: %w", err)
 	}
-	data := os.NewFile(uintptr(w.dataFD), "data")
-	defer data.Close()
-	rc, err := data.SyscallConn()
+	// With reply sockets there are several descriptors to wait for, and one
+	// goroutine: the loop waits on an epoll set of them all, which the
+	// network poller can wait on as it does on any descriptor.
+	var wait *os.File
+	if len(w.replies) > 0 {
+		set, err := w.pollSet()
+		if err != nil {
+			return err
+		}
+		defer unix.Close(w.dataFD)
+		wait = set
+	} else {
+		wait = os.NewFile(uintptr(w.dataFD), "data")
+	}
+	defer wait.Close()
+	rc, err := wait.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("data channel: %w", err)
 	}
-	w.data.Store(data)
+	w.data.Store(wait)
 	buf := make([]byte, maxFrame)
 	oob := make([]byte, unix.CmsgSpace(4))
 	var (
 		n, oobn int
 		rerr    error
+		src     int // -1: the data channel; else the reply socket read
+		from    netip.AddrPort
+		turn    int
 	)
-	recv := func(fd uintptr) bool {
+	// recv reads from the data channel and the reply sockets in turn, so
+	// that neither can starve the other.
+	var ready [4]syscall.EpollEvent
+	recv := func(set uintptr) bool {
 		var e syscall.Errno
-		n, oobn, e = rawio.Recvmsg(int(fd), buf, oob)
+	again:
+		for k := 0; k <= len(w.replies); k++ {
+			i := (turn+k)%(len(w.replies)+1) - 1
+			if i < 0 {
+				n, oobn, e = rawio.Recvmsg(w.dataFD, buf, oob)
+			} else {
+				n, from, e = rawio.Recvfrom(w.replies[i].fd, buf[MsgHeaderLen:])
+			}
+			if e != rawio.EAGAIN {
+				src = i
+				turn++
+				break
+			}
+		}
+		// All empty: before the poller waits on the set, the set must be
+		// emptied of what was ready, or it never signals again; whatever
+		// arrived meanwhile is read now.
+		if e == rawio.EAGAIN && len(w.replies) > 0 {
+			if k, _ := rawio.EpollPoll(int(set), ready[:]); k > 0 {
+				goto again
+			}
+		}
 		rerr = nil
 		if e != 0 {
 			rerr = e
@@ -248,7 +299,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 			next = w.nextTick(now)
 		}
 		if !next.Equal(armed) {
-			data.SetReadDeadline(next)
+			wait.SetReadDeadline(next)
 			armed = next
 		}
 		// Work submitted after runSubmitted set its own deadline to now
@@ -263,6 +314,14 @@ func (w *workerLoop) run(ctx context.Context) error {
 				continue
 			}
 			return fmt.Errorf("data channel: %w", err)
+		}
+		if src >= 0 {
+			if rerr == nil {
+				w.handleReply(src, from, buf[MsgHeaderLen:MsgHeaderLen+n])
+			} else {
+				w.env.Logger.Warn("read reply socket", "socket", w.replies[src].local.String(), "error", rerr)
+			}
+			continue
 		}
 		if rerr != nil {
 			return fmt.Errorf("data channel: %w", rerr)
@@ -288,6 +347,65 @@ func (w *workerLoop) run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// handleReply handles a datagram from reply socket i. It is no frame: the
+// supervisor's count of frames handed and handled, which is the worker's
+// queue, leaves it out; its time counts as busy.
+func (w *workerLoop) handleReply(i int, from netip.AddrPort, b []byte) {
+	m := Message{Socket: i, From: from, Data: b}
+	w.busy(func() { w.h.HandleMessage(&m) })
+	w.checkDrained()
+}
+
+// pollSet is an epoll set of the data channel and the reply sockets, as a
+// file the network poller waits on. Level-triggered: the set stays readable
+// while any of them has something to read.
+func (w *workerLoop) pollSet() (*os.File, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("poll set: %w", err)
+	}
+	fds := []int{w.dataFD}
+	for _, r := range w.replies {
+		fds = append(fds, r.fd)
+	}
+	for _, fd := range fds {
+		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			unix.Close(ep)
+			return nil, fmt.Errorf("poll set: %w", err)
+		}
+	}
+	if err := unix.SetNonblock(ep, true); err != nil {
+		unix.Close(ep)
+		return nil, fmt.Errorf("poll set: %w", err)
+	}
+	return os.NewFile(uintptr(ep), "poll set"), nil
+}
+
+// openReplySockets binds a reply socket beside each of the supervisor's.
+func (w *workerLoop) openReplySockets() ([]net.PacketConn, error) {
+	if w.replies != nil {
+		return nil, errors.New("reply sockets are open already")
+	}
+	var out []net.PacketConn
+	for _, s := range w.env.Sockets {
+		ss, ok := s.(*sendSocket)
+		if !ok {
+			return nil, fmt.Errorf("socket %v: not one of the supervisor's", s.LocalAddr())
+		}
+		r, err := bindReplySocket(ss.local.IP)
+		if err != nil {
+			for _, r := range w.replies {
+				r.Close()
+			}
+			w.replies = nil
+			return nil, fmt.Errorf("reply socket beside %v: %w", ss.local, err)
+		}
+		w.replies = append(w.replies, r)
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // nextTick is when the loop must next run the handler's timers: at its

@@ -39,6 +39,42 @@ func newSendSocket(fd int) (*sendSocket, error) {
 	return s, nil
 }
 
+// replyBuffer is the receive buffer asked for on a reply socket: a worker's
+// share of a burst of responses.
+const replyBuffer = 2 << 20
+
+// bindReplySocket binds a non-blocking UDP socket on ip, port chosen by the
+// kernel, that this process alone holds.
+func bindReplySocket(ip net.IP) (*sendSocket, error) {
+	var (
+		fd  int
+		err error
+		sa  unix.Sockaddr
+	)
+	if ip4 := ip.To4(); ip4 != nil {
+		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		sa = &unix.SockaddrInet4{Addr: [4]byte(ip4)}
+	} else {
+		fd, err = unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		sa = &unix.SockaddrInet6{Addr: [16]byte(ip.To16())}
+	}
+	if err != nil {
+		return nil, err
+	}
+	// As large as the kernel allows; a smaller buffer still works.
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, replyBuffer)
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	s, err := newSendSocket(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return s, nil
+}
+
 // WriteToUDPAddrPort sends b to ap without allocating.
 func (s *sendSocket) WriteToUDPAddrPort(b []byte, ap netip.AddrPort) (int, error) {
 	sa := rawio.MakeSockaddr(ap, s.local.IP.To4() == nil)

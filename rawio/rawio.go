@@ -128,6 +128,19 @@ func Recvmsg(fd int, p, oob []byte) (n, oobn int, e syscall.Errno) {
 	return int(r), int(msg.Controllen), 0
 }
 
+// EpollPoll reports the ready descriptors of an epoll set without waiting.
+// It also clears the set's list of descriptors that were ready and no longer
+// are, without which a set inside another poller would look readable
+// forever and never signal again.
+func EpollPoll(epfd int, events []syscall.EpollEvent) (int, syscall.Errno) {
+	var p unsafe.Pointer
+	if len(events) > 0 {
+		p = unsafe.Pointer(&events[0])
+	}
+	n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(p), uintptr(len(events)), 0, 0, 0)
+	return int(n), e
+}
+
 // bufPtr is where b's bytes are; a valid pointer even for an empty b, as the
 // kernel reads nothing from it then.
 func bufPtr(b []byte) unsafe.Pointer {

@@ -168,3 +168,33 @@ func TestNoAllocations(t *testing.T) {
 		t.Errorf("want 0 allocations per round, have %v", allocs)
 	}
 }
+
+// A set inside another poller: once its member has been read empty,
+// EpollPoll finds nothing and leaves the set quiet, and new data makes it
+// ready again.
+func TestEpollPoll(t *testing.T) {
+	a, b := seqpacket(t)
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(ep)
+	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, b, &syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(b)}); err != nil {
+		t.Fatal(err)
+	}
+	ev := make([]syscall.EpollEvent, 4)
+	if n, e := EpollPoll(ep, ev); e != 0 || n != 0 {
+		t.Fatalf("empty set: want 0 ready, have %d (%v)", n, e)
+	}
+	Write(a, []byte("frame"))
+	if n, e := EpollPoll(ep, ev); e != 0 || n != 1 || ev[0].Fd != int32(b) {
+		t.Fatalf("after a write: want the member ready, have %d (%v) %+v", n, e, ev[:n])
+	}
+	buf := make([]byte, 16)
+	if _, _, e := Recvmsg(b, buf, nil); e != 0 {
+		t.Fatal(e)
+	}
+	if n, e := EpollPoll(ep, ev); e != 0 || n != 0 {
+		t.Errorf("read empty: want 0 ready, have %d (%v)", n, e)
+	}
+}

@@ -187,7 +187,7 @@ func (c *msgCtx) relayStateless() bool {
 		c.w.log.Warn("relay failed", "error", err)
 		return false
 	}
-	b, _ := c.w.withVia(c.req, d)
+	b, _ := c.w.withVia(c.req, &d)
 	return c.w.send(&d, b) == nil
 }
 

@@ -374,7 +374,7 @@ func (w *Worker) absorb(req *sip.Request) bool {
 
 // relayBranch sends req downstream to d as a new branch of t.
 func (w *Worker) relayBranch(t *serverTx, req *sip.Request, d dest) bool {
-	b, branch := w.withVia(req, d)
+	b, branch := w.withVia(req, &d)
 	ct := &clientTx{branch: branch, stx: t, invite: t.invite, bytes: b, dst: d}
 	ct.key = branch + "|" + string(req.Method)
 	if err := w.send(&ct.dst, b); err != nil {
@@ -392,9 +392,14 @@ func (w *Worker) relayBranch(t *serverTx, req *sip.Request, d dest) bool {
 }
 
 // withVia serialises req with this server's Via on top, for destination d,
-// and leaves req as it was.
-func (w *Worker) withVia(req *sip.Request, d dest) ([]byte, string) {
-	local, proto := w.localFor(d)
+// and leaves req as it was. Over UDP with reply sockets, the Via names this
+// worker's reply socket and d is marked to leave from it.
+func (w *Worker) withVia(req *sip.Request, d *dest) ([]byte, string) {
+	local, proto := w.localFor(*d)
+	if d.proto == "udp" && d.sock >= 0 && d.sock < len(w.replyPort) {
+		local = netip.AddrPortFrom(local.Addr(), w.replyPort[d.sock])
+		d.reply = true
+	}
 	branch := w.newBranch()
 	via := &sip.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: proto,
 		Host: local.Addr().String(), Port: int(local.Port()), Params: sip.HeaderParams{{K: "branch", V: branch}}}

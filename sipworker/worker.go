@@ -29,6 +29,10 @@ type Options struct {
 	// source address is the listening one); a message's socket index selects
 	// one.
 	Sockets []net.PacketConn
+	// ReplySockets, when set, stand beside Sockets (same index): requests
+	// relayed over UDP leave from them and name them in their Via, so their
+	// responses come straight back to this worker (pool.Env.OpenReplySockets).
+	ReplySockets []net.PacketConn
 	// Listen lists the config's sockets: with Sockets' real addresses they
 	// make up "myself", and the TCP ones are advertised in Via and
 	// Record-Route for TCP hops.
@@ -63,6 +67,7 @@ type Worker struct {
 	parser *sip.Parser
 
 	udpLocal  []netip.AddrPort
+	replyPort []uint16 // of the reply sockets, by socket index
 	tcpListen []netip.AddrPort
 	self      []netip.AddrPort
 
@@ -105,14 +110,22 @@ func New(env *pool.Env) (pool.Handler, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return NewWorker(Options{
+	opt := Options{
 		Script:  cfg.Script,
 		Sockets: env.Sockets,
 		Listen:  cfg.Sockets,
 		Store:   storeFor(env, logger),
 		Logger:  logger,
 		Submit:  env.Submit,
-	})
+	}
+	if cfg.Workers.ReplySockets && env.OpenReplySockets != nil && len(env.Sockets) > 0 {
+		rs, err := env.OpenReplySockets()
+		if err != nil {
+			return nil, err
+		}
+		opt.ReplySockets = rs
+	}
+	return NewWorker(opt)
 }
 
 // NewWorker returns a Worker for opt.
@@ -163,6 +176,18 @@ func NewWorker(opt Options) (*Worker, error) {
 		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 		w.udpLocal = append(w.udpLocal, ap)
 		w.self = append(w.self, ap)
+	}
+	if len(opt.ReplySockets) > 0 && len(opt.ReplySockets) != len(opt.Sockets) {
+		return nil, fmt.Errorf("sipworker: %d reply sockets for %d sockets", len(opt.ReplySockets), len(opt.Sockets))
+	}
+	for i, s := range opt.ReplySockets {
+		ap, err := netip.ParseAddrPort(s.LocalAddr().String())
+		if err != nil {
+			return nil, fmt.Errorf("sipworker: reply socket %d: %w", i, err)
+		}
+		w.replyPort = append(w.replyPort, ap.Port())
+		// Its Via names the SIP socket's advertised host with this port.
+		w.self = append(w.self, netip.AddrPortFrom(w.udpLocal[i].Addr(), ap.Port()))
 	}
 	for _, s := range opt.Listen {
 		a, err := netip.ParseAddr(s.Host)
@@ -283,6 +308,7 @@ type dest struct {
 	addr  netip.AddrPort
 	sock  int
 	conn  *tcpConn
+	reply bool // over UDP, from the reply socket beside sock
 }
 
 func (w *Worker) send(d *dest, b []byte) error {
@@ -307,13 +333,17 @@ func (w *Worker) send(d *dest, b []byte) error {
 	if len(w.opt.Sockets) == 0 {
 		return errors.New("no udp socket to send from")
 	}
+	s := w.opt.Sockets[d.sock]
+	if d.reply && d.sock < len(w.opt.ReplySockets) {
+		s = w.opt.ReplySockets[d.sock]
+	}
 	var err error
-	if u, ok := w.opt.Sockets[d.sock].(interface {
+	if u, ok := s.(interface {
 		WriteToUDPAddrPort([]byte, netip.AddrPort) (int, error)
 	}); ok {
 		_, err = u.WriteToUDPAddrPort(b, d.addr)
 	} else {
-		_, err = w.opt.Sockets[d.sock].WriteTo(b, net.UDPAddrFromAddrPort(d.addr))
+		_, err = s.WriteTo(b, net.UDPAddrFromAddrPort(d.addr))
 	}
 	if err != nil {
 		w.Stats.SendErrors++
