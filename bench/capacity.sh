@@ -13,7 +13,12 @@
 #   bench/capacity.sh [--servers sipvisor,kamailio] [--start 500] [--step 500]
 #                     [--max 10000] [--step-secs 10] [--factors 1.5,2]
 #                     [--overload-secs 20] [--long-calls 100] [--settle 5]
-#                     [--children N] [--out DIR]
+#                     [--children N] [--slow US] [--out DIR]
+#
+# --slow US makes both servers sleep US microseconds on each initial INVITE
+# (usleep, as a slow database lookup would), so that the server reaches its
+# limit while SIPp, on the same cores, still has CPU to spare: the overload
+# then measures the server, not the machine.
 #
 # Writes DIR/capacity.csv, DIR/overload.csv, DIR/capacity.md, DIR/machine.txt.
 set -euo pipefail
@@ -31,7 +36,7 @@ settle=5
 CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/capacity}
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
 	case $1 in -h | --help) usage ;; esac
 	[ $# -ge 2 ] || die "flag $1 needs a value"
@@ -46,6 +51,7 @@ while [ $# -gt 0 ]; do
 	--long-calls) long_calls=$2 ;;
 	--settle) settle=$2 ;;
 	--children) CHILDREN=$2 ;;
+	--slow) SLOW_US=$2 ;;
 	--out) out=$2 ;;
 	*) echo "capacity.sh: unknown flag $1" >&2; usage ;;
 	esac
@@ -55,6 +61,9 @@ for v in start step max step_secs overload_secs long_calls CHILDREN; do
 	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v//_/-} must be a positive integer, have '${!v}'"
 done
 [[ $settle =~ ^[0-9]+$ ]] || die "--settle must be a whole number of seconds, have '$settle'"
+[[ ${SLOW_US:-0} =~ ^[0-9]+$ ]] || die "--slow must be microseconds, a whole number, have '$SLOW_US'"
+[ "${SLOW_US:-0}" = 0 ] && SLOW_US=""
+export SLOW_US
 for f in ${factors//,/ }; do
 	[[ $f =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--factors must be numbers like 1.5,2, have '$f'"
 done
@@ -66,7 +75,7 @@ trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 case ",$servers," in *,sipvisor,*) build_sipvisor "$out" ;; esac
 machine_info >"$out/machine.txt"
-echo "settings: servers=$servers start=$start step=$step max=$max step_secs=$step_secs factors=$factors overload_secs=$overload_secs long_calls=$long_calls settle=$settle children=$CHILDREN" >>"$out/machine.txt"
+echo "settings: servers=$servers start=$start step=$step max=$max step_secs=$step_secs factors=$factors overload_secs=$overload_secs long_calls=$long_calls settle=$settle children=$CHILDREN slow_us=${SLOW_US:-0}" >>"$out/machine.txt"
 echo "server,rate,offered,successful,failed,cpu_s,pass" >"$out/capacity.csv"
 echo "server,factor,rate,offered_secs,successful,failed,goodput_per_s,goodput_share,long_offered,long_successful,long_failed,cpu_s" >"$out/overload.csv"
 

@@ -126,7 +126,8 @@ render() {
 		-e "s#@UAS@#sip:127.0.0.1:$UAS_PORT#g" \
 		-e "s/@CHILDREN@/$CHILDREN/g" \
 		-e "s/@HTTP_PORT@/$HTTP_PORT/g" \
-		-e "s#@RUNDIR@#$2.run#g" "$1" >"$2"
+		-e "s#@RUNDIR@#$2.run#g" \
+		-e "s/@SLOW@/${SLOW_US:+usleep($SLOW_US);}/g" "$1" >"$2"
 }
 
 # build_sipvisor runs `make build` on the committed HEAD, exported to OUT/src,
