@@ -3,7 +3,10 @@
 #
 # 1. Capacity: offer calls (SIPp uac -> server -> SIPp uas) at rising rates,
 #    --step-secs each, and keep the highest rate whose calls all but < 0.1 %
-#    succeeded. The first rate that fails ends the search (bounded by --max).
+#    succeeded and whose 99th percentile of call set-up time (INVITE to
+#    200 OK) is at most --max-rt milliseconds: a server that queues without
+#    bound completes every call, seconds late, and has not kept up. The first
+#    rate that fails ends the search (bounded by --max).
 # 2. Overload: on a fresh server, start --long-calls calls that stay up
 #    (SIPp uac, -d long enough that their BYEs fall inside the overload),
 #    then offer each --factors multiple of the capacity for --overload-secs.
@@ -13,7 +16,7 @@
 #   bench/capacity.sh [--servers sipvisor,kamailio] [--start 500] [--step 500]
 #                     [--max 10000] [--step-secs 10] [--factors 1.5,2]
 #                     [--overload-secs 20] [--long-calls 100] [--settle 5]
-#                     [--children N] [--slow US] [--out DIR]
+#                     [--children N] [--slow US] [--max-rt 1000] [--out DIR]
 #
 # --slow US makes both servers sleep US microseconds on each initial INVITE
 # (usleep, as a slow database lookup would), so that the server reaches its
@@ -33,10 +36,11 @@ factors=1.5,2
 overload_secs=20
 long_calls=100
 settle=5
+max_rt=1000
 CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/capacity}
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
 	case $1 in -h | --help) usage ;; esac
 	[ $# -ge 2 ] || die "flag $1 needs a value"
@@ -52,12 +56,13 @@ while [ $# -gt 0 ]; do
 	--settle) settle=$2 ;;
 	--children) CHILDREN=$2 ;;
 	--slow) SLOW_US=$2 ;;
+	--max-rt) max_rt=$2 ;;
 	--out) out=$2 ;;
 	*) echo "capacity.sh: unknown flag $1" >&2; usage ;;
 	esac
 	shift 2
 done
-for v in start step max step_secs overload_secs long_calls CHILDREN; do
+for v in start step max step_secs overload_secs long_calls max_rt CHILDREN; do
 	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v//_/-} must be a positive integer, have '${!v}'"
 done
 [[ $settle =~ ^[0-9]+$ ]] || die "--settle must be a whole number of seconds, have '$settle'"
@@ -75,8 +80,8 @@ trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 case ",$servers," in *,sipvisor,*) build_sipvisor "$out" ;; esac
 machine_info >"$out/machine.txt"
-echo "settings: servers=$servers start=$start step=$step max=$max step_secs=$step_secs factors=$factors overload_secs=$overload_secs long_calls=$long_calls settle=$settle children=$CHILDREN slow_us=${SLOW_US:-0}" >>"$out/machine.txt"
-echo "server,rate,offered,successful,failed,cpu_s,pass" >"$out/capacity.csv"
+echo "settings: servers=$servers start=$start step=$step max=$max step_secs=$step_secs factors=$factors overload_secs=$overload_secs long_calls=$long_calls settle=$settle children=$CHILDREN slow_us=${SLOW_US:-0} max_rt_ms=$max_rt" >>"$out/machine.txt"
+echo "server,rate,offered,successful,failed,cpu_s,pass,rt_p99_ms" >"$out/capacity.csv"
 echo "server,factor,rate,offered_secs,successful,failed,goodput_per_s,goodput_share,long_offered,long_successful,long_failed,cpu_s" >"$out/overload.csv"
 
 # goodput DIR SECS: calls that completed successfully within the first SECS
@@ -113,9 +118,10 @@ for server in ${servers//,/ }; do
 		failed=$(stat_last "$dir" 'FailedCall(C)')
 		# A call that neither succeeded nor failed (SIPp ended at -timeout)
 		# counts against the rate as a failed one.
-		pass=$(awk -v ok="$ok" -v n="$n" 'BEGIN { print ((n - ok) * 1000 < n) ? "yes" : "no" }')
-		echo "$server,$rate,$n,$ok,$failed,$(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.2f", b-a}'),$pass" >>"$out/capacity.csv"
-		log "  successful $ok of $n, failed $failed: $pass"
+		rt=$(rtt_pct "$dir" 99)
+		pass=$(awk -v ok="$ok" -v n="$n" -v rt="${rt:-0}" -v max="$max_rt" 'BEGIN { print ((n - ok) * 1000 < n && rt <= max) ? "yes" : "no" }')
+		echo "$server,$rate,$n,$ok,$failed,$(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.2f", b-a}'),$pass,$rt" >>"$out/capacity.csv"
+		log "  successful $ok of $n, failed $failed, set-up p99 ${rt} ms: $pass"
 		[ "$pass" = yes ] || break
 		capacity=$rate
 	done
@@ -170,11 +176,11 @@ for server in ${servers//,/ }; do
 done
 
 {
-	echo "Capacity: highest rate with < 0.1 % failed calls (steps of $step/s from $start/s, ${step_secs} s each)."
+	echo "Capacity: highest rate with < 0.1 % failed calls and set-up p99 at most $max_rt ms (steps of $step/s from $start/s, ${step_secs} s each)."
 	echo
-	echo "| server | rate/s | successful | failed | passed |"
-	echo "|---|---:|---:|---:|---|"
-	tail -n +2 "$out/capacity.csv" | awk -F, '{ printf "| %s | %s | %s of %s | %s | %s |\n", $1, $2, $4, $3, $5, $7 }'
+	echo "| server | rate/s | successful | failed | set-up p99 ms | passed |"
+	echo "|---|---:|---:|---:|---:|---|"
+	tail -n +2 "$out/capacity.csv" | awk -F, '{ printf "| %s | %s | %s of %s | %s | %s | %s |\n", $1, $2, $4, $3, $5, $8, $7 }'
 	echo
 	echo "Overload: offered for ${overload_secs} s with $long_calls calls already up."
 	echo
