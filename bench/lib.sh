@@ -161,6 +161,9 @@ start_server() {
 	sipvisor)
 		cfg=$work/sipvisor.cfg
 		render "$BENCH_DIR/sipvisor.cfg" "$cfg"
+		# BENCH_SIPVISOR_SET adds global settings, one per line
+		# ("queue_admission_threshold = 2"), to try one without editing.
+		[ -z "${BENCH_SIPVISOR_SET:-}" ] || printf '%s\n' "$BENCH_SIPVISOR_SET" >>"$cfg"
 		"$SIPVISOR_BIN" -f "$cfg" >"$work/sipvisor.log" 2>&1 &
 		SERVER_PID=$!
 		for ((i = 0; i < 300; i++)); do
