@@ -144,6 +144,8 @@ type Limits struct {
 	MaxSubscriptions     int `json:"max_subscriptions"`
 	// QueueAdmission: queue_admission_threshold, percent 0..90, 0 = no limiting.
 	QueueAdmission float64 `json:"queue_admission_threshold"`
+	// QueueDelay: queue_delay_admission, 0 = no limiting.
+	QueueDelay time.Duration `json:"queue_delay_admission"`
 }
 
 // SlowStart holds the ramp-in of new workers: slow_start_mode (off, manual,

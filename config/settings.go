@@ -140,6 +140,8 @@ var settings = []setting{
 		set: func(c *Config, v value) { c.Limits.MaxSubscriptions = int(v.i) }},
 	{Name: "queue_admission_threshold", Kind: kindPercent, Default: "0", Min: 0, Max: 90, HasMax: true, Doc: "Refuse new sessions to a group whose queue is this full; 0 = no limiting (Junos' range 0..90).",
 		set: func(c *Config, v value) { c.Limits.QueueAdmission = v.f }},
+	{Name: "queue_delay_admission", Kind: kindDuration, Default: "250ms", Min: 0, Max: 60, HasMax: true, Doc: "Refuse new sessions to a group while a message handed to its least busy worker would wait longer than this (its queue times what a message cost it over the last cycle); 0 = no limiting. Under SIP's T1 (500 ms), so that clients are refused before they retransmit, and independent of how fast the script is.",
+		set: func(c *Config, v value) { c.Limits.QueueDelay = v.d }},
 	{Name: "retry_after", Kind: kindRetry, Default: "5", Min: 0, Max: 86400, HasMax: true, Doc: "Retry-After seconds of each 503 that admission control sends; `MIN-MAX` draws a random value per reply so clients do not all return at once.",
 		set: func(c *Config, v value) { c.RetryAfter = RetryAfter{Min: v.lo, Max: v.hi} }},
 

@@ -252,6 +252,20 @@ func (d *Door) unbind(key uint64, e entry) {
 
 // QueueUsage is the share, in percent, of the queues of the workers that take
 // new work that is in use.
+// QueueDelay is how long a new message would wait in the least waiting of
+// ws: what admission by queue delay weighs, as the door hands new work to
+// the least loaded worker.
+func QueueDelay(ws []*pool.Worker) time.Duration {
+	if len(ws) == 0 {
+		return 0
+	}
+	least := ws[0].QueueDelay()
+	for _, w := range ws[1:] {
+		least = min(least, w.QueueDelay())
+	}
+	return least
+}
+
 func QueueUsage(ws []*pool.Worker) float64 {
 	if len(ws) == 0 {
 		return 0

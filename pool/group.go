@@ -453,7 +453,8 @@ func (g *Group) Sample(now time.Time) (load float64, ok bool, ws []WorkerSample)
 			if dt := nowNs - w.lastAt; dt > 0 {
 				w.load = clamp(100*float64(busy-w.lastBusy)/float64(dt), 0, 100)
 			}
-			w.lastBusy, w.lastAt = busy, nowNs
+			w.frameNs.Store(frameCost(busy-w.lastBusy, s.Handled-w.lastHandled, w.frameNs.Load()))
+			w.lastBusy, w.lastAt, w.lastHandled = busy, nowNs, s.Handled
 			s.Load = w.load
 		}
 		if s.State == Ready {
@@ -472,6 +473,20 @@ func (g *Group) Sample(now time.Time) (load float64, ok bool, ws []WorkerSample)
 }
 
 func clamp(v, lo, hi float64) float64 { return max(lo, min(hi, v)) }
+
+// frameCost is the busy time per frame over a sample with busy nanoseconds
+// of work and handled frames. A worker that handled nothing while busy is
+// stuck on one frame: each behind it waits at least that long. An idle one
+// keeps what it last cost.
+func frameCost(busy int64, handled uint64, last int64) int64 {
+	switch {
+	case handled > 0:
+		return busy / int64(handled)
+	case busy > 0:
+		return max(last, busy)
+	}
+	return last
+}
 
 // Echo sends every ready or draining worker an echo frame, queued behind its
 // real work; answers come to OnEcho.

@@ -32,3 +32,23 @@ func TestNextTick(t *testing.T) {
 		}
 	}
 }
+
+func TestFrameCost(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		busy    int64
+		handled uint64
+		last    int64
+		want    int64
+	}{
+		{"busy time per frame", 30_000_000, 3, 0, 10_000_000},
+		{"idle keeps the last cost", 0, 0, 7_000, 7_000},
+		{"stuck on one frame: at least its time so far", 1_000_000_000, 0, 10_000_000, 1_000_000_000},
+		{"stuck, but cost more before", 5_000_000, 0, 10_000_000, 10_000_000},
+		{"fast frames replace a slow past", 3_000, 100, 10_000_000, 30},
+	} {
+		if have := frameCost(c.busy, c.handled, c.last); have != c.want {
+			t.Errorf("%s: want %d, have %d", c.name, c.want, have)
+		}
+	}
+}

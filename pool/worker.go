@@ -50,9 +50,15 @@ type Worker struct {
 	readyAt    time.Time
 	killReason string
 	exitReason string
-	lastBusy   int64
-	lastAt     int64
-	load       float64
+	lastBusy    int64
+	lastAt      int64
+	load        float64
+	lastHandled uint64
+
+	// frameNs is what one queued frame cost the worker, busy time per frame
+	// handled, over the last sample: with the queue's length, how long a
+	// frame handed to it now will wait.
+	frameNs atomic.Int64
 
 	// Echo bookkeeping, per worker: sequence numbers of the last echo sent
 	// and answered, and the send times of the last few.
@@ -180,6 +186,13 @@ func (w *Worker) Queue() int {
 		return 0
 	}
 	return int(q)
+}
+
+// QueueDelay is how long a frame handed to the worker now would wait: its
+// queue times what a frame cost it over the last sample (Group.Sample). 0
+// before the first sample that saw work.
+func (w *Worker) QueueDelay() time.Duration {
+	return time.Duration(int64(w.Queue()) * w.frameNs.Load())
 }
 
 // Handled is how many frames the worker has handled.

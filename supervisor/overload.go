@@ -40,6 +40,7 @@ type overload struct {
 	maxSessions, maxPerGroup, maxPerSocket atomic.Int64
 	maxByKind                              [4]atomic.Int64
 	queueAdmission                         uatomic.Float64 // percent, 0 = off
+	queueDelay                             atomic.Int64    // ns, 0 = off
 
 	flips *fliphealth.Tracker
 	// throttle is the RTT throttle's settings in force (o.mu).
@@ -107,6 +108,7 @@ func (o *overload) setLimits(l config.Limits) {
 	o.maxByKind[sipscan.KindRegistration].Store(int64(l.MaxRegistrations))
 	o.maxByKind[sipscan.KindSubscription].Store(int64(l.MaxSubscriptions))
 	o.queueAdmission.Store(l.QueueAdmission)
+	o.queueDelay.Store(int64(l.QueueDelay))
 }
 
 func (o *overload) publishMarks() {
@@ -278,6 +280,11 @@ func (o *overload) admit(gr *groupRun, m *sipscan.Msg) frontdoor.Refusal {
 			return frontdoor.RefuseQueue
 		}
 	}
+	if d := o.queueDelay.Load(); d > 0 {
+		if frontdoor.QueueDelay(gr.g.Routable()) > time.Duration(d) {
+			return frontdoor.RefuseQueue
+		}
+	}
 	if t := gr.throttle.Load(); t != nil && !t.Admit(gr.admitted.Add(1)) {
 		return frontdoor.RefuseThrottle
 	}
@@ -375,6 +382,8 @@ func (o *overload) resources() []ctl.Resource {
 			lim("max_sessions_per_socket/"+gr.g.Name(), own, o.maxPerSocket.Load())
 			q := frontdoor.QueueUsage(gr.g.Routable())
 			out = append(out, ctl.Resource{Name: "queue_admission/" + gr.g.Name(), Value: q, High: qa, Unit: "%", Over: qa > 0 && q > qa})
+			qd, qdh := frontdoor.QueueDelay(gr.g.Routable()).Seconds(), time.Duration(o.queueDelay.Load()).Seconds()
+			out = append(out, ctl.Resource{Name: "queue_delay/" + gr.g.Name(), Value: qd, High: qdh, Unit: "s", Over: qdh > 0 && qd > qdh})
 		}
 		if t := gr.throttle.Load(); t != nil {
 			th := t.Config().Threshold.Seconds()

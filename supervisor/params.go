@@ -71,6 +71,15 @@ func (s *Supervisor) registerParams() {
 			o.queueAdmission.Store(v)
 			return nil
 		}, ctl.Percent)
+	p.Register("limits/queue_delay_admission",
+		func() float64 { return time.Duration(o.queueDelay.Load()).Seconds() },
+		func(v float64) error {
+			if v > 60 {
+				return fmt.Errorf("queue delay admission %vs is over 60 s (0 turns it off)", v)
+			}
+			o.queueDelay.Store(int64(v * float64(time.Second)))
+			return nil
+		}, ctl.Seconds)
 
 	// The throttle's settings apply to every group; a change starts each
 	// group's throttle afresh.
