@@ -47,9 +47,9 @@ type Worker struct {
 	dropped atomic.Uint64
 
 	// Written under g.mu.
-	readyAt    time.Time
-	killReason string
-	exitReason string
+	readyAt     time.Time
+	killReason  string
+	exitReason  string
 	lastBusy    int64
 	lastAt      int64
 	load        float64
