@@ -476,16 +476,17 @@ func clamp(v, lo, hi float64) float64 { return max(lo, min(hi, v)) }
 
 // frameCost is the busy time per frame over a sample with busy nanoseconds
 // of work and handled frames. A worker that handled nothing while busy is
-// stuck on one frame: each behind it waits at least that long. An idle one
-// keeps what it last cost.
+// stuck on one frame: each behind it waits at least that long. An idle one,
+// whose only frames were echoes (answered outside the busy count), keeps
+// what it last cost.
 func frameCost(busy int64, handled uint64, last int64) int64 {
 	switch {
+	case busy <= 0:
+		return last
 	case handled > 0:
 		return busy / int64(handled)
-	case busy > 0:
-		return max(last, busy)
 	}
-	return last
+	return max(last, busy)
 }
 
 // Echo sends every ready or draining worker an echo frame, queued behind its

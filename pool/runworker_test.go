@@ -43,6 +43,7 @@ func TestFrameCost(t *testing.T) {
 	}{
 		{"busy time per frame", 30_000_000, 3, 0, 10_000_000},
 		{"idle keeps the last cost", 0, 0, 7_000, 7_000},
+		{"only echoes handled: idle", 0, 2, 7_000, 7_000},
 		{"stuck on one frame: at least its time so far", 1_000_000_000, 0, 10_000_000, 1_000_000_000},
 		{"stuck, but cost more before", 5_000_000, 0, 10_000_000, 10_000_000},
 		{"fast frames replace a slow past", 3_000, 100, 10_000_000, 30},
