@@ -245,9 +245,9 @@ func (w *workerLoop) run(ctx context.Context) error {
 		from    netip.AddrPort
 		turn    int
 	)
+	var ready [4]syscall.EpollEvent
 	// recv reads from the data channel and the reply sockets in turn, so
 	// that neither can starve the other.
-	var ready [4]syscall.EpollEvent
 	recv := func(set uintptr) bool {
 		var e syscall.Errno
 	again:

@@ -42,19 +42,23 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 	return u
 }
 
+// doorBatch bounds the datagrams handled in one raw read, so that a door
+// under a flood still sees its deadline (how it is stopped).
+const doorBatch = 64
+
 // run reads until the socket is closed or its deadline is set in the past.
-// The door handles every datagram inside the raw read, which keeps the
-// descriptor open under it, and reads until the socket is empty before it
-// waits again: one wake-up takes a whole burst.
+// The door handles each datagram inside the raw read, which keeps the
+// descriptor open under it, and reads until the socket is empty (or a batch
+// is done) before it waits again: one wake-up takes a whole burst.
 func (u *udpDoor) run() error {
 	rc, err := u.sock.UDP.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var rerr error
-	err = rc.Read(func(fd uintptr) bool {
+	read := func(fd uintptr) bool {
 		u.fd = int(fd)
-		for {
+		for i := 0; i < doorBatch; i++ {
 			n, from, e := rawio.Recvfrom(u.fd, u.buf[pool.MsgHeaderLen:])
 			switch e {
 			case 0:
@@ -67,12 +71,16 @@ func (u *udpDoor) run() error {
 				return true
 			}
 		}
-	})
-	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed) {
-		return nil
+		return true
 	}
-	if err != nil {
-		return err
+	for rerr == nil {
+		err := rc.Read(read)
+		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return rerr
 }
