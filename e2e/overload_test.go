@@ -757,6 +757,10 @@ route {
 		t.Errorf("refused_sessions_total{reason=queue}: want %d, have %v", codes[503], v)
 	}
 
+	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
+	if r := s.resource("queue_delay/" + group); r.High != 0.25 || r.Unit != "s" {
+		t.Errorf("resource-monitor queue_delay/%s: want a 0.25 s threshold, have %+v", group, r)
+	}
 	s.set("limits/queue_delay_admission", "0")
 	if codes := burst("unlimited", 30); codes[486] != 30 {
 		t.Errorf("queue delay admission off: want all 30 served, have %v", codes)
