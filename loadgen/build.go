@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"strconv"
+	"strings"
 )
 
 // endpoint is what every message sipload builds says about itself and its
@@ -202,7 +203,10 @@ func (e *endpoint) register(b []byte, c *call, user string, expires int) []byte 
 	b = append(b, "From: "...)
 	b = append(b, aor...)
 	b = append(b, ";tag="...)
-	b = append(b, c.callID...)
+	// The tag is the Call-ID's unique part: a tag is a token, and the
+	// Call-ID's "@" is not a token character.
+	tag, _, _ := strings.Cut(c.callID, "@")
+	b = append(b, tag...)
 	b = append(b, "\r\nTo: "...)
 	b = append(b, aor...)
 	b = append(b, "\r\nCall-ID: "...)
