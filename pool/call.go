@@ -3,7 +3,7 @@ package pool
 import (
 	"encoding/binary"
 	"errors"
-	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -15,56 +15,47 @@ var ErrCallTimeout = errors.New("supervisor did not answer in time")
 // stuck supervisor takes this long.
 const callTimeout = 5 * time.Second
 
-// caller matches answers on the control channel to waiting calls by id.
+// caller makes calls to the supervisor over the control channel and reads
+// each answer itself. A reader goroutine handing answers over a channel cost
+// a goroutine hand-off, and often a thread wake-up, per call (a REGISTER's
+// save is one). Calls are one at a time; an answer with another id is one
+// to a call that timed out, and is skipped.
 type caller struct {
-	ctl     net.Conn
-	mu      sync.Mutex
-	next    uint64
-	waiting map[uint64]chan []byte
+	ctl  *frameConn
+	mu   sync.Mutex
+	next uint64
+	msg  []byte
+	buf  []byte
 }
 
-func newCaller(ctl net.Conn) *caller {
-	return &caller{ctl: ctl, waiting: map[uint64]chan []byte{}}
+func newCaller(ctl *frameConn) *caller {
+	return &caller{ctl: ctl, buf: make([]byte, maxCall+9)}
 }
 
 func (c *caller) call(req []byte) ([]byte, error) {
 	if len(req) > maxCall {
 		return nil, errors.New("call request too large")
 	}
-	ch := make(chan []byte, 1)
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.next++
 	id := c.next
-	c.waiting[id] = ch
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.waiting, id)
-		c.mu.Unlock()
-	}()
-	msg := make([]byte, 9, 9+len(req))
-	msg[0] = ctlCall
-	binary.BigEndian.PutUint64(msg[1:9], id)
-	msg = append(msg, req...)
-	if _, err := c.ctl.Write(msg); err != nil {
+	c.msg = append(c.msg[:0], ctlCall)
+	c.msg = binary.BigEndian.AppendUint64(c.msg, id)
+	c.msg = append(c.msg, req...)
+	if _, err := c.ctl.Write(c.msg); err != nil {
 		return nil, err
 	}
-	select {
-	case ans := <-ch:
-		return ans, nil
-	case <-time.After(callTimeout):
-		return nil, ErrCallTimeout
-	}
-}
-
-// answer delivers b (id, payload) to its call; the payload is copied because
-// the reader reuses its buffer.
-func (c *caller) answer(b []byte) {
-	id := binary.BigEndian.Uint64(b[:8])
-	c.mu.Lock()
-	ch := c.waiting[id]
-	c.mu.Unlock()
-	if ch != nil {
-		ch <- append([]byte(nil), b[8:]...)
+	c.ctl.SetReadDeadline(time.Now().Add(callTimeout))
+	for {
+		n, err := c.ctl.Read(c.buf)
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, ErrCallTimeout
+		case err != nil:
+			return nil, err
+		case n >= 9 && c.buf[0] == ctlAnswer && binary.BigEndian.Uint64(c.buf[1:9]) == id:
+			return append([]byte(nil), c.buf[9:n]...), nil
+		}
 	}
 }

@@ -164,20 +164,8 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 	}
 	w.heap[0].Name = "/memory/classes/heap/objects:bytes"
 
-	// The supervisor gone means this worker must go too: nothing would route
-	// to it, and Pdeathsig may not have fired if the forking thread lived on.
-	go func() {
-		b := make([]byte, maxCall+9)
-		for {
-			n, err := ctl.Read(b)
-			if err != nil {
-				os.Exit(3)
-			}
-			if n >= 9 && b[0] == ctlAnswer {
-				calls.answer(b[1:n])
-			}
-		}
-	}()
+	// The supervisor gone, the data channel reads end of file and the loop
+	// returns: nothing would route to this worker any more.
 	if _, err := ctl.Write([]byte{ctlReady}); err != nil {
 		return fmt.Errorf("ready: %w", err)
 	}
