@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -48,16 +47,25 @@ route {
 `
 }
 
-// sipp -sn uac → sipvisor → sipp -sn uas completes every call over UDP.
-func TestSIPpCallsOverUDP(t *testing.T) {
+// sippCallsOverUDP runs 300 calls sipp -sn uac → sipvisor (2 UDP workers,
+// and extra settings) → sipp -sn uas and fails the test unless every one
+// completes.
+func sippCallsOverUDP(t *testing.T, extra string) *server {
+	t.Helper()
 	sip, uas, uac := freePort(t), freePort(t), freePort(t)
-	s := startServer(t, proxyCfg(sip, uas, "udp_workers = 2\ntcp_workers = 1"))
+	s := startServer(t, proxyCfg(sip, uas, "udp_workers = 2\ntcp_workers = 1\n"+extra))
 	sippUAS(t, uas)
 	r := runSIPp(t, 90*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
 		"-r", "50", "-m", "300", "-d", "200", "-timeout", "60", "-timeout_error")
 	if r.Exit != 0 || r.Successful != 300 || r.Failed != 0 {
 		t.Fatalf("want 300 successful calls and 0 failed, have %d/%d (exit %d)\n%s", r.Successful, r.Failed, r.Exit, tail(r.Out, 40))
 	}
+	return s
+}
+
+// sipp -sn uac → sipvisor → sipp -sn uas completes every call over UDP.
+func TestSIPpCallsOverUDP(t *testing.T) {
+	s := sippCallsOverUDP(t, "")
 	if v := s.metric("sipvisor_frontdoor_admitted_sessions_total", `kind="call"`); v != 300 {
 		t.Errorf("want 300 calls admitted at the front door, have %v", v)
 	}
@@ -66,14 +74,7 @@ func TestSIPpCallsOverUDP(t *testing.T) {
 // With reply sockets, the UAS's responses go straight to the workers: the
 // front door reads only the uac's requests (INVITE, ACK, BYE).
 func TestSIPpCallsOverUDPWithReplySockets(t *testing.T) {
-	sip, uas, uac := freePort(t), freePort(t), freePort(t)
-	s := startServer(t, proxyCfg(sip, uas, "udp_workers = 2\ntcp_workers = 1\nworker_reply_sockets = yes"))
-	sippUAS(t, uas)
-	r := runSIPp(t, 90*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
-		"-r", "50", "-m", "300", "-d", "200", "-timeout", "60", "-timeout_error")
-	if r.Exit != 0 || r.Successful != 300 || r.Failed != 0 {
-		t.Fatalf("want 300 successful calls and 0 failed, have %d/%d (exit %d)\n%s", r.Successful, r.Failed, r.Exit, tail(r.Out, 40))
-	}
+	s := sippCallsOverUDP(t, "worker_reply_sockets = yes")
 	// Retransmissions may add a few; the UAS's 180, 200 and 200 to BYE
 	// would add 900.
 	if v := s.metric("sipvisor_frontdoor_datagrams_received_total", ""); v < 900 || v > 1000 {
@@ -93,5 +94,4 @@ func TestSIPpCallsOverTCP(t *testing.T) {
 	if r.Exit != 0 || r.Successful != 100 || r.Failed != 0 {
 		t.Fatalf("want 100 successful calls over TCP and 0 failed, have %d/%d (exit %d)\n%s\n%s", r.Successful, r.Failed, r.Exit, tail(r.Out, 40), tail(s.log.String(), 20))
 	}
-	_ = strings.TrimSpace
 }
