@@ -74,6 +74,9 @@ throttle_rtt_threshold = 0.05
 echo_interval = 0.05
 throttle_count = 3
 throttle_step = 10
+# Only the throttle refuses here: queue delay admission would take some of
+# the refusals this test counts.
+queue_delay_admission = 0
 route { exit; }
 `), costWorker(20*time.Millisecond), nil)
 	g := st.s.Groups()[0]
