@@ -197,6 +197,20 @@ start_server() {
 	log "$name serving on 127.0.0.1:$SIP_PORT, pid $SERVER_PID, $(tree_count "$SERVER_PID") processes"
 }
 
+# server_refuse NAME WORKDIR on|off makes the running server refuse every
+# new session (503 with Retry-After) or serve again: sipvisor by `ctl
+# suspend` and `ctl resume`, Kamailio by its $shv(refuse) (kamailio.cfg).
+server_refuse() {
+	local name=$1 work=$2 what=$3
+	case $name/$what in
+	sipvisor/on) "$SIPVISOR_BIN" ctl -addr "http://127.0.0.1:$HTTP_PORT" suspend >/dev/null ;;
+	sipvisor/off) "$SIPVISOR_BIN" ctl -addr "http://127.0.0.1:$HTTP_PORT" resume >/dev/null ;;
+	kamailio/on) kamcmd -s "unix:$work/kamailio.cfg.run/kamailio_ctl" pv.shvSet refuse int 1 >/dev/null ;;
+	kamailio/off) kamcmd -s "unix:$work/kamailio.cfg.run/kamailio_ctl" pv.shvSet refuse int 0 >/dev/null ;;
+	*) die "server_refuse: unknown $name/$what" ;;
+	esac || die "$name would not turn refusing $what"
+}
+
 stop_server() {
 	end_tree "$SERVER_PID" 20
 	SERVER_PID=
@@ -219,7 +233,9 @@ stop_uas() {
 }
 
 # run_uac DIR KIND RATE COUNT PORT [EXTRA...] runs one SIPp UAC in DIR
-# (KIND call: SIPp's built-in uac; register: bench/register.xml), bounded by
+# (KIND call: SIPp's built-in uac; register: bench/register.xml; refuse:
+# SIPp's INVITE, answered 503 and acknowledged, the scenario the e2e
+# refusal benchmark uses), bounded by
 # SIPp's -timeout and by timeout(1). Its stat file is DIR/stat.csv and its
 # per-call response times DIR/*_rtt.csv.
 run_uac() {
@@ -229,6 +245,7 @@ run_uac() {
 	case $kind in
 	call) scen=(-sn uac) ;;
 	register) scen=(-sf "$BENCH_DIR/register.xml") ;;
+	refuse) scen=(-sf "$REPO_DIR/e2e/testdata/overload_refused_uac.xml") ;;
 	*) die "unknown kind $kind" ;;
 	esac
 	secs=$(((count + rate - 1) / rate))

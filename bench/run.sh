@@ -3,13 +3,17 @@
 #
 # For each repetition, each server and each rate: SIPp UAC -> server -> SIPp
 # UAS (calls: INVITE, ACK, BYE through the stateful proxy) and SIPp UAC ->
-# server (REGISTER, each a new binding). Records completed and failed calls,
+# server (REGISTER, each a new binding); with --refuse-rates, then the server
+# refusing every new session (sipvisor suspended, Kamailio's $shv(refuse)
+# on) and SIPp UAC -> server (INVITE, 503, ACK), so that a refused session's
+# CPU can be set beside a served call's. Records completed and failed calls,
 # response times, and the CPU seconds of the server's whole process tree per
 # 1,000 calls, read from /proc before and after the run. Repetitions
 # alternate the servers, so a change in the shared machine's load hits both.
 #
 #   bench/run.sh [--servers sipvisor,kamailio] [--rates 200,500,1000]
-#                [--reg-rates 200,500,1000] [--reps 3] [--secs 20]
+#                [--reg-rates 200,500,1000] [--refuse-rates 200,1000]
+#                [--reps 3] [--secs 20]
 #                [--reg-secs 10] [--settle 5] [--children N] [--out DIR]
 #
 # Writes DIR/results.csv, DIR/summary.md and DIR/machine.txt.
@@ -19,6 +23,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 servers=sipvisor,kamailio
 rates=200,500,1000
 reg_rates=200,500,1000
+refuse_rates=
 reps=3
 secs=20
 reg_secs=10
@@ -26,7 +31,7 @@ settle=5
 CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/compare}
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
 	case $1 in -h | --help) usage ;; esac
 	[ $# -ge 2 ] || die "flag $1 needs a value"
@@ -34,6 +39,7 @@ while [ $# -gt 0 ]; do
 	--servers) servers=$2 ;;
 	--rates) rates=$2 ;;
 	--reg-rates) reg_rates=$2 ;;
+	--refuse-rates) refuse_rates=$2 ;;
 	--reps) reps=$2 ;;
 	--secs) secs=$2 ;;
 	--reg-secs) reg_secs=$2 ;;
@@ -48,7 +54,7 @@ for v in reps secs reg_secs CHILDREN; do
 	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v,,} must be a positive integer, have '${!v}'"
 done
 [[ $settle =~ ^[0-9]+$ ]] || die "--settle must be a whole number of seconds, have '$settle'"
-for r in ${rates//,/ } ${reg_rates//,/ }; do
+for r in ${rates//,/ } ${reg_rates//,/ } ${refuse_rates//,/ }; do
 	[[ $r =~ ^[0-9]+$ ]] && ((r > 0)) || die "rates must be positive integers, have '$r'"
 done
 command -v sipp >/dev/null || die "sipp not installed: run make bench-install"
@@ -59,7 +65,7 @@ trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 case ",$servers," in *,sipvisor,*) build_sipvisor "$out" ;; esac
 machine_info >"$out/machine.txt"
-echo "settings: servers=$servers rates=$rates reg_rates=$reg_rates reps=$reps secs=$secs reg_secs=$reg_secs settle=$settle children=$CHILDREN" >>"$out/machine.txt"
+echo "settings: servers=$servers rates=$rates reg_rates=$reg_rates refuse_rates=$refuse_rates reps=$reps secs=$secs reg_secs=$reg_secs settle=$settle children=$CHILDREN" >>"$out/machine.txt"
 csv=$out/results.csv
 echo "server,kind,rate,rep,offered,successful,failed,retransmissions,rt_p50_ms,rt_p99_ms,elapsed_s,cpu_s,cpu_s_per_1k" >"$csv"
 
@@ -74,8 +80,15 @@ for ((rep = 1; rep <= reps; rep++)); do
 		sleep "$settle"
 		c1=$(tree_cpu "$SERVER_PID")
 		echo "$server,idle,0,$rep,0,0,0,0,NA,NA,$settle,$(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.2f", b-a}'),NA" >>"$csv"
-		for kind in call register; do
-			if [ $kind = call ]; then list=$rates d=$secs; else list=$reg_rates d=$reg_secs; fi
+		for kind in call register refuse; do
+			case $kind in
+			call) list=$rates d=$secs ;;
+			register) list=$reg_rates d=$reg_secs ;;
+			refuse)
+				list=$refuse_rates d=$secs
+				[ -z "$list" ] || server_refuse "$server" "$work" on
+				;;
+			esac
 			for rate in ${list//,/ }; do
 				dir=$work/$kind-$rate-$rep
 				rm -rf "$dir"
@@ -101,6 +114,7 @@ for ((rep = 1; rep <= reps; rep++)); do
 				log "  successful $ok failed $failed p50 ${p50}ms p99 ${p99}ms cpu ${row/,/ s, per 1000: }"
 			done
 		done
+		[ -z "$refuse_rates" ] || server_refuse "$server" "$work" off
 		stop_server
 		stop_uas
 	done
@@ -115,7 +129,7 @@ summarize() {
 		END { for (k in v) { split(k, p, SUBSEP); print p[1], p[2], p[3], v[k] } }' "$csv"
 }
 stats() { # values... -> "median (min-max)"
-	printf '%s\n' "$@" | grep -v '^NA$' | sort -g | awk '
+	printf '%s\n' "$@" | { grep -v '^NA$' || true; } | sort -g | awk '
 		{ x[NR] = $1 }
 		END {
 			if (NR == 0) { print "NA"; exit }
@@ -154,6 +168,22 @@ median() { stats "$@" | cut -d' ' -f1; }
 		done
 		;;
 	esac
+	if [ -n "$refuse_rates" ]; then
+		echo
+		echo "A refused new session beside a served call, each server on its own (medians):"
+		echo
+		echo "| server | rate/s | CPU s / 1000 refused | CPU s / 1000 calls | refused ÷ served |"
+		echo "|---|---:|---:|---:|---:|"
+		for server in ${servers//,/ }; do
+			for rate in ${refuse_rates//,/ }; do
+				# shellcheck disable=SC2046
+				r=$(median $(summarize cpu_s_per_1k | awk -v r="$rate" -v s="$server" '$1 == "refuse" && $2 == r && $3 == s { $1 = $2 = $3 = ""; print }'))
+				# shellcheck disable=SC2046
+				c=$(median $(summarize cpu_s_per_1k | awk -v r="$rate" -v s="$server" '$1 == "call" && $2 == r && $3 == s { $1 = $2 = $3 = ""; print }'))
+				echo "| $server | $rate | $r | $c | $(awk -v r="$r" -v c="$c" 'BEGIN { print (c + 0 > 0 && r != "NA") ? sprintf("%.3f", r / c) : "NA" }') |"
+			done
+		done
+	fi
 } >"$out/summary.md"
 log "wrote $csv and $out/summary.md"
 cat "$out/summary.md"
