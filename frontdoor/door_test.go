@@ -130,8 +130,9 @@ func TestAffinity(t *testing.T) {
 	if got := d.Stats.Affinity.Load(); got != 1 {
 		t.Fatalf("want 1 Call-ID bound, have %d", got)
 	}
-	// Past the affinity lifetime the Call-ID is forgotten.
-	d.Handle(frame(invite("call-b", "")), src, now+int64(AffinityTTL)+int64(time.Second))
+	// Past the affinity lifetime the Call-ID is forgotten: that of a
+	// pending INVITE, as call-a's INVITE was never acknowledged.
+	d.Handle(frame(invite("call-b", "")), src, now+int64(PendingInviteTTL)+int64(time.Second))
 	if got := d.Stats.Affinity.Load(); got != 1 {
 		t.Fatalf("want only the new Call-ID bound after expiry, have %d", got)
 	}

@@ -29,6 +29,16 @@ import (
 // transaction that any worker can route by its Route headers.
 const AffinityTTL = 32 * time.Second
 
+// PendingInviteTTL is how long a Call-ID stays with its worker after an
+// INVITE, until the door sees the ACK that ends the INVITE's transaction: a
+// proxied INVITE may ring for up to the worker's fr_inv timeout (120 s,
+// sipworker's InviteTimeout) after its first provisional reply, and then
+// live 64×T1 more. Its CANCEL, its retransmissions and, without reply
+// sockets, its final response must reach the worker that holds it all that
+// time; with AffinityTTL alone, a call ringing longer than 32 s could not
+// be cancelled and its answer went to a worker that knew nothing of it.
+const PendingInviteTTL = 120*time.Second + AffinityTTL
+
 // Refusal is why admission control turned a new session away; RefuseNone
 // admits it.
 type Refusal uint8
@@ -85,9 +95,22 @@ type Door struct {
 }
 
 type entry struct {
-	w    *pool.Worker
-	last int64 // unix ns of the last message
-	kind sipscan.Kind
+	w     *pool.Worker
+	until int64 // unix ns: the Call-ID is forgotten from then on
+	kind  sipscan.Kind
+}
+
+// ttl is how long the Call-ID of m stays bound after m: long after an
+// INVITE, short again after its ACK, and never shortened by anything else
+// while an INVITE may still be pending.
+func ttl(m *sipscan.Msg, now, until int64) int64 {
+	switch {
+	case m.IsRequest && m.Method == sipscan.Invite:
+		return max(until, now+int64(PendingInviteTTL))
+	case m.IsRequest && m.Method == sipscan.Ack:
+		return now + int64(AffinityTTL)
+	}
+	return max(until, now+int64(AffinityTTL))
 }
 
 // Stats are the door's counters.
@@ -154,9 +177,9 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 	pool.PutMsgHeader(frame, d.socket, from)
 	key := sipscan.CallIDHash(m.CallID)
 
-	if e, ok := d.aff[key]; ok && now-e.last < int64(AffinityTTL) {
+	if e, ok := d.aff[key]; ok && now < e.until {
 		if err := e.w.Send(frame); err == nil {
-			e.last = now
+			e.until = ttl(m, now, e.until)
 			d.aff[key] = e
 			d.Stats.Forwarded.Add(1)
 			return
@@ -211,7 +234,7 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 	// affinity; everything else may be followed by more of its transaction.
 	if m.IsRequest && m.Method != sipscan.Ack || !m.IsRequest && m.StatusCode < 200 {
 		k := m.Kind()
-		d.aff[key] = entry{w: w, last: now, kind: k}
+		d.aff[key] = entry{w: w, until: ttl(m, now, 0), kind: k}
 		d.Stats.Affinity.Add(1)
 		d.Stats.Live[k].Add(1)
 	}
@@ -238,7 +261,7 @@ func (d *Door) fromAddr() (netip.AddrPort, bool) { return d.from, d.from.IsValid
 func (d *Door) expire(now int64) {
 	d.sweep = now + int64(time.Second)
 	for k, e := range d.aff {
-		if now-e.last >= int64(AffinityTTL) {
+		if now >= e.until {
 			d.unbind(k, e)
 		}
 	}

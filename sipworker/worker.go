@@ -21,6 +21,10 @@ import (
 	"github.com/sipvisor/sipvisor/script"
 )
 
+// DefaultInviteTimeout is InviteTimeout when none is set: OpenSIPS's and
+// Kamailio's default fr_inv_timeout.
+const DefaultInviteTimeout = 120 * time.Second
+
 // Options configure a Worker. Zero timer fields take the RFC 3261 defaults.
 type Options struct {
 	// Script is the routing script; its main route runs for each request.
@@ -48,7 +52,9 @@ type Options struct {
 	// T1, T2 and T4 are RFC 3261's timer bases (500ms, 4s, 5s).
 	T1, T2, T4 time.Duration
 	// InviteTimeout bounds an INVITE branch after its first provisional reply
-	// (OpenSIPS's fr_inv_timeout, 120s).
+	// (OpenSIPS's fr_inv_timeout): DefaultInviteTimeout when zero. The front
+	// door keeps a pending INVITE's Call-ID with its worker for longer
+	// (frontdoor.PendingInviteTTL), so a larger value needs that one raised.
 	InviteTimeout time.Duration
 	// Linger is how long a finished transaction stays to absorb
 	// retransmissions and match the ACK of a 2xx over UDP (OpenSIPS's
@@ -150,7 +156,7 @@ func NewWorker(opt Options) (*Worker, error) {
 	def(&opt.T1, 500*time.Millisecond)
 	def(&opt.T2, 4*time.Second)
 	def(&opt.T4, 5*time.Second)
-	def(&opt.InviteTimeout, 120*time.Second)
+	def(&opt.InviteTimeout, DefaultInviteTimeout)
 	def(&opt.Linger, opt.T4)
 	def(&opt.DialTimeout, 2*time.Second)
 
