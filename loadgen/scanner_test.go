@@ -6,9 +6,9 @@ import (
 	"github.com/sipvisor/sipvisor/sipscan"
 )
 
-// Every request sipload sends must get past sipvisor's front door, whose
-// scanner holds tags and tokens to RFC 3261's grammar: a REGISTER whose From
-// tag carried the Call-ID's "@" was answered 400 there.
+// Every request sipload sends must get past sipvisor's front door: a
+// REGISTER whose From tag carried the Call-ID's "@" was once answered 400
+// there.
 func TestRequestsPassTheFrontDoorScanner(t *testing.T) {
 	e := newEndpoint("127.0.0.1", 5070, "127.0.0.1:5060", "UDP", "service", "run")
 	c := &call{n: 42, callID: string(e.callID(nil, 42)), cseq: 1, ruri: []byte("sip:service@127.0.0.1:5060"),

@@ -22,5 +22,9 @@
 // It is not a validator: a message that scans cleanly may still be refused by
 // the worker's full parser. It checks what routing and replying depend on, and
 // rejects what RFC 4475 calls out as unparseable, so that the front door does
-// not route on guesses.
+// not route on guesses. Where clients stray from RFC 3261 in ways Kamailio
+// and OpenSIPS accept and routing does not care about, it accepts too: an
+// unquoted parameter value, such as a tag or a branch, may hold any byte but
+// controls, space, ';', ',' and '"' (tag=abc@host scans), while parameter
+// names, header names and methods stay tokens.
 package sipscan

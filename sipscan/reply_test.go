@@ -343,6 +343,7 @@ func TestIsOwnAck(t *testing.T) {
 		{"ack with another tag", ack("0123456789abcdef", "7"), false},
 		{"ack of another transaction", ack(string(r.ToTag), "8"), false},
 		{"ack with a short tag", ack("abc", "7"), false},
+		{"ack with a 16-byte tag, not hex", ack("0123456789abcde@", "7"), false},
 		{"the invite itself", inv, false},
 	} {
 		var a Msg

@@ -510,12 +510,20 @@ func addrTag(b []byte, s, e int) (t0, t1 int, ok bool) {
 			return -1, 0, false
 		}
 	}
-	if lt := bytes.IndexByte(b[i:e], '<'); lt >= 0 {
+	lt := bytes.IndexByte(b[i:e], '<')
+	head := e
+	if lt >= 0 {
+		head = i + lt
+	}
+	// A display name holds no ';', so a ';' before the first '<' makes
+	// the value an addr-spec, and that '<' part of a parameter value.
+	semi := bytes.IndexByte(b[i:head], ';')
+	if lt >= 0 && semi < 0 {
 		// A display name before the bracket is tokens and spaces only.
-		if bytes.IndexByte(b[i:i+lt], ';') >= 0 || bytes.IndexByte(b[i:i+lt], '"') >= 0 {
+		if bytes.IndexByte(b[i:head], '"') >= 0 {
 			return -1, 0, false
 		}
-		i += lt
+		i = head
 		// RFC 4475 (badaspec): no whitespace inside the brackets.
 		k := bytes.IndexByte(b[i:e], '>')
 		if k < 2 || isLWS(b[i+1]) || isLWS(b[i+k-1]) {
@@ -526,7 +534,6 @@ func addrTag(b []byte, s, e int) (t0, t1 int, ok bool) {
 	} else {
 		// In an addr-spec without brackets, the first ';' starts the
 		// header's parameters (RFC 3261 20.10).
-		semi := bytes.IndexByte(b[i:e], ';')
 		if semi == 0 {
 			return -1, 0, false
 		}
@@ -777,7 +784,7 @@ func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 // Byte classes, one table lookup per byte in the inner loops.
 const (
 	classToken = 1 << iota // RFC 3261 token: alphanum and -.!%*_+`'~
-	classValue             // a parameter value: token or host, IPv6 included
+	classValue             // an unquoted parameter value: no controls, space, ';' ',' '"'
 	classHost              // a sent-by host: up to LWS, ';', ',' or ':'
 )
 
@@ -786,13 +793,23 @@ var classes = func() (t [256]uint8) {
 		if !isLWS(byte(c)) && c != ';' && c != ',' && c != ':' {
 			t[c] |= classHost
 		}
+		// RFC 3261 makes a value a token, host or quoted string, but clients
+		// put '@', '/', '=', '{' and the like in tags and branches, and
+		// Kamailio and OpenSIPS take them: refusing them loses calls while
+		// routing only compares the bytes. ';' and ',' must end a value, as
+		// they start the next parameter or header value. A '"' would open a
+		// quoted string for readers that track quotes, the NUL check here
+		// among them, so a plain value cannot hold one. '<' and '>'
+		// need no exclusion: addrTag finds the closing '>' of a name-addr
+		// before it reads any parameter, and URI parameters inside the
+		// brackets are never read with this class.
+		if c > ' ' && c != 0x7f && c != ';' && c != ',' && c != '"' {
+			t[c] |= classValue
+		}
 	}
 	token := "-.!%*_+`'~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 	for _, c := range token {
-		t[c] |= classToken | classValue
-	}
-	for _, c := range "[]:" {
-		t[c] |= classValue
+		t[c] |= classToken
 	}
 	return t
 }()
