@@ -25,6 +25,7 @@
 // not route on guesses. Where clients stray from RFC 3261 in ways Kamailio
 // and OpenSIPS accept and routing does not care about, it accepts too: an
 // unquoted parameter value, such as a tag or a branch, may hold any byte but
-// controls, space, ';', ',' and '"' (tag=abc@host scans), while parameter
-// names, header names and methods stay tokens.
+// controls, space, ';', ',', '"' and '=' (tag=abc@host scans; '=' is left
+// out because the workers' parser would not find a tag holding one), while
+// parameter names, header names and methods stay tokens.
 package sipscan

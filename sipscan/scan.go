@@ -784,7 +784,7 @@ func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 // Byte classes, one table lookup per byte in the inner loops.
 const (
 	classToken = 1 << iota // RFC 3261 token: alphanum and -.!%*_+`'~
-	classValue             // an unquoted parameter value: no controls, space, ';' ',' '"'
+	classValue             // an unquoted parameter value: no controls, space, ';' ',' '"' '='
 	classHost              // a sent-by host: up to LWS, ';', ',' or ':'
 )
 
@@ -794,16 +794,19 @@ var classes = func() (t [256]uint8) {
 			t[c] |= classHost
 		}
 		// RFC 3261 makes a value a token, host or quoted string, but clients
-		// put '@', '/', '=', '{' and the like in tags and branches, and
-		// Kamailio and OpenSIPS take them: refusing them loses calls while
-		// routing only compares the bytes. ';' and ',' must end a value, as
+		// put '@', '/', '{' and the like in tags and branches, and Kamailio
+		// and OpenSIPS take them: refusing them loses calls while routing
+		// only compares the bytes. Not '=': the workers' parser (sipgo)
+		// splits "tag=a=b" at its last '=' and sees no tag where this one
+		// does, and the door must never call a message in-dialog (and so
+		// past admission) that a worker takes for a new session. ';' and ',' must end a value, as
 		// they start the next parameter or header value. A '"' would open a
 		// quoted string for readers that track quotes, the NUL check here
 		// among them, so a plain value cannot hold one. '<' and '>'
 		// need no exclusion: addrTag finds the closing '>' of a name-addr
 		// before it reads any parameter, and URI parameters inside the
 		// brackets are never read with this class.
-		if c > ' ' && c != 0x7f && c != ';' && c != ',' && c != '"' {
+		if c > ' ' && c != 0x7f && c != ';' && c != ',' && c != '"' && c != '=' {
 			t[c] |= classValue
 		}
 	}
