@@ -326,7 +326,7 @@ func fnHasTotag(c *msgCtx, _ []*script.Literal) bool {
 	if m == nil {
 		return false
 	}
-	_, ok := m.To().Params.Get("tag")
+	_, ok := param(m.To().Params, "tag")
 	return ok
 }
 

@@ -218,6 +218,12 @@ func TestFunctions(t *testing.T) {
 		{name: "is_method one of", cfg: `is_method("BYE|invite")`, want: true},
 		{name: "is_method none", cfg: `is_method("BYE|CANCEL")`, want: false},
 		{name: "has_totag", cfg: `has_totag()`, want: true, raw: strings.Replace(fixture, "To: <sip:bob@example.com>", "To: <sip:bob@example.com>;tag=x", 1)},
+		// As the front door reads a tag (sipscan): names without case, spaces
+		// around '=' allowed, values beyond RFC 3261's token.
+		{name: "has_totag upper case", cfg: `has_totag()`, want: true, raw: strings.Replace(fixture, "To: <sip:bob@example.com>", "To: <sip:bob@example.com>;TAG=x", 1)},
+		{name: "has_totag spaced", cfg: `has_totag()`, want: true, raw: strings.Replace(fixture, "To: <sip:bob@example.com>", "To: <sip:bob@example.com> ; tag = x ; y=1", 1)},
+		{name: "has_totag lenient value", cfg: `has_totag()`, want: true, raw: strings.Replace(fixture, "To: <sip:bob@example.com>", "To: <sip:bob@example.com>;tag=abc@host/{x}", 1)},
+		{name: "has_totag x-tag is not a tag", cfg: `has_totag()`, want: false, raw: strings.Replace(fixture, "To: <sip:bob@example.com>", "To: <sip:bob@example.com>;x-tag=1", 1)},
 		{name: "is_myself default port", cfg: `is_myself("sip:x@127.0.0.1")`, want: true},
 		{name: "is_myself other port", cfg: `is_myself("sip:x@127.0.0.1:5070")`, want: false},
 		{name: "is_myself pv", cfg: `is_myself("$fu")`, want: false},

@@ -141,7 +141,7 @@ func branchOf(v *sip.ViaHeader) string {
 	if v == nil {
 		return ""
 	}
-	b, _ := v.Params.Get("branch")
+	b, _ := param(v.Params, "branch")
 	return b
 }
 
@@ -155,10 +155,24 @@ func serverKey(req *sip.Request, method string) string {
 	return branchOf(v) + "|" + v.Host + ":" + strconv.Itoa(v.Port) + "|" + method
 }
 
+// param is a header parameter's value as the front door reads it: names
+// compare without case and without the spaces RFC 3261 allows around '='
+// ("; TAG = x"), where sipgo's Get compares the bytes. Were the two to
+// disagree about a To tag, the door would pass a request as in-dialog,
+// past admission control, that the script then routes as a new session.
+func param(hp sip.HeaderParams, name string) (string, bool) {
+	for _, kv := range hp {
+		if k := strings.TrimSpace(kv.K); len(k) == len(name) && strings.EqualFold(k, name) {
+			return strings.TrimSpace(kv.V), true
+		}
+	}
+	return "", false
+}
+
 // dialogKey matches the ACK of a 2xx, which carries a new branch, to its
 // INVITE.
 func dialogKey(req *sip.Request) string {
-	ftag, _ := req.From().Params.Get("tag")
+	ftag, _ := param(req.From().Params, "tag")
 	return string(*req.CallID()) + "|" + ftag + "|" + strconv.FormatUint(uint64(req.CSeq().SeqNo), 10)
 }
 
@@ -167,7 +181,7 @@ func dialogKey(req *sip.Request) string {
 func localTag(req *sip.Request) string {
 	h := fnv.New64a()
 	h.Write([]byte(*req.CallID()))
-	if t, ok := req.From().Params.Get("tag"); ok {
+	if t, ok := param(req.From().Params, "tag"); ok {
 		h.Write([]byte(t))
 	}
 	h.Write([]byte(branchOf(req.Via())))
@@ -193,7 +207,7 @@ func buildReply(req *sip.Request, code int, reason, toTag string, extra []string
 		case *sip.ToHeader:
 			b.WriteString("To: ")
 			b.WriteString(h.Value())
-			if _, ok := h.Params.Get("tag"); !ok && code > 100 && toTag != "" {
+			if _, ok := param(h.Params, "tag"); !ok && code > 100 && toTag != "" {
 				b.WriteString(";tag=")
 				b.WriteString(toTag)
 			}
