@@ -99,7 +99,8 @@ type Group struct {
 type WorkerSettings struct {
 	// ReadyTimeout: worker_ready_timeout (default 5s).
 	ReadyTimeout time.Duration `json:"ready_timeout"`
-	// DrainTimeout: worker_drain_timeout (default 40s, longer than SIP's timer F).
+	// DrainTimeout: worker_drain_timeout (default 160s, longer than a
+	// ringing INVITE's transaction may live).
 	DrainTimeout time.Duration `json:"drain_timeout"`
 	// MemoryLimit: worker_memory_limit in bytes (default 256 MiB); the Go
 	// memory limit of each worker and the base of heap_usage.

@@ -84,7 +84,7 @@ var settings = []setting{
 
 	{Name: "worker_ready_timeout", Kind: kindDuration, Default: "5s", Min: 0.001, Max: 600, HasMax: true, Doc: "How long a new worker may take to report ready before it is killed.",
 		set: func(c *Config, v value) { c.Workers.ReadyTimeout = v.d }},
-	{Name: "worker_drain_timeout", Kind: kindDuration, Default: "40s", Min: 0, Max: 3600, HasMax: true, Doc: "How long a draining worker may take to finish its transactions before it is killed; longer than SIP timer F (32 s).",
+	{Name: "worker_drain_timeout", Kind: kindDuration, Default: "160s", Min: 0, Max: 3600, HasMax: true, Doc: "How long a draining worker may take to finish its transactions before it is killed (also on shutdown); longer than a ringing INVITE may live (fr_inv 120 s, then timer H 32 s), so scaling down never cuts a call that is still ringing.",
 		set: func(c *Config, v value) { c.Workers.DrainTimeout = v.d }},
 	{Name: "worker_memory_limit", Kind: kindBytes, Default: "256MiB", Min: 16 << 20, Doc: "Go memory limit of each worker and the 100% of heap_usage.",
 		set: func(c *Config, v value) { c.Workers.MemoryLimit = v.i }},

@@ -76,7 +76,7 @@ func NewGroup(o GroupOptions) *Group {
 		o.ReadyTimeout = 5 * time.Second
 	}
 	if o.DrainTimeout <= 0 {
-		o.DrainTimeout = 40 * time.Second
+		o.DrainTimeout = 160 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
