@@ -63,6 +63,43 @@ func TestScaleDownUnderCallsLosesNoCall(t *testing.T) {
 	t.Run("reply sockets", func(t *testing.T) { testScaleDownUnderCalls(t, "worker_reply_sockets = yes") })
 }
 
+// A reload renews every UDP worker while SIPp calls are up: no call fails,
+// each old worker finishes the calls it holds while the new ones take the
+// new calls.
+func TestReloadUnderCallsLosesNoCall(t *testing.T) {
+	sip, uas, uac := freePort(t), freePort(t), freePort(t)
+	s := startServer(t, proxyCfg(sip, uas, "udp_workers = 2\ntcp_workers = 1"))
+	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
+	sippUAS(t, uas)
+	before := s.groupPids(group)
+	if len(before) != 2 {
+		t.Fatalf("want 2 workers before the reload, have %v", before)
+	}
+	reloaded := make(chan error, 1)
+	go func() {
+		// About 40 calls are up 3 s in.
+		time.Sleep(3 * time.Second)
+		out, err := s.ctl("reload")
+		if err != nil {
+			err = fmt.Errorf("ctl reload: %v: %s", err, out)
+		}
+		reloaded <- err
+	}()
+	r := runSIPp(t, 120*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+		"-r", "20", "-m", "200", "-d", "2000", "-timeout", "100", "-timeout_error", "-recv_timeout", "40000")
+	if err := <-reloaded; err != nil {
+		t.Fatal(err)
+	}
+	s.waitRenewed(group, before, 30*time.Second)
+	if r.Successful != 200 || r.Failed != 0 {
+		t.Fatalf("want 200 successful calls and 0 failed across the reload, have %d/%d\n%s", r.Successful, r.Failed, tail(r.Out, 30))
+	}
+	if n := strings.Count(s.log.String(), `msg="worker renewed" group=`+group+" "); n != 2 {
+		t.Errorf("want the group's 2 workers renewed, have %d\n%s", n, tail(s.log.String(), 20))
+	}
+	s.stopDrained()
+}
+
 func testScaleDownUnderCalls(t *testing.T, extra string) {
 	sip, uas, uac := freePort(t), freePort(t), freePort(t)
 	s := startServer(t, proxyCfg(sip, uas, `
@@ -201,6 +238,46 @@ func optionsReason(t *testing.T, p *peer, sipPort int) string {
 	return reason
 }
 
+// groupPids is the pids of the group's workers now.
+func (s *server) groupPids(group string) map[int]bool {
+	pids := map[int]bool{}
+	for pid, g := range s.workerPids() {
+		if g == group {
+			pids[pid] = true
+		}
+	}
+	return pids
+}
+
+// waitRenewed waits until none of the old workers is left in the group and
+// the group has a ready worker.
+func (s *server) waitRenewed(group string, old map[int]bool, within time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		left, ready := 0, 0
+		for _, g := range s.ps() {
+			for _, w := range g.Workers {
+				if g.Name != group {
+					continue
+				}
+				if old[w.Pid] {
+					left++
+				} else if w.State == "ready" {
+					ready++
+				}
+			}
+		}
+		if left == 0 && ready > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("want the workers of %s renewed within %v, have %d old left and %d new ready\n%s", group, within, left, ready, tail(s.log.String(), 20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // replaceWorkers kills every worker of the group and waits for as many
 // replacements, which run the script of the config in force.
 func (s *server) replaceWorkers(group string, want int) {
@@ -239,9 +316,9 @@ func (s *server) replaceWorkers(group string, want int) {
 }
 
 // SIGHUP reloads the file: a profile with a scale-down part lets an idle
-// group shrink to its new floor, and workers started after the reload run
-// the new script. A file with errors changes nothing and says so in
-// sipvisor_config_last_reload_successful.
+// group shrink to its new floor, and the workers are renewed, so the new
+// script is in force without a restart. A file with errors changes nothing
+// and says so in sipvisor_config_last_reload_successful.
 func TestSIGHUPReloadsProfile(t *testing.T) {
 	sip := freePort(t)
 	// Without a scale-down part the group never shrinks, however idle.
@@ -291,15 +368,18 @@ func TestSIGHUPReloadsProfile(t *testing.T) {
 		t.Fatalf("want the v1 script, have %q", have)
 	}
 
+	before := s.groupPids(group)
 	write(reloadCfg(sip, "scale up to 3 on 90% for 2 cycles scale down to 1 on 50% for 2 cycles", "v2"))
 	hup(1, `result="success"`)
 	s.waitWorkers(group, 1, 20*time.Second)
-	if v := s.metric("sipvisor_profile_scalings_total", `direction="down"`); v != 2 {
-		t.Errorf("want 2 scale-downs after the reload, have %v", v)
+	// The renewal briefly doubles the group, and a scale-down in between
+	// drains an old worker first: at least the 2 from 3 to 1.
+	if v := s.metric("sipvisor_profile_scalings_total", `direction="down"`); v < 2 {
+		t.Errorf("want at least 2 scale-downs after the reload, have %v", v)
 	}
-	s.replaceWorkers(group, 1)
+	s.waitRenewed(group, before, 20*time.Second)
 	if have := optionsReason(t, p, sip); have != "v2" {
-		t.Errorf("want a worker started after the reload to run the v2 script, have %q", have)
+		t.Errorf("want the workers renewed by the reload to run the v2 script, have %q", have)
 	}
 
 	// A profile whose floor is over its ceiling: the whole file is refused.

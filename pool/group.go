@@ -398,8 +398,9 @@ func (g *Group) Pick() *Worker {
 	return best
 }
 
-// Shrink drains one ready worker: the one holding the fewest sessions, the
-// newest among equals (it has the least state and the least warm caches).
+// Shrink drains one ready worker: one Renew is replacing if any, else the
+// one holding the fewest sessions, the newest among equals (it has the least
+// state and the least warm caches).
 // It returns nil when no worker is ready.
 func (g *Group) Shrink() *Worker {
 	g.mu.Lock()
@@ -408,7 +409,8 @@ func (g *Group) Shrink() *Worker {
 		if w.State() != Ready {
 			continue
 		}
-		if pick == nil || w.Sessions() < pick.Sessions() || (w.Sessions() == pick.Sessions() && w.ID > pick.ID) {
+		if pick == nil || w.stale && !pick.stale ||
+			w.stale == pick.stale && (w.Sessions() < pick.Sessions() || (w.Sessions() == pick.Sessions() && w.ID > pick.ID)) {
 			pick = w
 		}
 	}
@@ -421,6 +423,58 @@ func (g *Group) Shrink() *Worker {
 
 // Drain asks one worker to drain.
 func (g *Group) Drain(w *Worker) { g.event(w, EvDrain) }
+
+// Renew replaces every worker the group has now with a new one, which loads
+// the config snapshot as it is now (after a reload), and drains each old
+// worker once its replacement is ready: the group never has fewer ready
+// workers than before, and each old worker finishes the transactions it
+// holds, as at any scale-down. A replacement that does not get ready leaves
+// its old worker serving. The group is over its size meanwhile; Shrink
+// drains old workers first. It returns how many workers it replaces.
+func (g *Group) Renew() int {
+	g.mu.Lock()
+	if g.stopped {
+		g.mu.Unlock()
+		return 0
+	}
+	type pair struct{ old, new *Worker }
+	var pairs []pair
+	for _, w := range append([]*Worker(nil), g.workers...) {
+		if s := w.State(); s != Spawning && s != Ready || w.stale {
+			continue
+		}
+		nw, err := g.spawnLocked()
+		if err != nil {
+			g.log.Error("renew worker", "worker", w.ID, "error", err)
+			break
+		}
+		w.stale = true
+		pairs = append(pairs, pair{w, nw})
+	}
+	timeout := g.opts.ReadyTimeout
+	g.mu.Unlock()
+	for _, p := range pairs {
+		go func() {
+			deadline := time.Now().Add(timeout + time.Second)
+			for p.new.State() == Spawning && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if p.new.State() != Ready {
+				g.mu.Lock()
+				p.old.stale = false
+				stopped := g.stopped
+				g.mu.Unlock()
+				if !stopped {
+					g.log.Warn("renewed worker not ready, keeping the old one", "worker", p.old.ID, "new", p.new.ID)
+				}
+				return
+			}
+			g.log.Info("worker renewed", "old", p.old.ID, "new", p.new.ID, "pid", p.new.Pid)
+			g.event(p.old, EvDrain)
+		}()
+	}
+	return len(pairs)
+}
 
 // WorkerSample is one worker's state at a sampling instant.
 type WorkerSample struct {

@@ -280,3 +280,70 @@ func TestWorkerCallsSupervisor(t *testing.T) {
 		}
 	}
 }
+
+// Renew puts a new worker in place of each one and drains the old ones once
+// their replacements are ready; what is sent meanwhile is all handled, and
+// a scale-down in between takes an old worker, not a new one.
+func TestRenewReplacesEveryWorker(t *testing.T) {
+	fx := newFixture(t, GroupOptions{Initial: 2, Command: testCommand("echo", 0)})
+	waitFor(t, "2 ready workers", 10*time.Second, func() bool { return len(fx.g.Routable()) == 2 })
+	old := append([]*Worker(nil), fx.g.Routable()...)
+	if n := fx.g.Renew(); n != 2 {
+		t.Fatalf("want 2 workers renewed, have %d", n)
+	}
+	if n := fx.g.Renew(); n != 2 {
+		t.Fatalf("want only the 2 new workers renewed again, have %d", n)
+	}
+	sent := 0
+	for i := 0; i < 300; i++ {
+		if w := fx.g.Pick(); w != nil && fx.send(w, i) == nil {
+			sent++
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := fx.receive(sent, 20*time.Second); len(got) != sent {
+		t.Fatalf("want %d replies, have %d", sent, len(got))
+	}
+	for _, w := range old {
+		select {
+		case <-w.Done():
+		case <-time.After(20 * time.Second):
+			t.Fatalf("old worker %d not drained", w.ID)
+		}
+		if r := w.ExitReason(); r != ExitClean {
+			t.Fatalf("old worker %d: want exit reason %s, have %s", w.ID, ExitClean, r)
+		}
+	}
+	waitFor(t, "2 ready workers of the second renewal", 20*time.Second, func() bool {
+		ws := fx.g.Routable()
+		if len(ws) != 2 {
+			return false
+		}
+		for _, w := range ws {
+			if w.ID <= 4 {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, "only the renewed workers left", 20*time.Second, func() bool { return len(fx.g.Workers()) == 2 })
+}
+
+// While a renewal runs, Shrink drains a worker being replaced first, though
+// it would otherwise take the newest.
+func TestShrinkTakesAStaleWorkerFirst(t *testing.T) {
+	fx := newFixture(t, GroupOptions{Initial: 2, Command: testCommand("echo", 0)})
+	waitFor(t, "2 ready workers", 10*time.Second, func() bool { return len(fx.g.Routable()) == 2 })
+	first := fx.g.Routable()[0]
+	for _, w := range fx.g.Routable() {
+		if w.ID < first.ID {
+			first = w
+		}
+	}
+	fx.g.mu.Lock()
+	first.stale = true
+	fx.g.mu.Unlock()
+	if w := fx.g.Shrink(); w != first {
+		t.Fatalf("want the stale worker %d drained, have %v", first.ID, w)
+	}
+}

@@ -47,6 +47,7 @@ type Worker struct {
 	dropped atomic.Uint64
 
 	// Written under g.mu.
+	stale       bool // Renew is replacing it: the first to drain
 	readyAt     time.Time
 	killReason  string
 	exitReason  string

@@ -38,8 +38,15 @@ func (s *Supervisor) Reload() error {
 
 // doReload re-reads the config file. What can change live: the groups'
 // profiles (a group whose profile changes starts its history afresh) and the
-// script, which workers started from now on load. A file that fails to load
-// leaves the running config in place, as CoreDNS's reload does.
+// script and settings the workers load, which the UDP and timer groups take
+// at once: each of their workers is renewed (a new one started from the new
+// snapshot, the old one drained once it is ready), so new calls see the new
+// script while the calls in progress finish on the workers that hold them,
+// as OpenSIPS's reload_routes applies new routes in every process. TCP
+// workers are not renewed, since draining one waits for its clients to
+// close their connections: they keep the script they started with, and
+// TCP workers started from now on load the new one. A file that fails to
+// load leaves the running config in place, as CoreDNS's reload does.
 func (s *Supervisor) doReload() error {
 	if s.opts.ConfigPath == "" {
 		s.log.Info("reload: running the built-in config, nothing to re-read")
@@ -95,6 +102,14 @@ func (s *Supervisor) doReload() error {
 		s.log.Warn("reload: timer_route blocks added or rescheduled; their schedule changes only on a restart (their script changes now)")
 	}
 	s.cfg.Store(cfg)
+	for _, gr := range s.groups {
+		if gr.g.Kind() == "tcp" {
+			continue
+		}
+		if n := gr.g.Renew(); n > 0 {
+			s.log.Info("reload: renewing workers", "group", gr.g.Name(), "workers", n)
+		}
+	}
 	s.m.reloadOK.Set(1)
 	s.m.reloads.WithLabelValues("success").Inc()
 	s.log.Info("config reloaded", "file", s.opts.ConfigPath)
