@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -393,6 +395,100 @@ func TestSIGHUPReloadsProfile(t *testing.T) {
 	}
 	if n, all := live(s.ps(), group); n != 1 || len(all) != 1 {
 		t.Errorf("want the group still at 1 worker, have %v", all)
+	}
+}
+
+// A reload reaches the TCP worker in place: a client's connection, open
+// across the reload, is answered by the new script, from the same worker.
+func TestReloadReachesTCPWorkerInPlace(t *testing.T) {
+	sip := freePort(t)
+	cfg := func(reason string) string {
+		return `
+socket = udp:127.0.0.1:` + strconv.Itoa(sip) + `
+socket = tcp:127.0.0.1:` + strconv.Itoa(sip) + `
+http_listen = 127.0.0.1:HTTP_PORT
+udp_workers = 1
+tcp_workers = 1
+
+route {
+	if (is_method("OPTIONS")) {
+		sl_send_reply(200, "` + reason + `");
+		exit;
+	}
+	sl_send_reply(403, "Forbidden");
+}
+`
+	}
+	s := startServer(t, cfg("v1"))
+	tcpPids := func() map[int]bool {
+		pids := map[int]bool{}
+		for pid, g := range s.workerPids() {
+			if strings.HasPrefix(g, "tcp") {
+				pids[pid] = true
+			}
+		}
+		return pids
+	}
+	before := tcpPids()
+	if len(before) != 1 {
+		t.Fatalf("want 1 TCP worker, have %v", before)
+	}
+
+	c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(sip), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	port := c.LocalAddr().(*net.TCPAddr).Port
+	n := 0
+	ask := func() string {
+		t.Helper()
+		n++
+		msg := strings.Replace(options(port, "tcp-reload-"+strconv.Itoa(n), ""), "SIP/2.0/UDP", "SIP/2.0/TCP", 1)
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte(msg)); err != nil {
+			t.Fatalf("write on the open connection: %v", err)
+		}
+		first := ""
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatalf("read on the open connection: %v (have %q)", err, first)
+			}
+			if first == "" {
+				first = strings.TrimSpace(line)
+			}
+			if line == "\r\n" {
+				break
+			}
+		}
+		if !strings.HasPrefix(first, "SIP/2.0 200 ") {
+			t.Fatalf("want a 200 for OPTIONS, have %q", first)
+		}
+		return strings.TrimPrefix(first, "SIP/2.0 200 ")
+	}
+	if have := ask(); have != "v1" {
+		t.Fatalf("want the v1 script, have %q", have)
+	}
+
+	path := s.cmd.Args[len(s.cmd.Args)-1]
+	httpPort := s.http[strings.LastIndexByte(s.http, ':')+1:]
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(cfg("v2"), "HTTP_PORT", httpPort)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.ctl("reload"); err != nil {
+		t.Fatalf("ctl reload: %v: %s", err, out)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for ask() != "v2" {
+		if time.Now().After(deadline) {
+			t.Fatalf("want the v2 script on the open connection within 10 s\n%s", tail(s.log.String(), 20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if after := tcpPids(); len(after) != 1 || !maps.Equal(after, before) {
+		t.Errorf("want the same TCP worker after the reload, have %v before and %v after", before, after)
 	}
 }
 

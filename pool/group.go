@@ -424,6 +424,22 @@ func (g *Group) Shrink() *Worker {
 // Drain asks one worker to drain.
 func (g *Group) Drain(w *Worker) { g.event(w, EvDrain) }
 
+// ReloadInPlace asks every worker that is not draining to load the group's
+// config snapshot (SetConfigPath) without a restart, for handlers that are
+// pool.Reloader, and returns how many it asked.
+func (g *Group) ReloadInPlace() int {
+	g.mu.Lock()
+	frame := append([]byte{FrameReload}, g.opts.ConfigPath...)
+	g.mu.Unlock()
+	n := 0
+	for _, w := range g.Workers() {
+		if s := w.State(); (s == Spawning || s == Ready) && w.send(frame, false) == nil {
+			n++
+		}
+	}
+	return n
+}
+
 // Renew replaces every worker the group has now with a new one, which loads
 // the config snapshot as it is now (after a reload), and drains each old
 // worker once its replacement is ready: the group never has fewer ready

@@ -33,6 +33,7 @@ const (
 	FrameJob     = 'J'
 	FrameConn    = 'C'
 	FrameDrain   = 'D'
+	FrameReload  = 'R' // load the config snapshot named in the frame, keeping connections and transactions
 	FrameEnd     = 'Z'
 )
 

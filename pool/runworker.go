@@ -75,6 +75,15 @@ type Handler interface {
 	Held() int
 }
 
+// Reloader is a Handler that can take a reloaded config without a restart:
+// the supervisor asks it of workers it does not renew, whose connections
+// a restart would cut.
+type Reloader interface {
+	// Reload loads the config snapshot at path; on an error the handler
+	// keeps the config it has.
+	Reload(path string) error
+}
+
 // IsWorker reports whether this process was started as a worker.
 func IsWorker() bool { return os.Getenv(EnvCookie) != "" }
 
@@ -477,6 +486,15 @@ func (w *workerLoop) handle(f frame) bool {
 	case FrameDrain:
 		w.draining = true
 		w.env.Logger.Debug("worker draining")
+	case FrameReload:
+		if r, ok := w.h.(Reloader); ok {
+			path := string(b[1:])
+			w.busy(func() {
+				if err := r.Reload(path); err != nil {
+					w.env.Logger.Error("reload in place failed, keeping the config", "error", err)
+				}
+			})
+		}
 	case FrameEnd:
 		return true
 	}

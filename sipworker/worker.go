@@ -215,6 +215,23 @@ func NewWorker(opt Options) (*Worker, error) {
 // when none is left.
 func (w *Worker) Held() int { return len(w.stx) + len(w.ctx) }
 
+// Reload loads the config file at path and runs its script from the next
+// message on (pool.Reloader). Transactions armed with t_on_reply or
+// t_on_failure before it find their route by name in the new script, and
+// skip it if the new script has no such route. Sockets and other settings
+// stay as they were: they change only when a worker starts.
+func (w *Worker) Reload(path string) error {
+	cfg, err := config.LoadFile(path)
+	if err != nil {
+		return err
+	}
+	w.opt.Script = cfg.Script
+	// The cache is keyed by the old script's literals.
+	w.tmpl = map[*script.Literal][]tmplPart{}
+	w.log.Info("script reloaded", "file", path)
+	return nil
+}
+
 // HandleMessage handles one datagram received on the supervisor's socket.
 func (w *Worker) HandleMessage(m *pool.Message) {
 	w.handle(m.Data, source{proto: "udp", addr: m.From, sock: m.Socket})

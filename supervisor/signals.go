@@ -44,9 +44,10 @@ func (s *Supervisor) Reload() error {
 // script while the calls in progress finish on the workers that hold them,
 // as OpenSIPS's reload_routes applies new routes in every process. TCP
 // workers are not renewed, since draining one waits for its clients to
-// close their connections: they keep the script they started with, and
-// TCP workers started from now on load the new one. A file that fails to
-// load leaves the running config in place, as CoreDNS's reload does.
+// close their connections: each loads the new script in place and keeps its
+// connections and transactions (its other settings change only when a TCP
+// worker starts). A file that fails to load leaves the running config in
+// place, as CoreDNS's reload does.
 func (s *Supervisor) doReload() error {
 	if s.opts.ConfigPath == "" {
 		s.log.Info("reload: running the built-in config, nothing to re-read")
@@ -104,6 +105,9 @@ func (s *Supervisor) doReload() error {
 	s.cfg.Store(cfg)
 	for _, gr := range s.groups {
 		if gr.g.Kind() == "tcp" {
+			if n := gr.g.ReloadInPlace(); n > 0 {
+				s.log.Info("reload: workers reload their script in place", "group", gr.g.Name(), "workers", n)
+			}
 			continue
 		}
 		if n := gr.g.Renew(); n > 0 {
