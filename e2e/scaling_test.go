@@ -220,7 +220,13 @@ auto_scaling_cycle = 0.2
 auto_scaling_cooldown = 5
 udp_workers = 3 use_auto_scaling_profile P
 tcp_workers = 1
+` + optionsRoute(reason)
+}
 
+// optionsRoute answers OPTIONS with reason as its reason phrase, and
+// everything else 403.
+func optionsRoute(reason string) string {
+	return `
 route {
 	if (is_method("OPTIONS")) {
 		sl_send_reply(200, "` + reason + `");
@@ -409,15 +415,7 @@ socket = tcp:127.0.0.1:` + strconv.Itoa(sip) + `
 http_listen = 127.0.0.1:HTTP_PORT
 udp_workers = 1
 tcp_workers = 1
-
-route {
-	if (is_method("OPTIONS")) {
-		sl_send_reply(200, "` + reason + `");
-		exit;
-	}
-	sl_send_reply(403, "Forbidden");
-}
-`
+` + optionsRoute(reason)
 	}
 	s := startServer(t, cfg("v1"))
 	tcpPids := func() map[int]bool {
