@@ -464,29 +464,41 @@ func (g *Group) Renew() int {
 			g.log.Error("renew worker", "worker", w.ID, "error", err)
 			break
 		}
-		w.stale = true
+		w.stale, w.renewedBy = true, nw
 		pairs = append(pairs, pair{w, nw})
 	}
 	timeout := g.opts.ReadyTimeout
 	g.mu.Unlock()
 	for _, p := range pairs {
 		go func() {
-			deadline := time.Now().Add(timeout + time.Second)
-			for p.new.State() == Spawning && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			if p.new.State() != Ready {
+			cur := p.new
+			for {
+				deadline := time.Now().Add(timeout + time.Second)
+				for cur.State() == Spawning && time.Now().Before(deadline) {
+					time.Sleep(20 * time.Millisecond)
+				}
 				g.mu.Lock()
-				p.old.stale = false
-				stopped := g.stopped
+				ready, next, stopped := !cur.readyAt.IsZero(), cur.renewedBy, g.stopped
+				if !ready && next == nil {
+					p.old.stale, p.old.renewedBy = false, nil
+				}
 				g.mu.Unlock()
-				if !stopped {
-					g.log.Warn("renewed worker not ready, keeping the old one", "worker", p.old.ID, "new", p.new.ID)
+				switch {
+				case ready:
+					// Even if it is draining already, renewed in turn by a
+					// second reload: it took the old worker's place.
+					g.log.Info("worker renewed", "old", p.old.ID, "new", cur.ID, "pid", cur.Pid)
+					g.event(p.old, EvDrain)
+				case next != nil:
+					// Renewed by a second reload before it was ready: its
+					// replacement takes the old worker's place.
+					cur = next
+					continue
+				case !stopped:
+					g.log.Warn("renewed worker not ready, keeping the old one", "worker", p.old.ID, "new", cur.ID)
 				}
 				return
 			}
-			g.log.Info("worker renewed", "old", p.old.ID, "new", p.new.ID, "pid", p.new.Pid)
-			g.event(p.old, EvDrain)
 		}()
 	}
 	return len(pairs)

@@ -47,7 +47,8 @@ type Worker struct {
 	dropped atomic.Uint64
 
 	// Written under g.mu.
-	stale       bool // Renew is replacing it: the first to drain
+	stale       bool    // Renew is replacing it: the first to drain
+	renewedBy   *Worker // its replacement, once stale
 	readyAt     time.Time
 	killReason  string
 	exitReason  string
