@@ -38,6 +38,10 @@ type Msg struct {
 	Branch    []byte // nil when absent (RFC 2543 senders)
 	SentBy    []byte // host[:port] as sent
 	Transport []byte // "UDP", "TCP", ...
+	// TopVia is the span of bytes that takes the first Via value off the
+	// message: its whole header line when the line holds no other value,
+	// else the value and the comma after it. See WithoutTopVia.
+	TopVia [2]int
 
 	MaxForwards   int    // -1 when absent
 	ContentLength int    // -1 when absent
@@ -212,8 +216,13 @@ func (m *Msg) header(b []byte, h *header, seen uint) (uint, Error) {
 	switch string(lower[:len(name)]) {
 	case "via", "v":
 		if seen&seenVia == 0 {
-			if err := m.via(b, s, e); err != 0 {
+			end, err := m.via(b, s, e)
+			if err != 0 {
 				return 0, err
+			}
+			m.TopVia = [2]int{h.start, h.next}
+			if end < e {
+				m.TopVia = [2]int{s, skipLWS(b, end+1, e)}
 			}
 		}
 		return seenVia, 0
@@ -393,7 +402,9 @@ func validURI(u []byte) bool {
 // via reads the first value of the top Via header:
 // protocol SLASH version SLASH transport LWS sent-by *(SEMI param).
 // RFC 3261 allows LWS around the separators, and RFC 4475 (wsinv) uses it.
-func (m *Msg) via(b []byte, s, e int) Error {
+// via decodes the first value of a Via header and returns where it ends: at
+// the comma before the next value, or at e.
+func (m *Msg) via(b []byte, s, e int) (int, Error) {
 	m.ErrOffset = s
 	i := s
 	var t0 int
@@ -401,33 +412,33 @@ func (m *Msg) via(b []byte, s, e int) Error {
 		if part > 0 {
 			i = skipLWS(b, i, e)
 			if i == e || b[i] != '/' {
-				return ErrBadVia
+				return 0, ErrBadVia
 			}
 			i = skipLWS(b, i+1, e)
 		}
 		t0 = i
 		i = tokenEnd(b, i, e)
 		if i == t0 {
-			return ErrBadVia
+			return 0, ErrBadVia
 		}
 	}
 	m.Transport = b[t0:i]
 	h0 := skipLWS(b, i, e)
 	if h0 == i {
-		return ErrBadVia
+		return 0, ErrBadVia
 	}
 	i = h0
 	if b[h0] == '[' {
 		// An IPv6 reference holds colons, so it ends at its bracket.
 		k := bytes.IndexByte(b[h0:e], ']')
 		if k < 0 {
-			return ErrBadVia
+			return 0, ErrBadVia
 		}
 		i = h0 + k + 1
 	} else {
 		i = spanEnd(b, i, e, classHost)
 		if i == h0 {
-			return ErrBadVia
+			return 0, ErrBadVia
 		}
 	}
 	h1 := i
@@ -438,7 +449,7 @@ func (m *Msg) via(b []byte, s, e int) Error {
 			p1++
 		}
 		if p1 == p0 || p1-p0 > 5 {
-			return ErrBadVia
+			return 0, ErrBadVia
 		}
 		h1, i = p1, p1
 	}
@@ -449,7 +460,7 @@ func (m *Msg) via(b []byte, s, e int) Error {
 		n1, v0, v1, next := param(b, n0, e)
 		if next < 0 {
 			m.ErrOffset = n0
-			return ErrBadVia
+			return 0, ErrBadVia
 		}
 		if v0 >= 0 && equalFold(b[n0:n1], "branch") {
 			if m.Branch == nil {
@@ -460,9 +471,21 @@ func (m *Msg) via(b []byte, s, e int) Error {
 	}
 	if i < e && b[i] != ',' {
 		m.ErrOffset = i
-		return ErrBadVia
+		return 0, ErrBadVia
 	}
-	return 0
+	return i, 0
+}
+
+// WithoutTopVia returns a copy of b, the message m was scanned from, without
+// its first Via value (m.TopVia): what a proxy forwards of a response. The
+// rest is left byte for byte as it came.
+func (m *Msg) WithoutTopVia(b []byte) []byte {
+	c0, c1 := m.TopVia[0], m.TopVia[1]
+	if c1 <= c0 {
+		return append([]byte(nil), b...)
+	}
+	out := make([]byte, 0, len(b)-(c1-c0))
+	return append(append(out, b[:c0]...), b[c1:]...)
 }
 
 // param reads "name [= value]" starting at n0 and the LWS after it. It

@@ -271,3 +271,40 @@ func TestTCPUpstream(t *testing.T) {
 		}
 	}
 }
+
+// TestResponsesRelayedAsTheyCame: a provisional and a 2xx response go
+// upstream byte for byte as the UAS sent them, less the proxy's Via, however
+// the UAS wrote its headers; the transaction moves on as with any relay.
+func TestResponsesRelayedAsTheyCame(t *testing.T) {
+	p := startProxy(t, config.DefaultText, nil)
+	alice, bob := newUA(t), newUA(t)
+	ruri := "sip:bob@" + bob.addr().String()
+	alice.send(p.addr(), invite(p.addr(), alice.addr(), ruri, "asis@test", "z9hG4bK-asis", 70))
+	alice.recvResponse(100)
+	inv, _ := bob.recvRequest(sip.INVITE)
+	vias := inv.GetHeaders("Via")
+	if len(vias) != 2 {
+		t.Fatalf("want the proxy's Via over the UAC's, have %d", len(vias))
+	}
+	for _, code := range []int{180, 200} {
+		upstream := "v: " + vias[1].Value() + "\n" +
+			"From:   " + inv.From().Value() + "\n" +
+			"t: " + inv.To().Value() + ";tag=uas-tag\n" +
+			"i: " + inv.CallID().Value() + "\n" +
+			"CSeq: 1 INVITE\n" +
+			"X-Odd:  kept   as\t sent\n" +
+			"Contact: <sip:bob@" + bob.addr().String() + ">\n" +
+			"l: 0\n\n"
+		start := fmt.Sprintf("SIP/2.0 %d Whatever Reason\n", code)
+		bob.send(p.addr(), start+"Via: "+vias[0].Value()+"\n"+upstream)
+		_, raw := alice.recvResponse(code)
+		// ua.send writes line ends as CRLF.
+		if want := strings.ReplaceAll(start+upstream, "\n", "\r\n"); raw != want {
+			t.Fatalf("%d upstream: want\n%q\nhave\n%q", code, want, raw)
+		}
+	}
+	if s := p.stats(); s.Responses != 2 {
+		t.Fatalf("want 2 responses counted, have %+v", s)
+	}
+	p.waitHeld0()
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/script"
+	"github.com/sipvisor/sipvisor/sipscan"
 )
 
 // DefaultInviteTimeout is InviteTimeout when none is set: OpenSIPS's and
@@ -71,6 +72,8 @@ type Worker struct {
 	opt    Options
 	log    *slog.Logger
 	parser *sip.Parser
+	scan   sipscan.Msg // relayResponse's, reused
+	keyBuf []byte
 
 	udpLocal  []netip.AddrPort
 	replyPort []uint16 // of the reply sockets, by socket index
@@ -284,6 +287,10 @@ func (w *Worker) local(s source) (netip.AddrPort, string) {
 }
 
 func (w *Worker) handle(data []byte, src source) {
+	if len(data) > 8 && string(data[:8]) == "SIP/2.0 " && w.relayResponse(data) {
+		w.Stats.Responses++
+		return
+	}
 	msg, err := w.parser.ParseSIP(data)
 	if err != nil {
 		w.Stats.Malformed++
