@@ -530,21 +530,7 @@ func (w *Worker) onResponse(res *sip.Response, src source) {
 	}
 	switch {
 	case code < 200:
-		if ct.state == stTrying {
-			ct.state = stProceeding
-			if ct.invite {
-				ct.timeoutAt = time.Now().Add(w.opt.InviteTimeout)
-				ct.retransAt = ct.timeoutAt
-			}
-			if ct.dst.proto == "udp" && !ct.invite {
-				ct.interval = w.opt.T2
-				ct.retransAt = time.Now().Add(ct.interval)
-			}
-			w.schedule(ct, &ct.gen, minTime(ct.retransAt, ct.timeoutAt))
-		}
-		if ct.cancelPending {
-			w.sendCancel(ct)
-		}
+		w.provisional(ct)
 		if !w.runReply(t, res) || code == 100 || t.state != stTrying {
 			return
 		}
@@ -586,6 +572,27 @@ func (w *Worker) onResponse(res *sip.Response, src source) {
 	}
 }
 
+// provisional moves a client transaction on for a provisional reply: to
+// Proceeding, with fr_inv for an INVITE and T2 retransmissions for others,
+// and sends the CANCEL that waited for it.
+func (w *Worker) provisional(ct *clientTx) {
+	if ct.state == stTrying {
+		ct.state = stProceeding
+		if ct.invite {
+			ct.timeoutAt = time.Now().Add(w.opt.InviteTimeout)
+			ct.retransAt = ct.timeoutAt
+		}
+		if ct.dst.proto == "udp" && !ct.invite {
+			ct.interval = w.opt.T2
+			ct.retransAt = time.Now().Add(ct.interval)
+		}
+		w.schedule(ct, &ct.gen, minTime(ct.retransAt, ct.timeoutAt))
+	}
+	if ct.cancelPending {
+		w.sendCancel(ct)
+	}
+}
+
 // relayResponse relays a provisional or 2xx response to a request this
 // worker relayed, without building it with sipgo: the front door's scanner
 // finds the branch, and the response goes upstream byte for byte less its
@@ -607,21 +614,7 @@ func (w *Worker) relayResponse(data []byte) bool {
 	}
 	t, code := ct.stx, m.StatusCode
 	if code < 200 {
-		if ct.state == stTrying {
-			ct.state = stProceeding
-			if ct.invite {
-				ct.timeoutAt = time.Now().Add(w.opt.InviteTimeout)
-				ct.retransAt = ct.timeoutAt
-			}
-			if ct.dst.proto == "udp" && !ct.invite {
-				ct.interval = w.opt.T2
-				ct.retransAt = time.Now().Add(ct.interval)
-			}
-			w.schedule(ct, &ct.gen, minTime(ct.retransAt, ct.timeoutAt))
-		}
-		if ct.cancelPending {
-			w.sendCancel(ct)
-		}
+		w.provisional(ct)
 		if code == 100 || t.state != stTrying {
 			return true
 		}
