@@ -1,6 +1,7 @@
 package sipworker
 
 import (
+	"bytes"
 	"container/heap"
 	"hash/fnv"
 	"net/netip"
@@ -225,10 +226,12 @@ func buildReply(req *sip.Request, code int, reason, toTag string, extra []string
 }
 
 func serialize(m sip.Message) []byte {
-	var b strings.Builder
+	// A bytes.Buffer hands its bytes over; a strings.Builder's string would
+	// be copied once more into the []byte the socket takes.
+	var b bytes.Buffer
 	b.Grow(1024)
 	m.StringWrite(&b)
-	return []byte(b.String())
+	return b.Bytes()
 }
 
 // viaDest is where a reply goes (RFC 3261 18.2.2, RFC 3581): back on the
