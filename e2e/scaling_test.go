@@ -69,8 +69,15 @@ func TestScaleDownUnderCallsLosesNoCall(t *testing.T) {
 // each old worker finishes the calls it holds while the new ones take the
 // new calls.
 func TestReloadUnderCallsLosesNoCall(t *testing.T) {
+	t.Run("through the supervisor", func(t *testing.T) { testReloadUnderCalls(t, "") })
+	// An old worker keeps its reply socket until it exits: the responses
+	// of the calls it holds still reach it.
+	t.Run("reply sockets", func(t *testing.T) { testReloadUnderCalls(t, "worker_reply_sockets = yes") })
+}
+
+func testReloadUnderCalls(t *testing.T, extra string) {
 	sip, uas, uac := freePort(t), freePort(t), freePort(t)
-	s := startServer(t, proxyCfg(sip, uas, "udp_workers = 2\ntcp_workers = 1"))
+	s := startServer(t, proxyCfg(sip, uas, "udp_workers = 2\ntcp_workers = 1\n"+extra))
 	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
 	sippUAS(t, uas)
 	before := s.groupPids(group)
