@@ -3,6 +3,7 @@ package sipworker
 import (
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -154,5 +155,30 @@ func TestNewUsesSupervisorStore(t *testing.T) {
 	h.HandleMessage(&pool.Message{Socket: 0, From: netip.MustParseAddrPort("127.0.0.1:5999"), Data: []byte(reg)})
 	if bs := kept.List(); len(bs) != 1 || bs[0].AOR != "carol" {
 		t.Fatalf("want carol's binding in the supervisor's store, have %+v", bs)
+	}
+}
+
+// TestOnReplyRouteForEveryReply: the unnamed onreply_route sees every
+// reply to a relayed request, the ones a worker otherwise relays as they
+// came included.
+func TestOnReplyRouteForEveryReply(t *testing.T) {
+	p := startProxy(t, `
+route {
+	t_relay();
+}
+onreply_route {
+	append_hf("X-Seen: $rs");
+}
+`, nil)
+	alice, bob := newUA(t), newUA(t)
+	alice.send(p.addr(), invite(p.addr(), alice.addr(), "sip:bob@"+bob.addr().String(), "every@test", "z9hG4bK-every", 70))
+	alice.recvResponse(100)
+	inv, _ := bob.recvRequest(sip.INVITE)
+	for _, code := range []int{180, 200} {
+		bob.respond(p.addr(), inv, code, "Whatever")
+		res, raw := alice.recvResponse(code)
+		if want := strconv.Itoa(code); headerValue(res, "X-Seen") != want {
+			t.Fatalf("want X-Seen: %s added by onreply_route, have:\n%s", want, raw)
+		}
 	}
 }
