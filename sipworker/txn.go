@@ -606,6 +606,10 @@ func (w *Worker) provisional(ct *clientTx) {
 // waits for, one that an onreply_route is to see, and final responses other
 // than 2xx (the hop's ACK, failure routes, the choice among branches).
 func (w *Worker) relayResponse(data []byte) bool {
+	// Finals of 300 and up take the full path: no need to scan them first.
+	if len(data) > 8 && data[8] >= '3' {
+		return false
+	}
 	m := &w.scan
 	if sipscan.Scan(data, m) != nil || m.Branch == nil || m.StatusCode >= 300 || w.opt.Script.OnReply[""] != nil {
 		return false
