@@ -88,7 +88,7 @@ var settings = []setting{
 		set: func(c *Config, v value) { c.Workers.DrainTimeout = v.d }},
 	{Name: "worker_memory_limit", Kind: kindBytes, Default: "256MiB", Min: 16 << 20, Doc: "Go memory limit of each worker and the 100% of heap_usage.",
 		set: func(c *Config, v value) { c.Workers.MemoryLimit = v.i }},
-	{Name: "worker_reply_sockets", Kind: kindBool, Default: "no", Doc: "Each worker relays requests over UDP from a socket of its own (the SIP socket's address, a port the kernel picks) and names it in its Via, so their responses come straight to it instead of through the supervisor: about half of a proxied call's datagrams skip a hop. Record-Route still names the SIP socket. Off by default, as peers and firewalls then see responses sent to a port other than the SIP port; new workers follow a reload.",
+	{Name: "worker_reply_sockets", Kind: kindBool, Default: "no", Doc: "Each worker relays requests over UDP from a socket of its own (the SIP socket's address, a port the kernel picks) and names it in its Via, so their responses come straight to it instead of through the supervisor: about half of a proxied call's datagrams skip a hop. Record-Route still names the SIP socket, and a request outside a dialog sent to a reply socket gets a 403, so none skips the front door's admission control. Off by default, as peers and firewalls then see responses sent to a port other than the SIP port; new workers follow a reload.",
 		set: func(c *Config, v value) { c.Workers.ReplySockets = v.b }},
 
 	{Name: "http_listen", Kind: kindHostPort, Default: "127.0.0.1:8888", Doc: "Address of the control, metrics and health HTTP server.",

@@ -511,3 +511,60 @@ func TestTCPHeaderLine64KiB(t *testing.T) {
 		t.Errorf("want no worker exits, have %v\n%s", v, tail(s.log.String(), 20))
 	}
 }
+
+// A worker's reply socket is named in the Via of what it relays, so a peer
+// learns its address. A new session sent there would skip the front door,
+// and with it a suspension: the worker refuses it with a 403 instead. An
+// in-dialog request sent there starts nothing and is relayed as usual.
+func TestReplySocketTakesNoNewSession(t *testing.T) {
+	sip := freePort(t)
+	caller, callee := newPeer(t), newPeer(t)
+	s := startServer(t, proxyCfg(sip, callee.port(), "udp_workers = 1\ntcp_workers = 1\nworker_reply_sockets = yes"))
+	defer s.stopDrained()
+	proxy := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
+	invite := func(id, to string) string {
+		return fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
+			"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-%[3]s\r\n"+
+			"Max-Forwards: 70\r\n"+
+			"From: <sip:alice@127.0.0.1:%[1]d>;tag=caller\r\n"+
+			"To: <sip:bob@127.0.0.1:%[2]d>%[4]s\r\n"+
+			"Call-ID: %[3]s@127.0.0.1\r\n"+
+			"CSeq: 1 INVITE\r\n"+
+			"Contact: <sip:alice@127.0.0.1:%[1]d>\r\n"+
+			"Content-Length: 0\r\n\r\n", caller.port(), callee.port(), id, to)
+	}
+
+	caller.send(proxy, invite("direct-first", ""))
+	inv, _ := callee.expect(5*time.Second, "the INVITE at the callee", isMethod("INVITE"))
+	direct := inv.from
+	if direct.Port == sip {
+		t.Fatalf("want the INVITE relayed from the worker's reply socket, have it from the SIP port")
+	}
+	callee.send(direct, replyTo(inv, 486, "Busy Here", "callee1"))
+	callee.expect(5*time.Second, "the proxy's ACK of the 486", isMethod("ACK"))
+	caller.expect(5*time.Second, "486 Busy Here", isStatus(486))
+
+	if out, err := s.ctl("suspend"); err != nil {
+		t.Fatalf("ctl suspend: %v\n%s", err, out)
+	}
+	caller.send(proxy, invite("direct-door", ""))
+	caller.expect(5*time.Second, "503 from the suspended door", isStatus(503))
+
+	caller.send(direct, invite("direct-new", ""))
+	m, ok := caller.recv(5 * time.Second)
+	if !ok || m.status() != 403 {
+		t.Fatalf("want a 403 for a new INVITE sent to the reply socket %v, have %q", direct, m.first)
+	}
+	if m, ok := callee.recv(time.Second); ok {
+		t.Fatalf("want nothing relayed for the INVITE sent to the reply socket, have %s at the callee", m)
+	}
+
+	// The drain at the end waits out the BYE's timer J (32 s), as it must:
+	// a retransmitted BYE would otherwise be relayed again by another worker.
+	bye := strings.Replace(strings.Replace(invite("direct-bye", ";tag=callee1"), "INVITE sip:", "BYE sip:", 1),
+		"CSeq: 1 INVITE", "CSeq: 2 BYE", 1)
+	caller.send(direct, bye)
+	b, _ := callee.expect(5*time.Second, "the in-dialog BYE sent to the reply socket, relayed", isMethod("BYE"))
+	callee.send(b.from, replyTo(b, 200, "OK", ""))
+	caller.expect(5*time.Second, "200 OK to the BYE", isStatus(200))
+}

@@ -59,6 +59,9 @@ type Message struct {
 	Socket int
 	From   netip.AddrPort
 	Data   []byte
+	// Direct is set when the datagram came to the worker's own reply
+	// socket, past the front door and its admission control.
+	Direct bool
 }
 
 // Handler is the work a worker does. All methods are called from the worker's
@@ -350,7 +353,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 // supervisor's count of frames handed and handled, which is the worker's
 // queue, leaves it out; its time counts as busy.
 func (w *workerLoop) handleReply(i int, from netip.AddrPort, b []byte) {
-	m := Message{Socket: i, From: from, Data: b}
+	m := Message{Socket: i, From: from, Data: b, Direct: true}
 	w.busy(func() { w.h.HandleMessage(&m) })
 	w.checkDrained()
 }

@@ -100,6 +100,9 @@ type Worker struct {
 // Stats counts what a worker did.
 type Stats struct {
 	Requests, Responses, Malformed, Retransmissions, Timeouts, SendErrors uint64
+	// Misdirected counts requests outside a dialog that came to a reply
+	// socket and were refused there.
+	Misdirected uint64
 }
 
 // New builds the handler of a worker process from what the supervisor
@@ -237,7 +240,7 @@ func (w *Worker) Reload(path string) error {
 
 // HandleMessage handles one datagram received on the supervisor's socket.
 func (w *Worker) HandleMessage(m *pool.Message) {
-	w.handle(m.Data, source{proto: "udp", addr: m.From, sock: m.Socket})
+	w.handle(m.Data, source{proto: "udp", addr: m.From, sock: m.Socket, direct: m.Direct})
 }
 
 // HandleJob runs timer_route[name].
@@ -269,6 +272,8 @@ type source struct {
 	addr  netip.AddrPort
 	sock  int      // UDP socket index
 	conn  *tcpConn // TCP connection, nil for UDP
+	// direct: it came to the worker's reply socket, not through the door.
+	direct bool
 }
 
 // local is the address this server is reached at for s: the socket it came
@@ -312,6 +317,26 @@ func (w *Worker) handle(data []byte, src source) {
 	}
 }
 
+// takeDirect says whether a request that came to a reply socket may be
+// handled. The reply socket is named only in the Via of the requests this
+// worker relays, so what belongs there is their responses; Record-Route
+// names the SIP socket. A request outside a dialog sent there would skip
+// the front door, and with it the admission control that may be refusing
+// new sessions: it is refused with a 403 that says where to send it. An ACK
+// outside a dialog acknowledges such a 403 and ends there; a CANCEL and
+// in-dialog requests start no session, so they are handled as if they had
+// come through the door.
+func (w *Worker) takeDirect(req *sip.Request, src source) bool {
+	if _, ok := param(req.To().Params, "tag"); ok || req.Method == sip.CANCEL {
+		return true
+	}
+	w.Stats.Misdirected++
+	if req.Method != sip.ACK {
+		w.replyStateless(req, src, 403, "Forbidden (send requests to the SIP port)", nil)
+	}
+	return false
+}
+
 func (w *Worker) onRequest(req *sip.Request, src source) {
 	// RFC 3261 18.2.1 and RFC 3581: note where the request really came from,
 	// so replies find their way back through NAT.
@@ -327,6 +352,9 @@ func (w *Worker) onRequest(req *sip.Request, src source) {
 				via.Params.Add("received", ip)
 			}
 		}
+	}
+	if src.direct && !w.takeDirect(req, src) {
+		return
 	}
 	c := w.newCtx(req, nil, src)
 	c.run(w.opt.Script.Routes[""])
