@@ -1,0 +1,89 @@
+package sipworker
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+)
+
+type fakeTimed struct{ gen uint32 }
+
+func (f *fakeTimed) fire(*Worker, time.Time) {}
+func (f *fakeTimed) generation() uint32      { return f.gen }
+
+// The heap gives back every live deadline once, earliest first, including
+// equal deadlines, and skips the entries a newer deadline replaced.
+func TestTimerHeapOrder(t *testing.T) {
+	base := time.Unix(1_000_000, 0)
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{0, 1, 2, 3, 7, 64, 1000} {
+		var h timerHeap
+		var want []time.Duration
+		for i := 0; i < n; i++ {
+			d := time.Duration(r.IntN(50)) * time.Millisecond
+			f := &fakeTimed{gen: 1}
+			h.push(timerEntry{at: base.Add(d), t: f, gen: 1})
+			if i%5 == 4 { // moved: the old entry goes stale
+				f.gen = 2
+				d += time.Duration(r.IntN(50)) * time.Millisecond
+				h.push(timerEntry{at: base.Add(d), t: f, gen: 2})
+			}
+			want = append(want, d)
+		}
+		slices.Sort(want)
+		var have []time.Duration
+		for {
+			e, ok := h.due(base.Add(time.Hour))
+			if !ok {
+				break
+			}
+			have = append(have, e.at.Sub(base))
+		}
+		if !slices.Equal(have, want) {
+			t.Fatalf("%d deadlines: want %v, have %v", n, want, have)
+		}
+		if len(h) != 0 {
+			t.Fatalf("%d deadlines: %d entries left", n, len(h))
+		}
+	}
+	// Nothing before its time.
+	var h timerHeap
+	h.push(timerEntry{at: base.Add(time.Second), t: &fakeTimed{gen: 1}, gen: 1})
+	if _, ok := h.due(base); ok {
+		t.Fatal("want no deadline due a second early")
+	}
+}
+
+// The Via line written into relayed requests reads as sipgo writes the same
+// header: IPv6 hosts in brackets, a port only when there is one. sipgo
+// leaves a v4-mapped address unbracketed, which makes its port part of the
+// address; the line keeps RFC 3261's brackets there.
+func TestAppendVia(t *testing.T) {
+	for _, tc := range []struct{ proto, local string }{
+		{"UDP", "127.0.0.1:5060"},
+		{"TCP", "10.1.2.3:40000"},
+		{"UDP", "[::1]:5060"},
+		{"UDP", "[2001:db8::7]:5080"},
+		{"UDP", "192.0.2.9:0"},
+	} {
+		ap := netip.MustParseAddrPort(tc.local)
+		via := &sip.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: tc.proto,
+			Host: ap.Addr().String(), Port: int(ap.Port()), Params: sip.HeaderParams{{K: "branch", V: "z9hG4bK-x.1"}}}
+		var want strings.Builder
+		want.WriteString("Via: ")
+		want.WriteString(via.Value())
+		want.WriteString("\r\n")
+		if have := string(appendVia(nil, tc.proto, ap, "z9hG4bK-x.1")); have != want.String() {
+			t.Errorf("%s %s: want %q, have %q", tc.proto, tc.local, want.String(), have)
+		}
+	}
+	mapped := "Via: SIP/2.0/UDP [::ffff:192.0.2.1]:5060;branch=b\r\n"
+	if have := string(appendVia(nil, "UDP", netip.MustParseAddrPort("[::ffff:192.0.2.1]:5060"), "b")); have != mapped {
+		t.Errorf("v4-mapped: want %q, have %q", mapped, have)
+	}
+}
