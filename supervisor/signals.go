@@ -99,10 +99,15 @@ func (s *Supervisor) doReload() error {
 	if !sameSockets(s.config().Sockets, cfg.Sockets) {
 		s.log.Warn("reload: sockets changed in the file; they change only on a restart", "file", s.opts.ConfigPath)
 	}
-	if !sameTimers(s.config(), cfg) {
-		s.log.Warn("reload: timer_route blocks added or rescheduled; their schedule changes only on a restart (their script changes now)")
-	}
+	timers := !sameTimers(s.config(), cfg)
 	s.cfg.Store(cfg)
+	if timers {
+		s.log.Info("reload: timer_route schedule changed")
+		select {
+		case s.timersChanged <- struct{}{}:
+		default: // one pending is enough: the loop reads the newest config
+		}
+	}
 	for _, gr := range s.groups {
 		if gr.g.Kind() == "tcp" {
 			if n := gr.g.ReloadInPlace(); n > 0 {

@@ -76,6 +76,9 @@ type Supervisor struct {
 
 	reload chan chan error
 	hup    chan os.Signal
+	// timersChanged tells the timer loop that a reload changed the
+	// timer_route schedule.
+	timersChanged chan struct{}
 
 	ov *overload
 	// stopping is set once the supervisor drains its workers to exit.
@@ -149,7 +152,8 @@ func New(o Options) (*Supervisor, error) {
 		o.Worker = pool.Command{Path: exe, Args: []string{"worker"}}
 	}
 	s := &Supervisor{opts: o, log: o.Logger.With("component", "supervisor"), reg: o.Registry,
-		byName: map[string]*groupRun{}, reload: make(chan chan error), hup: make(chan os.Signal, 1)}
+		byName: map[string]*groupRun{}, reload: make(chan chan error), hup: make(chan os.Signal, 1),
+		timersChanged: make(chan struct{}, 1)}
 	// Caught from the start: a SIGHUP before the reload loop runs must not
 	// kill the process (its default action).
 	signal.Notify(s.hup, syscall.SIGHUP)

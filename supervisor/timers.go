@@ -10,31 +10,58 @@ import (
 // timerLoop runs each timer_route[name, seconds] every interval on the
 // timer group: it hands the job to the least loaded timer worker, so jobs
 // that pile up show as that group's load and queue, and can scale it. A job
-// no worker can take is counted, never run late in a burst.
+// no worker can take is counted, never run late in a burst. A reload that
+// adds, removes or reschedules timer_route blocks takes effect at once; a
+// job whose name and interval stay keeps its place in time.
 func (s *Supervisor) timerLoop(ctx context.Context) error {
-	cfg := s.config()
-	if s.timer == nil || cfg.Script == nil || len(cfg.Script.Timers) == 0 {
+	if s.timer == nil {
 		<-ctx.Done()
 		return ctx.Err()
 	}
 	type due struct {
+		name  string
 		frame []byte
 		every time.Duration
 		next  time.Time
 	}
-	now := time.Now()
-	jobs := make([]*due, 0, len(cfg.Script.Timers))
-	for _, t := range cfg.Script.Timers {
-		jobs = append(jobs, &due{frame: append([]byte{pool.FrameJob}, t.Name...), every: t.Interval, next: now.Add(t.Interval)})
+	var jobs []*due
+	plan := func(now time.Time) {
+		old := jobs
+		jobs = nil
+		cfg := s.config()
+		if cfg.Script == nil {
+			return
+		}
+		for _, t := range cfg.Script.Timers {
+			j := &due{name: t.Name, frame: append([]byte{pool.FrameJob}, t.Name...), every: t.Interval, next: now.Add(t.Interval)}
+			for _, o := range old {
+				if o.name == j.name && o.every == j.every {
+					j.next = o.next
+				}
+			}
+			jobs = append(jobs, j)
+		}
 	}
 	// Sleep until the earliest job is due rather than polling: an idle
 	// supervisor should not wake a hundred times a second.
-	timer := time.NewTimer(time.Until(earliest(jobs, func(j *due) time.Time { return j.next })))
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	arm := func() {
+		if len(jobs) == 0 {
+			timer.Stop()
+			return
+		}
+		timer.Reset(max(time.Millisecond, time.Until(earliest(jobs, func(j *due) time.Time { return j.next }))))
+	}
+	plan(time.Now())
+	arm()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-s.timersChanged:
+			plan(time.Now())
+			arm()
 		case now := <-timer.C:
 			for _, j := range jobs {
 				if now.Before(j.next) {
@@ -52,7 +79,7 @@ func (s *Supervisor) timerLoop(ctx context.Context) error {
 				}
 				s.m.timerJobs.WithLabelValues("sent").Inc()
 			}
-			timer.Reset(max(time.Millisecond, time.Until(earliest(jobs, func(j *due) time.Time { return j.next }))))
+			arm()
 		}
 	}
 }
