@@ -555,8 +555,10 @@ func TestReplySocketTakesNoNewSession(t *testing.T) {
 	if !ok || m.status() != 403 {
 		t.Fatalf("want a 403 for a new INVITE sent to the reply socket %v, have %q", direct, m.first)
 	}
+	// Its ACK, which carries the 403's tag, ends at the worker too.
+	caller.send(direct, ackFor(invite("direct-new", ""), m))
 	if m, ok := callee.recv(time.Second); ok {
-		t.Fatalf("want nothing relayed for the INVITE sent to the reply socket, have %s at the callee", m)
+		t.Fatalf("want nothing relayed for the INVITE sent to the reply socket or its ACK, have %s at the callee", m)
 	}
 
 	// The drain at the end waits out the BYE's timer J (32 s), as it must:
@@ -567,4 +569,58 @@ func TestReplySocketTakesNoNewSession(t *testing.T) {
 	b, _ := callee.expect(5*time.Second, "the in-dialog BYE sent to the reply socket, relayed", isMethod("BYE"))
 	callee.send(b.from, replyTo(b, 200, "OK", ""))
 	caller.expect(5*time.Second, "200 OK to the BYE", isStatus(200))
+}
+
+// ackFor is the ACK of a non-2xx final response to invite: same branch and
+// From, the response's To (with its tag), CSeq method ACK.
+func ackFor(invite string, resp sipMsg) string {
+	first, _, _ := strings.Cut(invite, "\r\n")
+	ruri := strings.Fields(first)[1]
+	cseq := strings.Fields(headerOf(invite, "CSeq"))[0]
+	return "ACK " + ruri + " SIP/2.0\r\n" +
+		"Via: " + headerOf(invite, "Via") + "\r\n" +
+		"Max-Forwards: 70\r\n" +
+		"From: " + headerOf(invite, "From") + "\r\n" +
+		"To: " + resp.header("To") + "\r\n" +
+		"Call-ID: " + headerOf(invite, "Call-ID") + "\r\n" +
+		"CSeq: " + cseq + " ACK\r\n" +
+		"Content-Length: 0\r\n\r\n"
+}
+
+// The ACK of a reply the script sent statelessly (sl_send_reply) ends at
+// the worker, as Kamailio's sl module filters it: the script would
+// otherwise take it, with its To tag, for an in-dialog request and relay it
+// to a callee that never saw the INVITE.
+func TestAckOfStatelessReplyEndsAtWorker(t *testing.T) {
+	sip := freePort(t)
+	caller, callee := newPeer(t), newPeer(t)
+	s := startServer(t, proxyCfg(sip, callee.port(), "udp_workers = 1\ntcp_workers = 1"))
+	defer s.stop()
+	proxy := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
+	invite := func(id string, maxForwards int) string {
+		return fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
+			"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-%[3]s\r\n"+
+			"Max-Forwards: %[4]d\r\n"+
+			"From: <sip:alice@127.0.0.1:%[1]d>;tag=caller\r\n"+
+			"To: <sip:bob@127.0.0.1:%[2]d>\r\n"+
+			"Call-ID: %[3]s@127.0.0.1\r\n"+
+			"CSeq: 1 INVITE\r\n"+
+			"Contact: <sip:alice@127.0.0.1:%[1]d>\r\n"+
+			"Content-Length: 0\r\n\r\n", caller.port(), callee.port(), id, maxForwards)
+	}
+	// The callee is reachable: a call that gets a 486 there and is ACKed.
+	caller.send(proxy, invite("sl-reachable", 70))
+	inv, _ := callee.expect(5*time.Second, "the INVITE at the callee", isMethod("INVITE"))
+	callee.send(inv.from, replyTo(inv, 486, "Busy Here", "callee1"))
+	callee.expect(5*time.Second, "the proxy's ACK of the 486", isMethod("ACK"))
+	caller.expect(5*time.Second, "486 Busy Here", isStatus(486))
+
+	// Max-Forwards 0: the script answers 483 with sl_send_reply.
+	inv483 := invite("sl-483", 0)
+	caller.send(proxy, inv483)
+	r, _ := caller.expect(5*time.Second, "483 Too Many Hops", isStatus(483))
+	caller.send(proxy, ackFor(inv483, r))
+	if m, ok := callee.recv(time.Second); ok {
+		t.Fatalf("want the ACK of the 483 to end at the worker, have %s at the callee:\n%s", m, m.raw)
+	}
 }

@@ -2,7 +2,6 @@ package sipworker
 
 import (
 	"bytes"
-	"hash/fnv"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -209,13 +208,45 @@ func dialogKey(req *sip.Request) string {
 // localTag is the To-tag of replies this server makes: derived from the
 // request so a retransmission gets the same one.
 func localTag(req *sip.Request) string {
-	h := fnv.New64a()
-	h.Write([]byte(*req.CallID()))
-	if t, ok := param(req.From().Params, "tag"); ok {
-		h.Write([]byte(t))
+	return strconv.FormatUint(localTagHash(req), 36)
+}
+
+// localTagHash is FNV-1a over the Call-ID, the From tag and the top Via
+// branch, written out so that checking a tag allocates nothing.
+func localTagHash(req *sip.Request) uint64 {
+	h := uint64(14695981039346656037)
+	add := func(s string) {
+		for i := 0; i < len(s); i++ {
+			h ^= uint64(s[i])
+			h *= 1099511628211
+		}
 	}
-	h.Write([]byte(branchOf(req.Via())))
-	return strconv.FormatUint(h.Sum64(), 36)
+	add(string(*req.CallID()))
+	if t, ok := param(req.From().Params, "tag"); ok {
+		add(t)
+	}
+	add(branchOf(req.Via()))
+	return h
+}
+
+// isLocalTag says whether tag is the one localTag gives req.
+func isLocalTag(req *sip.Request, tag string) bool {
+	var b [16]byte
+	return string(strconv.AppendUint(b[:0], localTagHash(req), 36)) == tag
+}
+
+// ackOfStatelessReply says whether req is the ACK of a reply this worker
+// sent without a transaction (sl_send_reply, a refusal, a bad REGISTER):
+// the reply's tag, the request's branch, and no transaction to move on.
+// Such an ACK ends here, as Kamailio's sl module filters it before its
+// script; a script would otherwise relay it as an in-dialog request to a
+// peer that never saw the INVITE.
+func (w *Worker) ackOfStatelessReply(req *sip.Request) bool {
+	if req.Method != sip.ACK {
+		return false
+	}
+	tag, ok := param(req.To().Params, "tag")
+	return ok && len(tag) <= 13 && isLocalTag(req, tag) && w.stx[serverKey(req, "ACK")] == nil
 }
 
 // buildReply makes a reply to req from its Via, From, To, Call-ID and CSeq.

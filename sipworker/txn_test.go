@@ -1,9 +1,11 @@
 package sipworker
 
 import (
+	"hash/fnv"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +87,35 @@ func TestAppendVia(t *testing.T) {
 	mapped := "Via: SIP/2.0/UDP [::ffff:192.0.2.1]:5060;branch=b\r\n"
 	if have := string(appendVia(nil, "UDP", netip.MustParseAddrPort("[::ffff:192.0.2.1]:5060"), "b")); have != mapped {
 		t.Errorf("v4-mapped: want %q, have %q", mapped, have)
+	}
+}
+
+// The tag of the replies a worker makes is FNV-1a over the Call-ID, the
+// From tag and the branch, as it always was, and isLocalTag recognises it
+// and nothing else.
+func TestLocalTag(t *testing.T) {
+	p := sip.NewParser()
+	for i, raw := range []string{
+		"INVITE sip:b@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK-1\r\nFrom: <sip:a@h>;tag=f1\r\nTo: <sip:b@h>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n",
+		"ACK sip:b@h SIP/2.0\r\nVia: SIP/2.0/UDP h;BRANCH = z9hG4bK-2\r\nFrom: <sip:a@h>\r\nTo: <sip:b@h>;tag=x\r\nCall-ID: c2@h\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n",
+	} {
+		m, err := p.ParseSIP([]byte(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := m.(*sip.Request)
+		h := fnv.New64a()
+		h.Write([]byte(*req.CallID()))
+		if tag, ok := param(req.From().Params, "tag"); ok {
+			h.Write([]byte(tag))
+		}
+		h.Write([]byte(branchOf(req.Via())))
+		want := strconv.FormatUint(h.Sum64(), 36)
+		if have := localTag(req); have != want {
+			t.Errorf("%d: want tag %q, have %q", i, want, have)
+		}
+		if !isLocalTag(req, want) || isLocalTag(req, want+"0") || isLocalTag(req, want[1:]) || isLocalTag(req, "") {
+			t.Errorf("%d: isLocalTag does not tell %q from its neighbours", i, want)
+		}
 	}
 }

@@ -103,6 +103,9 @@ type Stats struct {
 	// Misdirected counts requests outside a dialog that came to a reply
 	// socket and were refused there.
 	Misdirected uint64
+	// StatelessAcks counts ACKs of replies sent without a transaction,
+	// which end at the worker.
+	StatelessAcks uint64
 }
 
 // New builds the handler of a worker process from what the supervisor
@@ -322,10 +325,10 @@ func (w *Worker) handle(data []byte, src source) {
 // worker relays, so what belongs there is their responses; Record-Route
 // names the SIP socket. A request outside a dialog sent there would skip
 // the front door, and with it the admission control that may be refusing
-// new sessions: it is refused with a 403 that says where to send it. An ACK
-// outside a dialog acknowledges such a 403 and ends there; a CANCEL and
-// in-dialog requests start no session, so they are handled as if they had
-// come through the door.
+// new sessions: it is refused with a 403 that says where to send it (whose
+// ACK ends with those of the other stateless replies, ackOfStatelessReply).
+// A CANCEL and in-dialog requests start no session, so they are handled as
+// if they had come through the door.
 func (w *Worker) takeDirect(req *sip.Request, src source) bool {
 	if _, ok := param(req.To().Params, "tag"); ok || req.Method == sip.CANCEL {
 		return true
@@ -352,6 +355,10 @@ func (w *Worker) onRequest(req *sip.Request, src source) {
 				via.Params.Add("received", ip)
 			}
 		}
+	}
+	if w.ackOfStatelessReply(req) {
+		w.Stats.StatelessAcks++
+		return
 	}
 	if src.direct && !w.takeDirect(req, src) {
 		return
