@@ -291,6 +291,8 @@ machine_info() {
 	echo "kamailio: $(kamailio -v 2>/dev/null | head -1 | sed 's/^version: //')"
 	echo "sipp: $(sipp -v 2>&1 | grep -m1 -o 'SIPp v[^ ]*' || true)"
 	echo "sipvisor: ${SIPVISOR_VERSION:-unknown}"
+	# The Go runtime's settings reach the supervisor and every worker.
+	echo "go runtime environment: GOGC=${GOGC:-} GOMAXPROCS=${GOMAXPROCS:-} GOMEMLIMIT=${GOMEMLIMIT:-} GODEBUG=${GODEBUG:-}"
 	echo "net.core.rmem_max: $(cat /proc/sys/net/core/rmem_max)"
 	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
