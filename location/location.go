@@ -20,20 +20,20 @@ import (
 // Binding is one registered contact of an AOR.
 type Binding struct {
 	// AOR is the address of record, normalised by Key (sip:user@host).
-	AOR string `json:"aor"`
+	AOR string
 	// Contact is the contact URI as registered.
-	Contact string `json:"contact"`
+	Contact string
 	// Expires is when the binding lapses.
-	Expires time.Time `json:"expires"`
+	Expires time.Time
 	// CallID and CSeq of the REGISTER that last refreshed the binding.
-	CallID string `json:"call_id,omitempty"`
-	CSeq   uint32 `json:"cseq,omitempty"`
+	CallID string
+	CSeq   uint32
 	// Received is the source address the REGISTER came from (ip:port), and
 	// Proto its transport ("udp" or "tcp"): where to reach a contact behind NAT.
-	Received string `json:"received,omitempty"`
-	Proto    string `json:"proto,omitempty"`
+	Received string
+	Proto    string
 	// UserAgent is the registering client's User-Agent, for ul show.
-	UserAgent string `json:"user_agent,omitempty"`
+	UserAgent string
 }
 
 // Store keeps bindings by AOR. Implementations are safe for concurrent use.

@@ -1,6 +1,7 @@
 package location
 
 import (
+	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
@@ -104,12 +105,95 @@ func TestStore(t *testing.T) {
 
 func TestServeBadInput(t *testing.T) {
 	mem := NewMemory()
-	for _, req := range [][]byte{nil, []byte("x"), []byte("L{"), []byte(`L{"op":"nope"}`), []byte(`L{"op":"save"}`)} {
+	good := (&request{Op: opSave, AOR: "sip:a@h", Binding: &Binding{Contact: "sip:a@10.0.0.1"}}).append(nil)
+	for _, req := range [][]byte{
+		nil, []byte("x"), []byte("L"), []byte("L{"), []byte(`L{"op":"nope"}`),
+		[]byte("Ls"),                 // truncated after the operation
+		[]byte("Lq\x00\x00\x00\x00"), // unknown operation
+		[]byte("Ls\x00\x00\x00\x00"), // save without a binding
+		[]byte("Ll\x7f"),             // a string longer than what is left
+		[]byte("Ll\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), // an overlong length
+		[]byte("Ll\x00\x00\x02\x00"),                             // a binding flag of 2
+		good[:len(good)-1],                                       // truncated in the binding
+		append(append([]byte{}, good...), 0),                     // a byte after the end
+	} {
 		out := Serve(mem, req)
 		r := NewRemote(func([]byte) ([]byte, error) { return out, nil })
 		if _, err := r.Lookup("a"); err == nil {
-			t.Errorf("request %q: want an error answer, have %s", req, out)
+			t.Errorf("request %q: want an error answer, have %q", req, out)
 		}
+	}
+	if got := mem.List(); len(got) != 0 {
+		t.Fatalf("bad requests stored %v", got)
+	}
+}
+
+// Every field of a binding crosses the wire as it was, the zero time too,
+// and answers that are cut short or claim more bindings than they hold are
+// refused rather than read past their end.
+func TestWireRoundTrip(t *testing.T) {
+	full := Binding{AOR: "sip:alice@example.com", Contact: "sip:alice@[2001:db8::1]:5062;transport=tcp",
+		Expires: time.Unix(1_700_000_000, 123456789), CallID: "a84b4c76e66710@pc33", CSeq: 1<<32 - 1,
+		Received: "10.0.0.1:5062", Proto: "tcp", UserAgent: "Linphone/5.2.0 (belle-sip) ünïcode"}
+	for _, q := range []request{
+		{Op: opRegister, AOR: full.AOR, Binding: &full},
+		{Op: opSave, AOR: "a", Binding: &Binding{}},
+		{Op: opRemove, AOR: "a", Contact: "c"},
+		{Op: opExpire, Now: -5},
+	} {
+		have, err := parseRequest(q.append(nil)[1:])
+		if err != nil {
+			t.Errorf("request %+v: %v", q, err)
+			continue
+		}
+		if (have.Binding == nil) != (q.Binding == nil) || have.Binding != nil && !sameBinding(*have.Binding, *q.Binding) {
+			t.Errorf("request %+v: want binding %+v, have %+v", q, q.Binding, have.Binding)
+		}
+		have.Binding, q.Binding = nil, nil
+		if have != q {
+			t.Errorf("request: want %+v, have %+v", q, have)
+		}
+	}
+	resp := response{Bindings: []Binding{full, {}}, N: 7, Err: "e"}
+	b := resp.append(nil)
+	have, err := parseResponse(b)
+	if err != nil || have.N != 7 || have.Err != "e" || len(have.Bindings) != 2 ||
+		!sameBinding(have.Bindings[0], full) || !sameBinding(have.Bindings[1], Binding{}) {
+		t.Fatalf("response: want %+v, have %+v, %v", resp, have, err)
+	}
+	for i := 0; i < len(b); i++ {
+		if _, err := parseResponse(b[:i]); err == nil {
+			t.Errorf("response cut at %d of %d bytes: want an error", i, len(b))
+		}
+	}
+	if _, err := parseResponse([]byte{0, 0, 0xff, 0xff, 0x03}); err == nil {
+		t.Errorf("a response claiming 65,535 bindings in no bytes: want an error")
+	}
+}
+
+func sameBinding(a, b Binding) bool {
+	if !a.Expires.Equal(b.Expires) || a.Expires.IsZero() != b.Expires.IsZero() {
+		return false
+	}
+	a.Expires, b.Expires = time.Time{}, time.Time{}
+	return a == b
+}
+
+// Random bytes after the tag, most of them with a known operation, never
+// panic the server side.
+func TestServeRandomInput(t *testing.T) {
+	mem := NewMemory()
+	r := rand.New(rand.NewPCG(7, 8))
+	for i := 0; i < 20000; i++ {
+		b := make([]byte, 1+r.IntN(40))
+		for j := range b {
+			b[j] = byte(r.IntN(256))
+		}
+		b[0] = RequestTag
+		if i%2 == 0 && len(b) > 1 {
+			b[1] = "srlxea"[r.IntN(6)]
+		}
+		Serve(mem, b)
 	}
 }
 
@@ -152,5 +236,22 @@ func TestRegisterReturnsBindings(t *testing.T) {
 				t.Fatalf("want only sip:bob@10.0.0.2 left, have %v", got)
 			}
 		})
+	}
+}
+
+// BenchmarkRemoteRegister is a REGISTER's call to the store across the
+// control channel, less the channel: encode, serve, decode, with the
+// binding's fields as a phone fills them.
+func BenchmarkRemoteRegister(b *testing.B) {
+	mem := NewMemory()
+	r := NewRemote(func(req []byte) ([]byte, error) { return Serve(mem, req), nil })
+	bd := Binding{Contact: "sip:alice@10.0.0.1:5062;transport=udp", Expires: time.Now().Add(time.Hour),
+		CallID: "a84b4c76e66710@pc33.example.com", CSeq: 1, Received: "10.0.0.1:5062", Proto: "udp",
+		UserAgent: "Linphone/5.2.0 (belle-sip/5.2.0)"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if bs, err := r.Register("sip:alice@example.com", bd); err != nil || len(bs) != 1 {
+			b.Fatal(err, len(bs))
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package location
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -14,21 +13,19 @@ const RequestTag = 'L'
 // IsRequest reports whether a control-channel call is a location request.
 func IsRequest(req []byte) bool { return len(req) > 0 && req[0] == RequestTag }
 
-// request is one Store call. JSON is enough: a lookup costs a few
-// microseconds of encoding next to the round trip over the control channel
-// (see BenchmarkRemoteLookup), and the format reads well in a packet dump.
+// request is one Store call (wire.go has its encoding).
 type request struct {
-	Op      string   `json:"op"`
-	AOR     string   `json:"aor,omitempty"`
-	Contact string   `json:"contact,omitempty"`
-	Binding *Binding `json:"binding,omitempty"`
-	Now     int64    `json:"now,omitempty"` // unix nanoseconds, for expire
+	Op      byte
+	AOR     string
+	Contact string
+	Binding *Binding
+	Now     int64 // unix nanoseconds, for expire
 }
 
 type response struct {
-	Bindings []Binding `json:"bindings,omitempty"`
-	N        int       `json:"n,omitempty"`
-	Err      string    `json:"err,omitempty"`
+	Bindings []Binding
+	N        int
+	Err      string
 }
 
 // Remote is a Store whose bindings live in another process, reached by a
@@ -42,57 +39,71 @@ type Remote struct {
 func NewRemote(call func([]byte) ([]byte, error)) *Remote { return &Remote{call: call} }
 
 func (r *Remote) do(q request) (response, error) {
-	b, err := json.Marshal(q)
+	out, err := r.call(q.append(make([]byte, 0, 256)))
 	if err != nil {
-		return response{}, fmt.Errorf("location %s: %w", q.Op, err)
+		return response{}, fmt.Errorf("location %s: %w", opName(q.Op), err)
 	}
-	out, err := r.call(append([]byte{RequestTag}, b...))
+	resp, err := parseResponse(out)
 	if err != nil {
-		return response{}, fmt.Errorf("location %s: %w", q.Op, err)
-	}
-	var resp response
-	if err := json.Unmarshal(out, &resp); err != nil {
-		return response{}, fmt.Errorf("location %s: bad answer: %w", q.Op, err)
+		return response{}, fmt.Errorf("location %s: bad answer: %w", opName(q.Op), err)
 	}
 	if resp.Err != "" {
-		return resp, fmt.Errorf("location %s: %s", q.Op, resp.Err)
+		return resp, fmt.Errorf("location %s: %s", opName(q.Op), resp.Err)
 	}
 	return resp, nil
 }
 
+func opName(op byte) string {
+	switch op {
+	case opSave:
+		return "save"
+	case opRegister:
+		return "register"
+	case opLookup:
+		return "lookup"
+	case opRemove:
+		return "remove"
+	case opExpire:
+		return "expire"
+	case opList:
+		return "list"
+	}
+	return fmt.Sprintf("%q", op)
+}
+
 // Save implements Store.
 func (r *Remote) Save(aor string, b Binding) error {
-	_, err := r.do(request{Op: "save", AOR: aor, Binding: &b})
+	_, err := r.do(request{Op: opSave, AOR: aor, Binding: &b})
 	return err
 }
 
 // Register implements Store: the save's answer carries the bindings.
 func (r *Remote) Register(aor string, b Binding) ([]Binding, error) {
-	resp, err := r.do(request{Op: "register", AOR: aor, Binding: &b})
+	resp, err := r.do(request{Op: opRegister, AOR: aor, Binding: &b})
 	return resp.Bindings, err
 }
 
 // Lookup implements Store.
 func (r *Remote) Lookup(aor string) ([]Binding, error) {
-	resp, err := r.do(request{Op: "lookup", AOR: aor})
+	resp, err := r.do(request{Op: opLookup, AOR: aor})
 	return resp.Bindings, err
 }
 
 // Remove implements Store.
 func (r *Remote) Remove(aor, contact string) error {
-	_, err := r.do(request{Op: "remove", AOR: aor, Contact: contact})
+	_, err := r.do(request{Op: opRemove, AOR: aor, Contact: contact})
 	return err
 }
 
 // Expire implements Store; a failed call counts as nothing expired.
 func (r *Remote) Expire(now time.Time) int {
-	resp, _ := r.do(request{Op: "expire", Now: now.UnixNano()})
+	resp, _ := r.do(request{Op: opExpire, Now: now.UnixNano()})
 	return resp.N
 }
 
 // List implements Store; a failed call lists nothing.
 func (r *Remote) List() []Binding {
-	resp, _ := r.do(request{Op: "list"})
+	resp, _ := r.do(request{Op: opList})
 	return resp.Bindings
 }
 
@@ -104,44 +115,39 @@ var ErrNotLocation = errors.New("not a location request")
 // a bad request gets an answer that carries the reason.
 func Serve(store Store, req []byte) []byte {
 	resp := serve(store, req)
-	out, err := json.Marshal(resp)
-	if err != nil {
-		out, _ = json.Marshal(response{Err: err.Error()})
-	}
-	return out
+	return resp.append(make([]byte, 0, 64+96*len(resp.Bindings)))
 }
 
 func serve(store Store, req []byte) response {
 	if !IsRequest(req) {
 		return response{Err: ErrNotLocation.Error()}
 	}
-	var q request
-	if err := json.Unmarshal(req[1:], &q); err != nil {
+	q, err := parseRequest(req[1:])
+	if err != nil {
 		return response{Err: "bad request: " + err.Error()}
 	}
-	var err error
 	var resp response
 	switch q.Op {
-	case "save":
+	case opSave:
 		if q.Binding == nil {
 			return response{Err: "save without a binding"}
 		}
 		err = store.Save(q.AOR, *q.Binding)
-	case "register":
+	case opRegister:
 		if q.Binding == nil {
 			return response{Err: "register without a binding"}
 		}
 		resp.Bindings, err = store.Register(q.AOR, *q.Binding)
-	case "lookup":
+	case opLookup:
 		resp.Bindings, err = store.Lookup(q.AOR)
-	case "remove":
+	case opRemove:
 		err = store.Remove(q.AOR, q.Contact)
-	case "expire":
+	case opExpire:
 		resp.N = store.Expire(time.Unix(0, q.Now))
-	case "list":
+	case opList:
 		resp.Bindings = store.List()
 	default:
-		return response{Err: fmt.Sprintf("unknown operation %q", q.Op)}
+		return response{Err: fmt.Sprintf("unknown operation %s", opName(q.Op))}
 	}
 	if err != nil {
 		resp.Err = err.Error()
