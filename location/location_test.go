@@ -255,3 +255,25 @@ func BenchmarkRemoteRegister(b *testing.B) {
 		}
 	}
 }
+
+// FuzzServe: whatever follows the tag, Serve answers with something a
+// Remote can read, and never panics.
+func FuzzServe(f *testing.F) {
+	b := Binding{AOR: "sip:a@h", Contact: "sip:a@10.0.0.1", Expires: time.Unix(1_700_000_000, 0), CSeq: 3}
+	for _, q := range []request{
+		{Op: opRegister, AOR: "sip:a@h", Binding: &b},
+		{Op: opLookup, AOR: "sip:a@h"},
+		{Op: opRemove, AOR: "sip:a@h"},
+		{Op: opExpire, Now: 1},
+		{Op: opList},
+	} {
+		f.Add(q.append(nil)[1:])
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		mem := NewMemory()
+		out := Serve(mem, append([]byte{RequestTag}, body...))
+		if _, err := parseResponse(out); err != nil {
+			t.Fatalf("answer %q does not parse: %v", out, err)
+		}
+	})
+}
