@@ -522,17 +522,7 @@ func TestReplySocketTakesNoNewSession(t *testing.T) {
 	s := startServer(t, proxyCfg(sip, callee.port(), "udp_workers = 1\ntcp_workers = 1\nworker_reply_sockets = yes"))
 	defer s.stopDrained()
 	proxy := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
-	invite := func(id, to string) string {
-		return fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
-			"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-%[3]s\r\n"+
-			"Max-Forwards: 70\r\n"+
-			"From: <sip:alice@127.0.0.1:%[1]d>;tag=caller\r\n"+
-			"To: <sip:bob@127.0.0.1:%[2]d>%[4]s\r\n"+
-			"Call-ID: %[3]s@127.0.0.1\r\n"+
-			"CSeq: 1 INVITE\r\n"+
-			"Contact: <sip:alice@127.0.0.1:%[1]d>\r\n"+
-			"Content-Length: 0\r\n\r\n", caller.port(), callee.port(), id, to)
-	}
+	invite := func(id, to string) string { return testInvite(caller, callee, id, to, 70) }
 
 	caller.send(proxy, invite("direct-first", ""))
 	inv, _ := callee.expect(5*time.Second, "the INVITE at the callee", isMethod("INVITE"))
@@ -571,6 +561,20 @@ func TestReplySocketTakesNoNewSession(t *testing.T) {
 	caller.expect(5*time.Second, "200 OK to the BYE", isStatus(200))
 }
 
+// testInvite is an INVITE from caller to callee, its Call-ID and branch
+// made of id, its To given a tag when to is ";tag=...".
+func testInvite(caller, callee *peer, id, to string, maxForwards int) string {
+	return fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
+		"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-%[3]s\r\n"+
+		"Max-Forwards: %[5]d\r\n"+
+		"From: <sip:alice@127.0.0.1:%[1]d>;tag=caller\r\n"+
+		"To: <sip:bob@127.0.0.1:%[2]d>%[4]s\r\n"+
+		"Call-ID: %[3]s@127.0.0.1\r\n"+
+		"CSeq: 1 INVITE\r\n"+
+		"Contact: <sip:alice@127.0.0.1:%[1]d>\r\n"+
+		"Content-Length: 0\r\n\r\n", caller.port(), callee.port(), id, to, maxForwards)
+}
+
 // ackFor is the ACK of a non-2xx final response to invite: same branch and
 // From, the response's To (with its tag), CSeq method ACK.
 func ackFor(invite string, resp sipMsg) string {
@@ -597,19 +601,8 @@ func TestAckOfStatelessReplyEndsAtWorker(t *testing.T) {
 	s := startServer(t, proxyCfg(sip, callee.port(), "udp_workers = 1\ntcp_workers = 1"))
 	defer s.stop()
 	proxy := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
-	invite := func(id string, maxForwards int) string {
-		return fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
-			"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-%[3]s\r\n"+
-			"Max-Forwards: %[4]d\r\n"+
-			"From: <sip:alice@127.0.0.1:%[1]d>;tag=caller\r\n"+
-			"To: <sip:bob@127.0.0.1:%[2]d>\r\n"+
-			"Call-ID: %[3]s@127.0.0.1\r\n"+
-			"CSeq: 1 INVITE\r\n"+
-			"Contact: <sip:alice@127.0.0.1:%[1]d>\r\n"+
-			"Content-Length: 0\r\n\r\n", caller.port(), callee.port(), id, maxForwards)
-	}
 	// Max-Forwards 0: the script answers 483 with sl_send_reply.
-	inv483 := invite("sl-483", 0)
+	inv483 := testInvite(caller, callee, "sl-483", "", 0)
 	caller.send(proxy, inv483)
 	r, _ := caller.expect(5*time.Second, "483 Too Many Hops", isStatus(483))
 	// An ACK with someone else's tag is in-dialog for the script, which
