@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,34 +14,55 @@ import (
 	"github.com/sipvisor/sipvisor/pool"
 )
 
-// BenchmarkCall measures one proxied call through the handler with the
-// built-in script: parse and handle INVITE, 180, 200, ACK, BYE and its 200
-// (six messages in, eight out, with record-routing), then the end of its
-// transactions. Allocations and bytes are per call. The peers are real UDP
-// sockets that nobody reads.
-func BenchmarkCall(b *testing.B) {
-	proxySock, _ := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	uacSock, _ := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	uasSock, _ := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	for _, s := range []*net.UDPConn{proxySock, uacSock, uasSock} {
-		defer s.Close()
+// callDriver drives proxied calls through a Worker with the built-in
+// script, handing it the messages itself as the worker loop would. The
+// peers are real UDP sockets that nobody reads.
+type callDriver struct {
+	w            *Worker
+	pa, uac, uas netip.AddrPort
+	ruri, rr     string
+	close        func()
+}
+
+func newCallDriver(tb testing.TB) *callDriver {
+	var socks []*net.UDPConn
+	for range 3 {
+		s, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		socks = append(socks, s)
 	}
-	pa := proxySock.LocalAddr().(*net.UDPAddr).AddrPort()
-	uac := uacSock.LocalAddr().(*net.UDPAddr).AddrPort()
-	uas := uasSock.LocalAddr().(*net.UDPAddr).AddrPort()
-	w, err := NewWorker(Options{Script: config.Default().Script, Sockets: []net.PacketConn{proxySock}})
+	d := &callDriver{close: func() {
+		for _, s := range socks {
+			s.Close()
+		}
+	}}
+	d.pa = socks[0].LocalAddr().(*net.UDPAddr).AddrPort()
+	d.uac = socks[1].LocalAddr().(*net.UDPAddr).AddrPort()
+	d.uas = socks[2].LocalAddr().(*net.UDPAddr).AddrPort()
+	var err error
+	d.w, err = NewWorker(Options{Script: config.Default().Script, Sockets: []net.PacketConn{socks[0]}})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	crlf := func(s string) []byte { return []byte(strings.ReplaceAll(s, "\n", "\r\n")) }
-	ruri := "sip:bob@" + uas.String()
-	rr := "<sip:" + pa.String() + ";lr>"
-	msg := func(from netip.AddrPort, data []byte) {
-		w.HandleMessage(&pool.Message{Socket: 0, From: from, Data: data})
-	}
-	lastBranch := func() string { return w.branchPrefix + strconv.FormatUint(w.branchSeq, 36) }
-	reply := func(code int, reason, branch, callID string, cseq int, method string) []byte {
-		return crlf(fmt.Sprintf(`SIP/2.0 %d %s
+	d.ruri = "sip:bob@" + d.uas.String()
+	d.rr = "<sip:" + d.pa.String() + ";lr>"
+	return d
+}
+
+func crlf(s string) []byte { return []byte(strings.ReplaceAll(s, "\n", "\r\n")) }
+
+func (d *callDriver) msg(from netip.AddrPort, data []byte) {
+	d.w.HandleMessage(&pool.Message{Socket: 0, From: from, Data: data})
+}
+
+func (d *callDriver) lastBranch() string {
+	return d.w.branchPrefix + strconv.FormatUint(d.w.branchSeq, 36)
+}
+
+func (d *callDriver) reply(code int, reason, branch, callID string, cseq int, method string) []byte {
+	return crlf(fmt.Sprintf(`SIP/2.0 %d %s
 Via: SIP/2.0/UDP %s;branch=%s
 Via: SIP/2.0/UDP %s;branch=z9hG4bK-%s;rport=%d;received=127.0.0.1
 Record-Route: %s
@@ -51,27 +73,93 @@ CSeq: %d %s
 Contact: <%s>
 Content-Length: 0
 
-`, code, reason, pa, branch, uac, callID, uac.Port(), rr, ruri, callID, cseq, method, ruri))
-	}
+`, code, reason, d.pa, branch, d.uac, callID, d.uac.Port(), d.rr, d.ruri, callID, cseq, method, d.ruri))
+}
+
+// up sets a call up: INVITE, 180, 200 and the ACK.
+func (d *callDriver) up(callID string) {
+	d.msg(d.uac, crlf(invite(d.pa, d.uac, d.ruri, callID, "z9hG4bK-"+callID, 70)))
+	br := d.lastBranch()
+	d.msg(d.uas, d.reply(180, "Ringing", br, callID, 1, "INVITE"))
+	d.msg(d.uas, d.reply(200, "OK", br, callID, 1, "INVITE"))
+	d.msg(d.uac, crlf(inDialog("ACK", d.ruri, d.uac, "z9hG4bK-a"+callID, callID, 1, "bob-tag", []string{d.rr})))
+}
+
+// down ends a call that is up: BYE and its 200.
+func (d *callDriver) down(callID string) {
+	d.msg(d.uac, crlf(inDialog("BYE", d.ruri, d.uac, "z9hG4bK-"+callID, callID, 2, "bob-tag", []string{d.rr})))
+	d.msg(d.uas, d.reply(200, "OK", d.lastBranch(), callID, 2, "BYE"))
+}
+
+// BenchmarkCall measures one proxied call through the handler with the
+// built-in script: parse and handle INVITE, 180, 200, ACK, BYE and its 200
+// (six messages in, eight out, with record-routing), then the end of its
+// transactions. Allocations and bytes are per call.
+func BenchmarkCall(b *testing.B) {
+	d := newCallDriver(b)
+	defer d.close()
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		i++
 		callID := "bench-" + strconv.Itoa(i)
-		msg(uac, crlf(invite(pa, uac, ruri, callID, "z9hG4bK-"+callID, 70)))
-		br := lastBranch()
-		msg(uas, reply(180, "Ringing", br, callID, 1, "INVITE"))
-		msg(uas, reply(200, "OK", br, callID, 1, "INVITE"))
-		msg(uac, crlf(inDialog("ACK", ruri, uac, "z9hG4bK-a"+callID, callID, 1, "bob-tag", []string{rr})))
-		msg(uac, crlf(inDialog("BYE", ruri, uac, "z9hG4bK-"+callID, callID, 2, "bob-tag", []string{rr})))
-		msg(uas, reply(200, "OK", lastBranch(), callID, 2, "BYE"))
-		w.Tick(time.Now().Add(time.Hour))
+		d.up(callID)
+		d.down(callID)
+		d.w.Tick(time.Now().Add(time.Hour))
 	}
-	if w.Held() != 0 {
-		b.Fatalf("held after the calls: want %v, have %v", 0, w.Held())
+	if d.w.Held() != 0 {
+		b.Fatalf("held after the calls: want %v, have %v", 0, d.w.Held())
 	}
-	if w.Stats.Malformed != 0 || w.Stats.Requests != 3*uint64(i) {
-		b.Fatalf("requests: want %v, have %+v", 3*i, w.Stats)
+	if d.w.Stats.Malformed != 0 || d.w.Stats.Requests != 3*uint64(i) {
+		b.Fatalf("requests: want %v, have %+v", 3*i, d.w.Stats)
+	}
+}
+
+// heapInUse is the live heap after a full collection.
+func heapInUse() int64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// TestCallMemory measures what a call costs a worker in memory while its
+// transactions live, and what it leaves once their timers have ended:
+// nothing. The second wave of calls runs after the first has grown the
+// worker's maps to their size, so what remains after it is only what
+// finished calls would keep. The figures are in docs/PERFORMANCE.md.
+func TestCallMemory(t *testing.T) {
+	const n = 2000
+	d := newCallDriver(t)
+	defer d.close()
+	// Past every timer a finished call starts (linger T4, timer H 32 s),
+	// short of fr_inv (120 s), which a call answered 200 no longer needs.
+	after := func() time.Time { return time.Now().Add(40 * time.Second) }
+	wave := func(name string) (inProgress, finished float64) {
+		base := heapInUse()
+		for i := range n {
+			d.up(fmt.Sprintf("%s-%d", name, i))
+		}
+		up := heapInUse()
+		for i := range n {
+			d.down(fmt.Sprintf("%s-%d", name, i))
+		}
+		d.w.Tick(after())
+		end := heapInUse()
+		if d.w.Held() != 0 || len(d.w.ackIdx) != 0 || len(d.w.timers) != 0 {
+			t.Fatalf("%s: after the timers: want nothing held, have %d transactions, %d ACK index entries, %d timers",
+				name, d.w.Held(), len(d.w.ackIdx), len(d.w.timers))
+		}
+		return float64(up-base) / n, float64(end-base) / n
+	}
+	wave("warm")
+	inProgress, finished := wave("calls")
+	t.Logf("bytes per call whose INVITE transactions live: %.0f; per finished call: %.0f", inProgress, finished)
+	if inProgress <= 0 {
+		t.Fatalf("bytes per call in progress: want more than 0, have %.0f: the measure is broken", inProgress)
+	}
+	if finished > 64 {
+		t.Fatalf("bytes per finished call: want at most 64, have %.0f", finished)
 	}
 }
 

@@ -19,12 +19,14 @@
 // share of wall time spent handling messages in one loop, and a draining
 // worker must be able to tell when it holds nothing. So the worker keeps a
 // compact table of its own, driven from the loop (HandleMessage and Tick):
-// no goroutine per message or transaction, one heap of deadlines, and a
-// transaction is dropped as soon as its RFC 3261 timers allow.
-// BenchmarkCall measures a whole proxied call (INVITE, 180, 200, ACK, BYE,
-// 200 in; eight datagrams out; record-routing) at 471 allocations and
-// 38 KB allocated per call, none of it left behind once the call's
-// transactions end; sendto and sipgo's parser take most of its time.
+// no goroutine per message or transaction, one heap of deadlines in which
+// each transaction has at most one entry (moved in place, removed when the
+// transaction ends), and a transaction is dropped as soon as its RFC 3261
+// timers allow. BenchmarkCall measures a whole proxied call (INVITE, 180,
+// 200, ACK, BYE, 200 in; eight datagrams out; record-routing) at 304
+// allocations and 25 KB allocated per call; sendto and sipgo's parser take
+// most of its time. TestCallMemory measures what a call holds: about 4.3 KB
+// while its transactions live, nothing once their timers have ended.
 //
 // # Transactions
 //

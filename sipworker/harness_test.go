@@ -155,7 +155,9 @@ func (p *proxy) stats() Stats {
 	return s
 }
 
-// waitHeld waits until the proxy holds no transaction.
+// waitHeld0 waits until the proxy holds no transaction, then checks that
+// nothing of them is left: no index entry and no timer, which would keep a
+// finished call's memory alive.
 func (p *proxy) waitHeld0() {
 	p.t.Helper()
 	deadline := time.Now().Add(wait)
@@ -163,7 +165,12 @@ func (p *proxy) waitHeld0() {
 		if time.Now().After(deadline) {
 			p.t.Fatalf("transactions held: want %v, have %v", 0, p.held())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polling the worker's state, not asserting after it
+	}
+	var acks, timers int
+	p.do(func() { acks, timers = len(p.w.ackIdx), len(p.w.timers) })
+	if acks != 0 || timers != 0 {
+		p.t.Fatalf("with no transaction held: want no ACK index entry and no timer, have %d and %d", acks, timers)
 	}
 }
 

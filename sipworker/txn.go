@@ -32,81 +32,113 @@ const (
 	stTerminated
 )
 
-// timed is a transaction with one pending deadline; gen invalidates the
-// heap entries of deadlines it has replaced.
+// timed is a transaction with at most one pending deadline.
 type timed interface {
 	fire(w *Worker, now time.Time)
-	generation() uint32
+	deadline() *deadline
 }
 
-type timerEntry struct {
+// deadline is a transaction's pending deadline and its place in the heap.
+// Knowing its place lets a moved deadline be fixed in place and a finished
+// transaction's be removed. Left in the heap until due, a replaced deadline
+// kept its transaction, request and replies alive: an INVITE answered 180
+// then 200 stayed reachable for fr_inv (120 s) after its call had ended,
+// about 5 KB a call.
+type deadline struct {
 	at  time.Time
-	t   timed
-	gen uint32
+	pos int // index in the heap plus one; 0 when not scheduled
 }
 
-// timerHeap orders deadlines; stale entries are skipped when popped, which
-// is cheaper than finding and removing them when a deadline moves. It is a
-// binary heap of its own rather than container/heap's, whose Push and Pop
-// box every entry into an interface: an allocation per timer set and per
-// timer fired, several per call.
-type timerHeap []timerEntry
+func (d *deadline) scheduled() bool { return d.pos > 0 }
 
-func (h *timerHeap) push(e timerEntry) {
-	*h = append(*h, e)
-	q := *h
-	for i := len(q) - 1; i > 0; {
+// timerHeap orders pending deadlines: a binary heap of its own rather than
+// container/heap's, whose interface boxes an entry per push.
+type timerHeap []timed
+
+func (h timerHeap) less(i, j int) bool { return h[i].deadline().at.Before(h[j].deadline().at) }
+
+func (h timerHeap) swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].deadline().pos = i + 1
+	h[j].deadline().pos = j + 1
+}
+
+func (h timerHeap) up(i int) {
+	for i > 0 {
 		p := (i - 1) / 2
-		if !q[i].at.Before(q[p].at) {
-			break
+		if !h.less(i, p) {
+			return
 		}
-		q[i], q[p] = q[p], q[i]
+		h.swap(i, p)
 		i = p
 	}
 }
 
-// pop removes the earliest entry; the heap must not be empty.
-func (h *timerHeap) pop() {
-	q := *h
-	n := len(q) - 1
-	q[0] = q[n]
-	q[n] = timerEntry{} // let the transaction go
-	q = q[:n]
-	for i := 0; ; {
+func (h timerHeap) down(i int) {
+	n := len(h)
+	for {
 		l, m := 2*i+1, i
-		if l < n && q[l].at.Before(q[m].at) {
+		if l < n && h.less(l, m) {
 			m = l
 		}
-		if r := l + 1; r < n && q[r].at.Before(q[m].at) {
+		if r := l + 1; r < n && h.less(r, m) {
 			m = r
 		}
 		if m == i {
-			break
+			return
 		}
-		q[i], q[m] = q[m], q[i]
+		h.swap(i, m)
 		i = m
+	}
+}
+
+// set schedules t at at, moving its deadline if it has one.
+func (h *timerHeap) set(t timed, at time.Time) {
+	d := t.deadline()
+	d.at = at
+	if d.pos > 0 {
+		i := d.pos - 1
+		h.up(i)
+		h.down(d.pos - 1)
+		return
+	}
+	*h = append(*h, t)
+	d.pos = len(*h)
+	h.up(len(*h) - 1)
+}
+
+// remove takes t's deadline out of the heap, if it has one.
+func (h *timerHeap) remove(t timed) {
+	d := t.deadline()
+	if d.pos == 0 {
+		return
+	}
+	i, q := d.pos-1, *h
+	n := len(q) - 1
+	if i != n {
+		q.swap(i, n)
+	}
+	q[n] = nil // let the transaction go
+	q = q[:n]
+	d.pos = 0
+	if i < n {
+		q.up(i)
+		q.down(q[i].deadline().pos - 1)
 	}
 	*h = q
 }
 
-func (h *timerHeap) due(now time.Time) (timerEntry, bool) {
-	for len(*h) > 0 {
-		top := (*h)[0]
-		if top.at.After(now) {
-			return timerEntry{}, false
-		}
-		h.pop()
-		if top.gen == top.t.generation() {
-			return top, true
-		}
+// due removes and returns the earliest transaction whose deadline has come.
+func (h *timerHeap) due(now time.Time) (timed, bool) {
+	if len(*h) == 0 || (*h)[0].deadline().at.After(now) {
+		return nil, false
 	}
-	return timerEntry{}, false
+	t := (*h)[0]
+	h.remove(t)
+	return t, true
 }
 
-func (w *Worker) schedule(t timed, gen *uint32, at time.Time) {
-	*gen++
-	w.timers.push(timerEntry{at: at, t: t, gen: *gen})
-}
+func (w *Worker) schedule(t timed, at time.Time) { w.timers.set(t, at) }
 
 // serverTx is the upstream side of a relayed request.
 type serverTx struct {
@@ -132,12 +164,12 @@ type serverTx struct {
 
 	onReply, onFailure string
 
-	gen      uint32
+	timer    deadline
 	interval time.Duration // timer G
 	endAt    time.Time     // timer H
 }
 
-func (t *serverTx) generation() uint32 { return t.gen }
+func (t *serverTx) deadline() *deadline { return &t.timer }
 
 // clientTx is one branch: the request relayed downstream.
 type clientTx struct {
@@ -151,13 +183,13 @@ type clientTx struct {
 
 	cancelPending, cancelSent bool
 
-	gen       uint32
+	timer     deadline
 	interval  time.Duration // timers A / E
 	retransAt time.Time
 	timeoutAt time.Time // timers B / F, or fr_inv after a provisional reply
 }
 
-func (t *clientTx) generation() uint32 { return t.gen }
+func (t *clientTx) deadline() *deadline { return &t.timer }
 
 func methodOf(m sip.Message) string {
 	if cs := m.CSeq(); cs != nil {
@@ -368,20 +400,20 @@ func (w *Worker) sendFinal(t *serverTx, b []byte, code int) {
 		t.endAt = now.Add(64 * w.opt.T1) // timer H
 		if t.src.conn == nil {
 			t.interval = w.opt.T1 // timer G
-			w.schedule(t, &t.gen, now.Add(t.interval))
+			w.schedule(t, now.Add(t.interval))
 		} else {
-			w.schedule(t, &t.gen, t.endAt)
+			w.schedule(t, t.endAt)
 		}
 	case t.invite:
 		t.state = stAccepted
-		w.schedule(t, &t.gen, now.Add(w.opt.Linger))
+		w.schedule(t, now.Add(w.opt.Linger))
 	default:
 		t.state = stCompleted
 		linger := w.opt.Linger
 		if t.src.conn != nil {
 			linger = 0 // timer J is 0 on reliable transports
 		}
-		w.schedule(t, &t.gen, now.Add(linger))
+		w.schedule(t, now.Add(linger))
 	}
 }
 
@@ -392,7 +424,7 @@ func (t *serverTx) fire(w *Worker, now time.Time) {
 		w.send(&d, t.last)
 		w.Stats.Retransmissions++
 		t.interval = min(2*t.interval, w.opt.T2)
-		w.schedule(t, &t.gen, minTime(now.Add(t.interval), t.endAt))
+		w.schedule(t, minTime(now.Add(t.interval), t.endAt))
 		return
 	}
 	if t.state == stTrying {
@@ -403,7 +435,7 @@ func (t *serverTx) fire(w *Worker, now time.Time) {
 
 func (w *Worker) endServerTx(t *serverTx) {
 	t.state = stTerminated
-	t.gen++
+	w.timers.remove(t)
 	if w.stx[t.key] == t {
 		delete(w.stx, t.key)
 	}
@@ -437,7 +469,7 @@ func (w *Worker) absorb(req *sip.Request) bool {
 			if t.src.conn != nil {
 				linger = 0
 			}
-			w.schedule(t, &t.gen, time.Now().Add(linger))
+			w.schedule(t, time.Now().Add(linger))
 		}
 		return true
 	}
@@ -539,7 +571,7 @@ func (w *Worker) startClient(ct *clientTx) {
 		ct.interval = w.opt.T1 // timers A and E
 		ct.retransAt = now.Add(ct.interval)
 	}
-	w.schedule(ct, &ct.gen, minTime(ct.retransAt, ct.timeoutAt))
+	w.schedule(ct, minTime(ct.retransAt, ct.timeoutAt))
 }
 
 func (ct *clientTx) fire(w *Worker, now time.Time) {
@@ -566,7 +598,7 @@ func (ct *clientTx) fire(w *Worker, now time.Time) {
 				ct.retransAt = ct.timeoutAt
 			}
 		}
-		w.schedule(ct, &ct.gen, minTime(ct.retransAt, ct.timeoutAt))
+		w.schedule(ct, minTime(ct.retransAt, ct.timeoutAt))
 	default:
 		w.endClientTx(ct)
 	}
@@ -574,7 +606,7 @@ func (ct *clientTx) fire(w *Worker, now time.Time) {
 
 func (w *Worker) endClientTx(ct *clientTx) {
 	ct.state = stTerminated
-	ct.gen++
+	w.timers.remove(ct)
 	if w.ctx[ct.key] == ct {
 		delete(w.ctx, ct.key)
 	}
@@ -586,7 +618,7 @@ func (w *Worker) linger(ct *clientTx, state txState) {
 	if ct.dst.proto == "tcp" {
 		d = 0
 	}
-	w.schedule(ct, &ct.gen, time.Now().Add(d))
+	w.schedule(ct, time.Now().Add(d))
 }
 
 // timeout ends a branch that got no final reply in time: an INVITE that was
@@ -681,7 +713,7 @@ func (w *Worker) provisional(ct *clientTx) {
 			ct.interval = w.opt.T2
 			ct.retransAt = time.Now().Add(ct.interval)
 		}
-		w.schedule(ct, &ct.gen, minTime(ct.retransAt, ct.timeoutAt))
+		w.schedule(ct, minTime(ct.retransAt, ct.timeoutAt))
 	}
 	if ct.cancelPending {
 		w.sendCancel(ct)

@@ -13,49 +13,85 @@ import (
 	"github.com/emiago/sipgo/sip"
 )
 
-type fakeTimed struct{ gen uint32 }
+type fakeTimed struct {
+	d  deadline
+	id int
+}
 
 func (f *fakeTimed) fire(*Worker, time.Time) {}
-func (f *fakeTimed) generation() uint32      { return f.gen }
+func (f *fakeTimed) deadline() *deadline     { return &f.d }
+
+// checkHeap fails unless every entry knows its place and no parent is due
+// after its children.
+func checkHeap(t *testing.T, h timerHeap) {
+	t.Helper()
+	for i, x := range h {
+		if x.deadline().pos != i+1 {
+			t.Fatalf("entry %d thinks it is at %d", i, x.deadline().pos-1)
+		}
+		if i > 0 && h.less(i, (i-1)/2) {
+			t.Fatalf("entry %d is due before its parent", i)
+		}
+	}
+}
 
 // The heap gives back every live deadline once, earliest first, including
-// equal deadlines, and skips the entries a newer deadline replaced.
+// equal deadlines; a moved deadline counts once, at its new time, and a
+// removed one not at all, and nothing stays behind.
 func TestTimerHeapOrder(t *testing.T) {
 	base := time.Unix(1_000_000, 0)
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, n := range []int{0, 1, 2, 3, 7, 64, 1000} {
 		var h timerHeap
-		var want []time.Duration
+		var items []*fakeTimed
+		want := map[int]time.Duration{}
 		for i := 0; i < n; i++ {
 			d := time.Duration(r.IntN(50)) * time.Millisecond
-			f := &fakeTimed{gen: 1}
-			h.push(timerEntry{at: base.Add(d), t: f, gen: 1})
-			if i%5 == 4 { // moved: the old entry goes stale
-				f.gen = 2
-				d += time.Duration(r.IntN(50)) * time.Millisecond
-				h.push(timerEntry{at: base.Add(d), t: f, gen: 2})
+			f := &fakeTimed{id: i}
+			items = append(items, f)
+			h.set(f, base.Add(d))
+			want[i] = d
+			if i%5 == 4 { // moved, earlier or later
+				d = time.Duration(r.IntN(100)) * time.Millisecond
+				h.set(f, base.Add(d))
+				want[i] = d
 			}
-			want = append(want, d)
+			checkHeap(t, h)
 		}
-		slices.Sort(want)
+		for i := 0; i < n; i += 7 { // finished before its time
+			h.remove(items[i])
+			h.remove(items[i]) // twice is harmless
+			delete(want, i)
+			checkHeap(t, h)
+		}
+		var wantOrder []time.Duration
+		for _, d := range want {
+			wantOrder = append(wantOrder, d)
+		}
+		slices.Sort(wantOrder)
 		var have []time.Duration
 		for {
-			e, ok := h.due(base.Add(time.Hour))
+			x, ok := h.due(base.Add(time.Hour))
 			if !ok {
 				break
 			}
-			have = append(have, e.at.Sub(base))
+			f := x.(*fakeTimed)
+			if f.d.scheduled() {
+				t.Fatalf("%d deadlines: a popped entry still thinks it is scheduled", n)
+			}
+			have = append(have, f.d.at.Sub(base))
+			checkHeap(t, h)
 		}
-		if !slices.Equal(have, want) {
-			t.Fatalf("%d deadlines: want %v, have %v", n, want, have)
+		if !slices.Equal(have, wantOrder) {
+			t.Fatalf("%d deadlines: want %v, have %v", n, wantOrder, have)
 		}
-		if len(h) != 0 {
+		if len(h) != 0 || cap(h) > 0 && h[:cap(h)][0] != nil {
 			t.Fatalf("%d deadlines: %d entries left", n, len(h))
 		}
 	}
 	// Nothing before its time.
 	var h timerHeap
-	h.push(timerEntry{at: base.Add(time.Second), t: &fakeTimed{gen: 1}, gen: 1})
+	h.set(&fakeTimed{}, base.Add(time.Second))
 	if _, ok := h.due(base); ok {
 		t.Fatal("want no deadline due a second early")
 	}

@@ -261,11 +261,11 @@ func (w *Worker) HandleJob(name string) {
 // Tick fires the transaction timers that are due.
 func (w *Worker) Tick(now time.Time) {
 	for {
-		e, ok := w.timers.due(now)
+		t, ok := w.timers.due(now)
 		if !ok {
 			return
 		}
-		e.t.fire(w, now)
+		t.fire(w, now)
 	}
 }
 
@@ -511,5 +511,5 @@ func (w *Worker) NextTimer() (time.Time, bool) {
 	if len(w.timers) == 0 {
 		return time.Time{}, false
 	}
-	return w.timers[0].at, true
+	return w.timers[0].deadline().at, true
 }
