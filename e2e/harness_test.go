@@ -199,8 +199,15 @@ func (s *server) ps() []ctl.Group {
 }
 
 // metric reads the sum of a metric's samples whose labels contain all of
-// the given name="value" pairs.
+// the given name="value" pairs; 0 when there is none (see mustMetric).
 func (s *server) metric(name string, labels ...string) float64 {
+	s.t.Helper()
+	v, _ := s.metricOK(name, labels...)
+	return v
+}
+
+// metricOK is metric that also says whether any series matched.
+func (s *server) metricOK(name string, labels ...string) (float64, bool) {
 	s.t.Helper()
 	resp, err := http.Get("http://" + s.http + "/metrics")
 	if err != nil {
@@ -208,6 +215,7 @@ func (s *server) metric(name string, labels ...string) float64 {
 	}
 	defer resp.Body.Close()
 	var sum float64
+	var found bool
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -231,8 +239,9 @@ func (s *server) metric(name string, labels ...string) float64 {
 		f := strings.Fields(rest)
 		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
 		sum += v
+		found = true
 	}
-	return sum
+	return sum, found
 }
 
 // sipp runs SIPp with args, bounded by timeout, and returns its screen.
