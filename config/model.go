@@ -143,6 +143,9 @@ type Limits struct {
 	MaxRegistrations     int `json:"max_registrations"`
 	MaxCalls             int `json:"max_calls"`
 	MaxSubscriptions     int `json:"max_subscriptions"`
+	// MaxCallDuration: max_call_duration, how long an answered call counts
+	// as a session without a BYE.
+	MaxCallDuration time.Duration `json:"max_call_duration"`
 	// QueueAdmission: queue_admission_threshold, percent 0..90, 0 = no limiting.
 	QueueAdmission float64 `json:"queue_admission_threshold"`
 	// QueueDelay: queue_delay_admission, 0 = no limiting.

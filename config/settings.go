@@ -136,6 +136,8 @@ var settings = []setting{
 		set: func(c *Config, v value) { c.Limits.MaxRegistrations = int(v.i) }},
 	{Name: "max_calls", Kind: kindInt, Default: "0", Min: 0, Doc: "Most INVITE dialogs; 0 = unlimited.",
 		set: func(c *Config, v value) { c.Limits.MaxCalls = int(v.i) }},
+	{Name: "max_call_duration", Kind: kindDuration, Default: "12h", Min: 1, Max: 7 * 86400, HasMax: true, Doc: "How long an answered call counts as a session when no BYE for it passes (it was not record-routed, or its BYE went elsewhere); a call counts from its INVITE until its BYE or the ACK of a final failure. 12 h is the dialog lifetime Kamailio and OpenSIPS default to.",
+		set: func(c *Config, v value) { c.Limits.MaxCallDuration = v.d }},
 	{Name: "max_subscriptions", Kind: kindInt, Default: "0", Min: 0, Doc: "Most SUBSCRIBE dialogs; 0 = unlimited.",
 		set: func(c *Config, v value) { c.Limits.MaxSubscriptions = int(v.i) }},
 	{Name: "queue_admission_threshold", Kind: kindPercent, Default: "0", Min: 0, Max: 90, HasMax: true, Doc: "Refuse new sessions to a group whose queue is this full; 0 = no limiting (Junos' range 0..90).",

@@ -314,7 +314,8 @@ func ovSIPpBackground(t *testing.T, timeout time.Duration, args ...string) (wait
 // Lowering number_of_sessions' watermarks under the live count suspends the
 // server: new INVITEs and REGISTERs get 503 + Retry-After, the calls already
 // up finish, a binding is refreshed; between the watermarks nothing changes
-// in either direction; raising them resumes it.
+// in either direction; the calls' BYEs bring the count under the low
+// watermark, which resumes it.
 func TestSuspendOnSessionWatermark(t *testing.T) {
 	sip, uas, uac := freePort(t), freePort(t), freePort(t)
 	s := ovServer{startServer(t, overloadCfg(sip, uas, "retry_after = 7-9"))}
@@ -326,9 +327,11 @@ func TestSuspendOnSessionWatermark(t *testing.T) {
 		t.Fatalf("want 200 to the first REGISTER, have %d\n%s", m.code, m.raw)
 	}
 
-	// Ten calls held long enough that their BYEs come while suspended.
+	// Ten calls held long enough that the suspension and the checks below
+	// come while they are up (about 13 s here; 25 s leaves room on a
+	// loaded machine).
 	const calls = 10
-	hold := 15 * time.Second
+	hold := 25 * time.Second
 	start := time.Now()
 	wait := ovSIPpBackground(t, 90*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
 		"-r", "20", "-m", strconv.Itoa(calls), "-d", strconv.Itoa(int(hold.Milliseconds())), "-timeout", "60", "-timeout_error")
@@ -382,14 +385,12 @@ func TestSuspendOnSessionWatermark(t *testing.T) {
 	if r.Successful != calls || r.Failed != 0 {
 		t.Fatalf("calls up before the suspension: want %d successful and 0 failed, have %d/%d (exit %d)\n%s", calls, r.Successful, r.Failed, r.Exit, tail(r.Out, 40))
 	}
-	if !s.stats().Suspended {
-		t.Fatal("the BYEs must have completed while suspended, but the server resumed")
-	}
 
-	// The low watermark over the count releases the suspension.
-	s.set("suspend_watermarks/number_of_sessions/low", "15")
+	// Their BYEs end the calls: the count falls to the one registration,
+	// under the low watermark, and the server resumes by itself.
+	s.awaitResource("number_of_sessions", 1)
 	n = s.awaitSuspended(false)
-	t.Logf("resumed %v cycles after the low watermark went over the session count", n)
+	t.Logf("resumed %v cycles after the calls ended", n)
 	if m := ua.invite(); m.code != 200 {
 		t.Fatalf("new INVITE after resuming: want 200, have %d\n%s", m.code, m.raw)
 	}
@@ -579,6 +580,55 @@ func TestMaxCallsLimit(t *testing.T) {
 	if r := wait(); r.Successful != 3 || r.Failed != 0 {
 		t.Fatalf("calls under the limit: want 3 successful and 0 failed, have %d/%d\n%s", r.Successful, r.Failed, tail(r.Out, 30))
 	}
+}
+
+// A call counts as a session from its INVITE to its BYE however long it
+// stays silent: three calls held 70 s with no message between ACK and BYE
+// keep max_calls = 3 full the whole time, past the 32 s Call-ID affinity
+// lasts and past a minute; OPTIONS outside a dialog are no session at all.
+func TestMaxCallsCountsSilentCalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("calls held for 70 s")
+	}
+	sip, uas, uac := freePort(t), freePort(t), freePort(t)
+	s := ovServer{startServer(t, overloadCfg(sip, uas, "max_calls = 3"))}
+	sippUAS(t, uas)
+	ua := newOvUA(t, sip)
+
+	const probes = 50
+	for range probes {
+		ua.send("OPTIONS", "sip:bob@example.com", ovID()+"@opt", 1, "<sip:bob@example.com>")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.mustMetric("sipvisor_frontdoor_datagrams_received_total") < probes {
+		if time.Now().After(deadline) {
+			t.Fatal("the OPTIONS did not reach the front door")
+		}
+		time.Sleep(20 * time.Millisecond) // polling a counter, not asserting after a sleep
+	}
+	if v := s.mustMetric("sipvisor_frontdoor_sessions"); v != 0 {
+		t.Errorf("sessions after %d OPTIONS: want 0, have %v", probes, v)
+	}
+	if r := s.resource("number_of_sessions"); r.Value != 0 {
+		t.Errorf("number_of_sessions after %d OPTIONS: want 0, have %v", probes, r.Value)
+	}
+
+	const hold = 70 * time.Second
+	wait := ovSIPpBackground(t, hold+60*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+		"-r", "10", "-m", "3", "-d", strconv.Itoa(int(hold.Milliseconds())), "-timeout", "120", "-timeout_error")
+	s.awaitResource("max_calls", 3)
+	up := time.Now()
+	for _, at := range []time.Duration{40 * time.Second, 62 * time.Second} {
+		time.Sleep(time.Until(up.Add(at))) // the passing time is what is tested: silence past affinity and past a minute
+		if r := s.resource("max_calls"); r.Value != 3 || !r.Over {
+			t.Errorf("%v into silent calls: want max_calls at 3 and at its limit, have %v (over %v)", at, r.Value, r.Over)
+		}
+		ovWantRefused(t, fmt.Sprintf("a fourth call %v into three silent ones", at), ua.invite())
+	}
+	if r := wait(); r.Successful != 3 || r.Failed != 0 {
+		t.Fatalf("the silent calls: want 3 successful and 0 failed, have %d/%d\n%s", r.Successful, r.Failed, tail(r.Out, 30))
+	}
+	s.awaitResource("max_calls", 0)
 }
 
 // A group whose queue is fuller than queue_admission_threshold takes no new

@@ -39,6 +39,17 @@ const AffinityTTL = 32 * time.Second
 // be cancelled and its answer went to a worker that knew nothing of it.
 const PendingInviteTTL = 120*time.Second + AffinityTTL
 
+// DefaultMaxCallDuration is how long a call is counted at most when the
+// door sees no BYE for it (one that was not record-routed, or whose BYE
+// went elsewhere): the default lifetime of a dialog in Kamailio's and
+// OpenSIPS's dialog modules.
+const DefaultMaxCallDuration = 12 * time.Hour
+
+// defaultSubscription is how long a subscription counts when its SUBSCRIBE
+// gives no Expires; RFC 6665 leaves the default to the event package, and
+// an hour is the common one (presence, dialog, message-summary).
+const defaultSubscription = time.Hour
+
 // Refusal is why admission control turned a new session away; RefuseNone
 // admits it.
 type Refusal uint8
@@ -83,10 +94,15 @@ type Door struct {
 	// OptionalNewSessions counts MESSAGE, OPTIONS, PUBLISH and NOTIFY outside
 	// a dialog as new sessions for admission.
 	OptionalNewSessions bool
+	// MaxCallDuration (ns) bounds how long an answered call counts as a
+	// session without a BYE; 0 is DefaultMaxCallDuration. It may be set
+	// while the door runs.
+	MaxCallDuration atomic.Int64
 
 	msg    sipscan.Msg
 	limits sipscan.Limits
 	aff    map[uint64]entry
+	sess   map[uint64]session
 	out    []byte
 	from   netip.AddrPort // source of the datagram in hand
 	sweep  int64          // next sweep, unix ns
@@ -97,7 +113,18 @@ type Door struct {
 type entry struct {
 	w     *pool.Worker
 	until int64 // unix ns: the Call-ID is forgotten from then on
-	kind  sipscan.Kind
+}
+
+// session is a call or a subscription in progress, as the door sees it: from
+// the request that starts it to the one that ends it. Affinity is another
+// matter: it lasts as long as a transaction may, and then lapses whether or
+// not the dialog goes on, so it cannot say how many sessions are up.
+type session struct {
+	until  int64 // unix ns: no longer counted from then on
+	branch uint64
+	kind   sipscan.Kind
+	// answered: the ACK of a 2xx passed, so the call is up until its BYE.
+	answered bool
 }
 
 // ttl is how long the Call-ID of m stays bound after m: long after an
@@ -135,16 +162,16 @@ type Stats struct {
 	Admitted [4]atomic.Uint64
 	// Affinity is the number of Call-IDs currently bound to a worker.
 	Affinity atomic.Int64
-	// Live counts the bound Call-IDs by the kind of their first message: the
-	// sessions in progress that session limits count.
-	Live [4]atomic.Int64
+	// Sessions counts the calls and subscriptions in progress, by kind: what
+	// session limits and the number_of_sessions monitor count.
+	Sessions [4]atomic.Int64
 }
 
 // New makes a door for the socket with the given index (as workers number
 // their sockets).
 func New(socket int, pick Picker, admit Admission, reply Replier) *Door {
 	return &Door{socket: socket, pick: pick, admit: admit, reply: reply,
-		aff: make(map[uint64]entry, 1024), out: make([]byte, 0, 4096)}
+		aff: make(map[uint64]entry, 1024), sess: make(map[uint64]session, 1024), out: make([]byte, 0, 4096)}
 }
 
 // Handle handles one datagram. frame holds pool.MsgHeaderLen free bytes and
@@ -182,6 +209,7 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 			e.until = ttl(m, now, e.until)
 			d.aff[key] = e
 			d.Stats.Forwarded.Add(1)
+			d.track(m, key, now)
 			return
 		} else if err == pool.ErrQueueFull {
 			d.Stats.DroppedQueueFull.Add(1)
@@ -230,14 +258,96 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 	if newSession {
 		d.Stats.Admitted[m.Kind()].Add(1)
 	}
+	d.track(m, key, now)
 	// Stray ACKs for non-2xx answers and responses nobody waits for need no
 	// affinity; everything else may be followed by more of its transaction.
 	if m.IsRequest && m.Method != sipscan.Ack || !m.IsRequest && m.StatusCode < 200 {
-		k := m.Kind()
-		d.aff[key] = entry{w: w, until: ttl(m, now, 0), kind: k}
+		d.aff[key] = entry{w: w, until: ttl(m, now, 0)}
 		d.Stats.Affinity.Add(1)
-		d.Stats.Live[k].Add(1)
 	}
+}
+
+// track follows the sessions through the requests a worker was handed. A
+// call counts from its INVITE until its BYE, or until the ACK of a final
+// failure (it reuses the INVITE's branch, RFC 3261 17.1.1.3), or, when no
+// 2xx's ACK came (the call failed unseen, or it was not record-routed), no
+// longer than its INVITE may be pending; an answered call counts at most
+// MaxCallDuration. A subscription counts until its Expires. Responses and
+// every other method leave the count alone, so OPTIONS probes are no
+// sessions.
+func (d *Door) track(m *sipscan.Msg, key uint64, now int64) {
+	if !m.IsRequest {
+		return
+	}
+	switch m.Method {
+	case sipscan.Invite:
+		if m.HasToTag {
+			return // a re-INVITE: the call goes on
+		}
+		// A first INVITE, or a new attempt on the same Call-ID after a
+		// challenge: the call is pending again. A retransmission changes
+		// nothing.
+		br := sipscan.CallIDHash(m.Branch)
+		if s, ok := d.sess[key]; ok && s.kind == sipscan.KindCall && s.branch == br {
+			return
+		}
+		d.begin(key, session{kind: sipscan.KindCall, branch: br, until: now + int64(PendingInviteTTL)})
+	case sipscan.Ack:
+		s, ok := d.sess[key]
+		if !ok || s.kind != sipscan.KindCall || !m.HasToTag {
+			return
+		}
+		if !s.answered && sipscan.CallIDHash(m.Branch) == s.branch {
+			d.end(key, s)
+			return
+		}
+		if !s.answered {
+			s.answered = true
+			s.until = now + d.maxCall()
+			d.sess[key] = s
+		}
+	case sipscan.Bye:
+		if s, ok := d.sess[key]; ok {
+			d.end(key, s)
+		}
+	case sipscan.Subscribe:
+		s, ok := d.sess[key]
+		switch {
+		case m.Expires == 0:
+			if ok {
+				d.end(key, s) // an unsubscribe, or a one-time fetch
+			}
+		case !m.HasToTag && !ok:
+			exp := int64(defaultSubscription)
+			if m.Expires > 0 {
+				exp = int64(m.Expires) * int64(time.Second)
+			}
+			d.begin(key, session{kind: sipscan.KindSubscription, until: now + exp})
+		case ok && s.kind == sipscan.KindSubscription && m.Expires > 0:
+			s.until = now + int64(m.Expires)*int64(time.Second)
+			d.sess[key] = s
+		}
+	}
+}
+
+func (d *Door) maxCall() int64 {
+	if v := d.MaxCallDuration.Load(); v > 0 {
+		return v
+	}
+	return int64(DefaultMaxCallDuration)
+}
+
+func (d *Door) begin(key uint64, s session) {
+	if old, ok := d.sess[key]; ok {
+		d.Stats.Sessions[old.kind].Add(-1)
+	}
+	d.sess[key] = s
+	d.Stats.Sessions[s.kind].Add(1)
+}
+
+func (d *Door) end(key uint64, s session) {
+	delete(d.sess, key)
+	d.Stats.Sessions[s.kind].Add(-1)
 }
 
 func (d *Door) sendReply(req []byte, code, retryAfter int) {
@@ -257,7 +367,8 @@ func (d *Door) sendReply(req []byte, code, retryAfter int) {
 
 func (d *Door) fromAddr() (netip.AddrPort, bool) { return d.from, d.from.IsValid() }
 
-// expire forgets Call-IDs whose transactions can no longer be alive.
+// expire forgets Call-IDs whose transactions can no longer be alive, and
+// sessions past their time.
 func (d *Door) expire(now int64) {
 	d.sweep = now + int64(time.Second)
 	for k, e := range d.aff {
@@ -265,12 +376,16 @@ func (d *Door) expire(now int64) {
 			d.unbind(k, e)
 		}
 	}
+	for k, s := range d.sess {
+		if now >= s.until {
+			d.end(k, s)
+		}
+	}
 }
 
 func (d *Door) unbind(key uint64, e entry) {
 	delete(d.aff, key)
 	d.Stats.Affinity.Add(-1)
-	d.Stats.Live[e.kind].Add(-1)
 }
 
 // QueueUsage is the share, in percent, of the queues of the workers that take

@@ -43,7 +43,11 @@ type Msg struct {
 	// else the value and the comma after it. See WithoutTopVia.
 	TopVia [2]int
 
-	MaxForwards   int    // -1 when absent
+	MaxForwards int // -1 when absent
+	// Expires is the Expires header's delta-seconds, -1 when absent or not
+	// a number: how long a subscription lasts. It routes nothing, so a bad
+	// value is no error.
+	Expires       int
 	ContentLength int    // -1 when absent
 	HeaderEnd     int    // offset of the first body byte
 	Body          []byte // Content-Length bytes, or the rest of the datagram without one
@@ -63,7 +67,7 @@ func Scan(b []byte, m *Msg) error {
 // once, decodes only the headers routing needs, and handles folded header
 // values and bare-LF line ends as RFC 3261 asks receivers to.
 func (l Limits) Scan(b []byte, m *Msg) error {
-	*m = Msg{MaxForwards: -1, ContentLength: -1}
+	*m = Msg{MaxForwards: -1, ContentLength: -1, Expires: -1}
 	maxDatagram, maxLine := l.MaxDatagram, l.MaxLine
 	if maxDatagram <= 0 {
 		maxDatagram = DefaultMaxDatagram
@@ -282,6 +286,15 @@ func (m *Msg) header(b []byte, h *header, seen uint) (uint, Error) {
 		}
 		m.MaxForwards = n
 		return seenMaxForwards, 0
+	case "expires":
+		// Not single-instance for ErrDuplicate's sake: a second Expires
+		// is no reason to refuse a message, and the first one counts.
+		if m.Expires < 0 {
+			if n, ok := number(b, s, e, 1<<31-1); ok {
+				m.Expires = n
+			}
+		}
+		return 0, 0
 	case "content-length", "l":
 		if seen&seenContentLength != 0 {
 			return seenContentLength, 0
@@ -307,7 +320,7 @@ func interesting(name []byte) bool {
 		return false
 	}
 	switch name[0] | 0x20 {
-	case 'v', 'i', 't', 'f', 'c', 'm', 'l':
+	case 'v', 'i', 't', 'f', 'c', 'm', 'l', 'e':
 		return true
 	}
 	return false

@@ -14,6 +14,7 @@ type doorCollector struct {
 	received, forwarded, keepalives, replied   *prometheus.Desc
 	ownAcks                                    *prometheus.Desc
 	malformed, refused, admitted, dropped, aff *prometheus.Desc
+	sessions                                   *prometheus.Desc
 }
 
 func newDoorCollector(s *Supervisor) *doorCollector {
@@ -31,11 +32,12 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 		admitted:   d("admitted_sessions_total", "New sessions admitted, by kind.", "kind"),
 		dropped:    d("datagrams_dropped_total", "Datagrams no worker could take, and stateless replies the socket would not send, by reason.", "reason"),
 		aff:        d("affinity_callids", "Call-IDs currently bound to a worker."),
+		sessions:   d("sessions", "Calls and subscriptions in progress that came in through this socket, by kind.", "kind"),
 	}
 }
 
 func (c *doorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff} {
+	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions} {
 		ch <- d
 	}
 }
@@ -67,5 +69,8 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.dropped, st.DroppedQueueFull.Load(), "queue_full")
 		counter(c.dropped, st.ReplyFailed.Load(), "reply_failed")
 		ch <- prometheus.MustNewConstMetric(c.aff, prometheus.GaugeValue, float64(st.Affinity.Load()), g)
+		for _, k := range []sipscan.Kind{sipscan.KindCall, sipscan.KindSubscription} {
+			ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(st.Sessions[k].Load()), g, k.String())
+		}
 	}
 }

@@ -118,17 +118,16 @@ func (o *overload) publishMarks() {
 	}
 }
 
-// sessions counts the sessions in progress: Call-IDs the doors hold of each
-// kind (a registration's Call-ID only while its transaction may live), and
-// the registered bindings, which are registrations in progress until they
-// expire.
+// sessions counts the sessions in progress: the calls and subscriptions
+// the doors follow, and the registered bindings, which are registrations in
+// progress until they expire.
 func (o *overload) sessions() (total int64, byKind [4]int64) {
 	for _, gr := range o.s.udp {
 		if gr.door == nil {
 			continue
 		}
 		for k := range byKind {
-			byKind[k] += gr.door.Stats.Live[k].Load()
+			byKind[k] += gr.door.Stats.Sessions[k].Load()
 		}
 	}
 	byKind[sipscan.KindRegistration] = o.s.regCount.Load()
@@ -138,6 +137,16 @@ func (o *overload) sessions() (total int64, byKind [4]int64) {
 		}
 	}
 	return total, byKind
+}
+
+// doorSessions is the sessions in progress that came in through one door:
+// what the per-group and per-socket limits count.
+func doorSessions(d *frontdoor.Door) int64 {
+	var n int64
+	for k := range d.Stats.Sessions {
+		n += d.Stats.Sessions[k].Load()
+	}
+	return n
 }
 
 // sample reads every monitor once per cycle and applies the watermarks.
@@ -253,7 +262,7 @@ func (o *overload) admit(gr *groupRun, m *sipscan.Msg) frontdoor.Refusal {
 		} else {
 			for _, g := range o.s.udp {
 				if g.door != nil {
-					n += g.door.Stats.Live[kind].Load()
+					n += g.door.Stats.Sessions[kind].Load()
 				}
 			}
 		}
@@ -267,7 +276,7 @@ func (o *overload) admit(gr *groupRun, m *sipscan.Msg) frontdoor.Refusal {
 		}
 	}
 	if gr.door != nil {
-		own := gr.door.Stats.Affinity.Load()
+		own := doorSessions(gr.door)
 		if lim := o.maxPerGroup.Load(); lim > 0 && own >= lim {
 			return frontdoor.RefuseLimit
 		}
@@ -377,7 +386,7 @@ func (o *overload) resources() []ctl.Resource {
 	qa := o.queueAdmission.Load()
 	for _, gr := range o.s.groupRuns() {
 		if gr.door != nil {
-			own := gr.door.Stats.Affinity.Load()
+			own := doorSessions(gr.door)
 			lim("max_sessions_per_group/"+gr.g.Name(), own, o.maxPerGroup.Load())
 			lim("max_sessions_per_socket/"+gr.g.Name(), own, o.maxPerSocket.Load())
 			q := frontdoor.QueueUsage(gr.g.Routable())

@@ -1,0 +1,115 @@
+package frontdoor
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/sipscan"
+)
+
+// request builds a request for the session table's tests; expires < 0
+// leaves the Expires header out.
+func request(method, callID, branch, toTag string, cseq, expires int) []byte {
+	to := "<sip:bob@example.com>"
+	if toTag != "" {
+		to += ";tag=" + toTag
+	}
+	cseqMethod := method
+	b := method + " sip:bob@example.com SIP/2.0\r\n" +
+		"Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK" + branch + "\r\n" +
+		"Max-Forwards: 70\r\n" +
+		"From: <sip:alice@example.com>;tag=1928301774\r\n" +
+		"To: " + to + "\r\n" +
+		"Call-ID: " + callID + "\r\n" +
+		"CSeq: " + strconv.Itoa(cseq) + " " + cseqMethod + "\r\n"
+	if expires >= 0 {
+		b += "Expires: " + strconv.Itoa(expires) + "\r\n"
+	}
+	return []byte(b + "Content-Length: 0\r\n\r\n")
+}
+
+// Sessions are counted from the request that starts them to the one that
+// ends them, whether or not messages flow in between; requests outside a
+// dialog are not sessions.
+func TestSessionsCounted(t *testing.T) {
+	g := startGroup(t, 1)
+	t0 := time.Now().UnixNano()
+	type step struct {
+		at        time.Duration // after t0
+		msg       []byte        // nil: only let the clock run (a keepalive)
+		calls     int64
+		subscribe int64
+	}
+	sec := time.Second
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"answered call until its BYE, silent for minutes", []step{
+			{0, request("INVITE", "c1", "inv1", "", 1, -1), 1, 0},
+			{sec / 2, request("INVITE", "c1", "inv1", "", 1, -1), 1, 0}, // retransmitted
+			{sec, request("ACK", "c1", "ack1", "bob", 1, -1), 1, 0},     // the 2xx's ACK
+			{PendingInviteTTL + 5*sec, nil, 1, 0},
+			{10 * time.Minute, request("BYE", "c1", "bye1", "bob", 2, -1), 0, 0},
+		}},
+		{"failed call ends with the ACK of its final reply", []step{
+			{0, request("INVITE", "c2", "inv2", "", 1, -1), 1, 0},
+			{sec, request("ACK", "c2", "inv2", "bob", 1, -1), 0, 0},
+		}},
+		{"challenged call counts once, again after the new INVITE", []step{
+			{0, request("INVITE", "c3", "inv3a", "", 1, -1), 1, 0},
+			{sec, request("ACK", "c3", "inv3a", "srv", 1, -1), 0, 0}, // ACK of the 407
+			{2 * sec, request("INVITE", "c3", "inv3b", "", 2, -1), 1, 0},
+			{3 * sec, request("ACK", "c3", "ack3", "bob", 2, -1), 1, 0},
+			{4 * sec, request("BYE", "c3", "bye3", "bob", 3, -1), 0, 0},
+		}},
+		{"an INVITE whose ACK never passes ends when it can no longer be pending", []step{
+			{0, request("INVITE", "c4", "inv4", "", 1, -1), 1, 0},
+			{PendingInviteTTL - sec, nil, 1, 0},
+			{PendingInviteTTL + sec, nil, 0, 0},
+		}},
+		{"an answered call without BYE ends at max_call_duration", []step{
+			{0, request("INVITE", "c5", "inv5", "", 1, -1), 1, 0},
+			{sec, request("ACK", "c5", "ack5", "bob", 1, -1), 1, 0},
+			{time.Hour, nil, 1, 0},
+			{2*time.Hour + 2*sec, nil, 0, 0},
+		}},
+		{"out-of-dialog OPTIONS and MESSAGE are no sessions", []step{
+			{0, request("OPTIONS", "o1", "o1", "", 1, -1), 0, 0},
+			{0, request("OPTIONS", "o2", "o2", "", 1, -1), 0, 0},
+			{0, request("MESSAGE", "m1", "m1", "", 1, -1), 0, 0},
+			{0, request("REGISTER", "r1", "r1", "", 1, 3600), 0, 0},
+		}},
+		{"a subscription until it is ended or expires", []step{
+			{0, request("SUBSCRIBE", "s1", "s1a", "", 1, 60), 0, 1},
+			{30 * sec, request("SUBSCRIBE", "s1", "s1b", "bob", 2, 60), 0, 1}, // refreshed
+			{80 * sec, nil, 0, 1},
+			{91 * sec, nil, 0, 0},
+			{92 * sec, request("SUBSCRIBE", "s2", "s2a", "", 1, -1), 0, 1}, // an hour by default
+			{93 * sec, request("SUBSCRIBE", "s2", "s2b", "bob", 2, 0), 0, 0},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, nil, nil)
+			d.MaxCallDuration.Store(int64(2 * time.Hour))
+			for i, s := range tc.steps {
+				msg := s.msg
+				if msg == nil {
+					msg = []byte("\r\n\r\n")
+				}
+				d.Handle(frame(msg), src, t0+int64(s.at))
+				calls := d.Stats.Sessions[sipscan.KindCall].Load()
+				subs := d.Stats.Sessions[sipscan.KindSubscription].Load()
+				if calls != s.calls || subs != s.subscribe {
+					t.Fatalf("step %d at %v: want %d calls and %d subscriptions, have %d and %d",
+						i, s.at, s.calls, s.subscribe, calls, subs)
+				}
+			}
+			if n := d.Stats.Sessions[sipscan.KindOther].Load() + d.Stats.Sessions[sipscan.KindRegistration].Load(); n != 0 {
+				t.Fatalf("want no session of another kind, have %d", n)
+			}
+		})
+	}
+}
