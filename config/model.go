@@ -143,6 +143,8 @@ type Limits struct {
 	MaxRegistrations     int `json:"max_registrations"`
 	MaxCalls             int `json:"max_calls"`
 	MaxSubscriptions     int `json:"max_subscriptions"`
+	// MaxQueueWait: max_queue_wait, 0 = no bound.
+	MaxQueueWait time.Duration `json:"max_queue_wait"`
 	// MaxCallDuration: max_call_duration, how long an answered call counts
 	// as a session without a BYE.
 	MaxCallDuration time.Duration `json:"max_call_duration"`

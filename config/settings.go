@@ -144,6 +144,8 @@ var settings = []setting{
 		set: func(c *Config, v value) { c.Limits.QueueAdmission = v.f }},
 	{Name: "queue_delay_admission", Kind: kindDuration, Default: "250ms", Min: 0, Max: 60, HasMax: true, Doc: "Refuse new sessions to a group while a message handed to its least busy worker would wait longer than this (its queue times what a message cost it over the last cycle); 0 = no limiting. Under SIP's T1 (500 ms), so that clients are refused before they retransmit, and independent of how fast the script is.",
 		set: func(c *Config, v value) { c.Limits.QueueDelay = v.d }},
+	{Name: "max_queue_wait", Kind: kindDuration, Default: "1s", Min: 0, Max: 60, HasMax: true, Doc: "A UDP request that waited longer than this in a worker's queue is dropped unhandled; its client retransmits it, and a retransmission that arrives while the original still waits is dropped by the front door. Bounds the backlog an overload leaves behind in time, so that the group answers promptly again within this long of the load falling; responses are always handled. 0 = no bound.",
+		set: func(c *Config, v value) { c.Limits.MaxQueueWait = v.d }},
 	{Name: "retry_after", Kind: kindRetry, Default: "5", Min: 0, Max: 86400, HasMax: true, Doc: "Retry-After seconds of each 503 that admission control sends; `MIN-MAX` draws a random value per reply so clients do not all return at once.",
 		set: func(c *Config, v value) { c.RetryAfter = RetryAfter{Min: v.lo, Max: v.hi} }},
 

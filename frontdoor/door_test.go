@@ -120,8 +120,10 @@ func TestAffinity(t *testing.T) {
 		}
 	}
 	for i := 0; i < 10; i++ {
-		d.Handle(frame(invite("call-a", "")), src, now+int64(i))
-		d.Handle(frame(invite("call-a", "as83kd")), src, now+int64(i))
+		// New transactions of the call (a retransmission of a request still
+		// queued would be absorbed: TestRetransmissionAbsorbed).
+		d.Handle(frame(request("INVITE", "call-a", fmt.Sprintf("i%d", i), "", 2+i, -1)), src, now+int64(i))
+		d.Handle(frame(request("BYE", "call-a", fmt.Sprintf("b%d", i), "as83kd", 20+i, -1)), src, now+int64(i))
 	}
 	waitHandled(t, g, 21)
 	if first.Handled() != 21 {

@@ -103,6 +103,7 @@ type Door struct {
 	limits sipscan.Limits
 	aff    map[uint64]entry
 	sess   map[uint64]session
+	queued map[uint64]queuedReq
 	out    []byte
 	from   netip.AddrPort // source of the datagram in hand
 	sweep  int64          // next sweep, unix ns
@@ -113,6 +114,13 @@ type Door struct {
 type entry struct {
 	w     *pool.Worker
 	until int64 // unix ns: the Call-ID is forgotten from then on
+}
+
+// queuedReq is a request handed to a worker, by its transaction: the frame's
+// sequence number says whether it still waits in the worker's queue.
+type queuedReq struct {
+	w   *pool.Worker
+	seq uint64
 }
 
 // session is a call or a subscription in progress, as the door sees it: from
@@ -158,6 +166,9 @@ type Stats struct {
 	// ReplyFailed counts stateless replies the socket would not send (its
 	// send buffer stayed full); the Replier counts them.
 	ReplyFailed atomic.Uint64
+	// Absorbed counts retransmitted requests dropped because the original
+	// still waited in a worker's queue.
+	Absorbed atomic.Uint64
 	// Sessions admitted, by kind.
 	Admitted [4]atomic.Uint64
 	// Affinity is the number of Call-IDs currently bound to a worker.
@@ -171,7 +182,8 @@ type Stats struct {
 // their sockets).
 func New(socket int, pick Picker, admit Admission, reply Replier) *Door {
 	return &Door{socket: socket, pick: pick, admit: admit, reply: reply,
-		aff: make(map[uint64]entry, 1024), sess: make(map[uint64]session, 1024), out: make([]byte, 0, 4096)}
+		aff: make(map[uint64]entry, 1024), sess: make(map[uint64]session, 1024),
+		queued: make(map[uint64]queuedReq, 1024), out: make([]byte, 0, 4096)}
 }
 
 // Handle handles one datagram. frame holds pool.MsgHeaderLen free bytes and
@@ -201,15 +213,31 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 		}
 		return
 	}
-	pool.PutMsgHeader(frame, d.socket, from)
+	pool.PutMsgHeader(frame, d.socket, from, now)
 	key := sipscan.CallIDHash(m.CallID)
 
+	// A retransmission whose original still waits in a worker's queue is
+	// dropped: the worker will answer the original, and a slow group that
+	// queued every retransmission would handle each request several times
+	// over, making the wait that made the clients retransmit longer still.
+	var tx uint64
+	if m.IsRequest && m.Branch != nil {
+		tx = sipscan.CallIDHash(m.Branch) ^ uint64(m.Method)<<56
+		if q, ok := d.queued[tx]; ok && q.w.Waiting(q.seq) {
+			d.Stats.Absorbed.Add(1)
+			return
+		}
+	}
+
 	if e, ok := d.aff[key]; ok && now < e.until {
-		if err := e.w.Send(frame); err == nil {
+		if seq, err := e.w.SendSeq(frame, now); err == nil {
 			e.until = ttl(m, now, e.until)
 			d.aff[key] = e
 			d.Stats.Forwarded.Add(1)
 			d.track(m, key, now)
+			if tx != 0 {
+				d.queued[tx] = queuedReq{e.w, seq}
+			}
 			return
 		} else if err == pool.ErrQueueFull {
 			d.Stats.DroppedQueueFull.Add(1)
@@ -245,7 +273,8 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 		d.Stats.DroppedNoWorker.Add(1)
 		return
 	}
-	if err := w.Send(frame); err != nil {
+	seq, err := w.SendSeq(frame, now)
+	if err != nil {
 		if newSession {
 			d.Stats.Refused[RefuseQueue].Add(1)
 			d.sendReply(dgram, 503, 5)
@@ -259,6 +288,9 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 		d.Stats.Admitted[m.Kind()].Add(1)
 	}
 	d.track(m, key, now)
+	if tx != 0 {
+		d.queued[tx] = queuedReq{w, seq}
+	}
 	// Stray ACKs for non-2xx answers and responses nobody waits for need no
 	// affinity; everything else may be followed by more of its transaction.
 	if m.IsRequest && m.Method != sipscan.Ack || !m.IsRequest && m.StatusCode < 200 {
@@ -379,6 +411,11 @@ func (d *Door) expire(now int64) {
 	for k, s := range d.sess {
 		if now >= s.until {
 			d.end(k, s)
+		}
+	}
+	for k, q := range d.queued {
+		if !q.w.Waiting(q.seq) {
+			delete(d.queued, k)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package frontdoor
 
 import (
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,5 +112,54 @@ func TestSessionsCounted(t *testing.T) {
 				t.Fatalf("want no session of another kind, have %d", n)
 			}
 		})
+	}
+}
+
+// A retransmission that arrives while its original still waits in the
+// worker's queue is dropped by the door; once the worker has taken the
+// original, the next retransmission goes through (the worker absorbs it, or
+// answers it if it dropped the original as stale).
+func TestRetransmissionAbsorbed(t *testing.T) {
+	g := startGroup(t, 1)
+	w := g.Workers()[0]
+	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, nil, nil)
+	now := time.Now().UnixNano()
+	// A stopped worker takes nothing from its queue.
+	if err := syscall.Kill(w.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			syscall.Kill(w.Pid, syscall.SIGCONT)
+		}
+	}()
+	inv := request("INVITE", "rt-1", "rt1", "", 1, -1)
+	other := request("INVITE", "rt-2", "rt2", "", 1, -1)
+	d.Handle(frame(inv), src, now)
+	for i := range 5 {
+		d.Handle(frame(inv), src, now+int64(i+1)*int64(500*time.Millisecond))
+	}
+	d.Handle(frame(other), src, now+int64(3*time.Second))
+	// The ACK shares the INVITE's branch but is another request.
+	d.Handle(frame(request("ACK", "rt-1", "rt1", "x", 1, -1)), src, now+int64(4*time.Second))
+	if a := d.Stats.Absorbed.Load(); a != 5 {
+		t.Fatalf("while the original waits: want 5 retransmissions absorbed, have %d", a)
+	}
+	if q := w.Queue(); q != 3 {
+		t.Fatalf("want 3 frames queued (INVITE, another call's INVITE, ACK), have %d", q)
+	}
+	syscall.Kill(w.Pid, syscall.SIGCONT)
+	stopped = false
+	waitHandled(t, g, 3)
+	d.Handle(frame(inv), src, now+int64(5*time.Second))
+	if a := d.Stats.Absorbed.Load(); a != 5 {
+		t.Fatalf("after the worker took the original: want the retransmission passed on, have %d absorbed", a)
+	}
+	waitHandled(t, g, 4)
+	// The sweep forgets what no longer waits.
+	d.Handle(frame([]byte("\r\n\r\n")), src, now+int64(10*time.Second))
+	if n := len(d.queued); n != 0 {
+		t.Fatalf("after the sweep: want no request remembered as queued, have %d", n)
 	}
 }

@@ -65,6 +65,9 @@ type Group struct {
 	// state change so the front door reads it without a lock.
 	routable atomic.Pointer[[]*Worker]
 	rr       atomic.Uint32
+
+	maxWait      atomic.Int64  // MaxQueueWait, ns
+	staleRetired atomic.Uint64 // stale drops of workers already reaped
 }
 
 // NewGroup makes a group; Start spawns its initial workers.
@@ -95,6 +98,30 @@ func (g *Group) SetConfigPath(path string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.opts.ConfigPath = path
+}
+
+// SetMaxQueueWait bounds how long a request may wait in a worker's queue
+// and still be handled; 0 removes the bound. It applies at once to every
+// worker, and to those started later.
+func (g *Group) SetMaxQueueWait(d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.maxWait.Store(int64(d))
+	for _, w := range g.workers {
+		w.setMaxWait(d)
+	}
+}
+
+// Stale is how many requests the group's workers, live and gone, dropped
+// for having waited longer than MaxQueueWait.
+func (g *Group) Stale() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := g.staleRetired.Load()
+	for _, w := range g.workers {
+		n += w.Stale()
+	}
+	return n
 }
 
 // SetOnReady sets the ready callback; call it before Start.
@@ -173,6 +200,7 @@ func (g *Group) spawnLocked() (*Worker, error) {
 		return nil, fmt.Errorf("spawn worker for %s: %w", o.Name, err)
 	}
 	w := &Worker{ID: id, Pid: p.proc.Pid, Started: t0, g: g, p: p, done: make(chan struct{})}
+	w.setMaxWait(time.Duration(g.maxWait.Load()))
 	w.state.Store(int32(Spawning))
 	g.workers = append(g.workers, w)
 	o.Metrics.spawns.WithLabelValues(o.Name).Inc()
@@ -275,7 +303,7 @@ func (g *Group) event(w *Worker, e Event) {
 	switch action {
 	case SendDrain:
 		go func() {
-			if err := w.send([]byte{FrameDrain}, false); err != nil {
+			if _, err := w.send([]byte{FrameDrain}, false, time.Now().UnixNano()); err != nil {
 				// No room for the drain frame: the deadline will kill it.
 				g.log.Warn("drain frame not delivered", "worker", w.ID, "pid", w.Pid, "error", err)
 			}
@@ -308,6 +336,8 @@ func (g *Group) event(w *Worker, e Event) {
 func (g *Group) removeLocked(w *Worker) {
 	for i, x := range g.workers {
 		if x == w {
+			// Under g.mu, as Stale reads: the group's count never moves back.
+			g.staleRetired.Add(w.Stale())
 			g.workers = append(g.workers[:i], g.workers[i+1:]...)
 			break
 		}
@@ -433,7 +463,7 @@ func (g *Group) ReloadInPlace() int {
 	g.mu.Unlock()
 	n := 0
 	for _, w := range g.Workers() {
-		if s := w.State(); (s == Spawning || s == Ready) && w.send(frame, false) == nil {
+		if s := w.State(); (s == Spawning || s == Ready) && w.sendOwn(frame) == nil {
 			n++
 		}
 	}
@@ -579,7 +609,7 @@ func (g *Group) Echo(now time.Time) {
 		if s := w.State(); s == Ready || s == Draining {
 			seq := w.echoSent.Load() + 1
 			frame := putEcho(b[:0], FrameEcho, seq, now.UnixNano())
-			if w.send(frame, false) == nil {
+			if w.sendOwn(frame) == nil {
 				w.echoTimes[seq%uint64(len(w.echoTimes))].Store(now.UnixNano())
 				w.echoSent.Store(seq)
 			}

@@ -167,7 +167,7 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 // send hands one numbered message to w, as the front door would.
 func (fx *fixture) send(w *Worker, seq int) error {
 	frame := make([]byte, MsgHeaderLen, MsgHeaderLen+16)
-	PutMsgHeader(frame, 0, fx.client.LocalAddr().(*net.UDPAddr).AddrPort())
+	PutMsgHeader(frame, 0, fx.client.LocalAddr().(*net.UDPAddr).AddrPort(), time.Now().UnixNano())
 	frame = strconv.AppendInt(frame, int64(seq), 10)
 	return w.Send(frame)
 }

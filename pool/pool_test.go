@@ -3,6 +3,7 @@ package pool
 import (
 	"bufio"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -345,5 +346,76 @@ func TestShrinkTakesAStaleWorkerFirst(t *testing.T) {
 	fx.g.mu.Unlock()
 	if w := fx.g.Shrink(); w != first {
 		t.Fatalf("want the stale worker %d drained, have %v", first.ID, w)
+	}
+}
+
+// A request that waited longer than the group's MaxQueueWait is dropped
+// unhandled and counted; a fresh request and a response of any age are
+// handled. The bound applies to a running worker as soon as it is set.
+func TestStaleRequestsDropped(t *testing.T) {
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("echo", 0)})
+	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	w := fx.g.Workers()[0]
+	from := fx.client.LocalAddr().(*net.UDPAddr).AddrPort()
+	send := func(body string, age time.Duration) {
+		t.Helper()
+		frame := make([]byte, MsgHeaderLen, MsgHeaderLen+len(body))
+		PutMsgHeader(frame, 0, from, time.Now().Add(-age).UnixNano())
+		if err := w.Send(append(frame, body...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// No bound yet: an old request is handled.
+	send("OPTIONS old-unbounded", time.Minute)
+	// The bound is read when a frame is taken: wait until this one was.
+	waitFor(t, "the first frame handled", 10*time.Second, func() bool { return w.Handled() >= 1 })
+	fx.g.SetMaxQueueWait(200 * time.Millisecond)
+	send("OPTIONS stale", time.Second)
+	send("SIP/2.0 200 old-response", time.Second)
+	send("OPTIONS fresh", 0)
+	waitFor(t, "4 frames handled", 10*time.Second, func() bool { return w.Handled() >= 4 })
+	got := map[string]bool{}
+	fx.client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for len(got) < 3 {
+		n, _, err := fx.client.ReadFrom(fx.buf)
+		if err != nil {
+			t.Fatalf("want 3 answers, have %v: %v", got, err)
+		}
+		got[string(fx.buf[:n])] = true
+	}
+	if got["OPTIONS stale"] || !got["OPTIONS old-unbounded"] || !got["SIP/2.0 200 old-response"] || !got["OPTIONS fresh"] {
+		t.Fatalf("want every frame but the stale request handled, have %v", got)
+	}
+	if s := fx.g.Stale(); s != 1 {
+		t.Fatalf("stale drops: want 1, have %d", s)
+	}
+}
+
+// QueueAge is the wait of the oldest frame still queued, measured, whatever
+// each frame costs.
+func TestQueueAge(t *testing.T) {
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("echo", 0)})
+	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	w := fx.g.Workers()[0]
+	if err := syscall.Kill(w.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(w.Pid, syscall.SIGCONT)
+	base := time.Now().UnixNano()
+	frame := make([]byte, MsgHeaderLen, MsgHeaderLen+8)
+	PutMsgHeader(frame, 0, fx.client.LocalAddr().(*net.UDPAddr).AddrPort(), base)
+	frame = append(frame, "OPTIONS"...)
+	for i := range 3 {
+		if _, err := w.SendSeq(frame, base+int64(i)*int64(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if age := w.QueueAge(base + int64(5*time.Second)); age != 5*time.Second {
+		t.Fatalf("want the oldest of 3 queued frames 5 s old, have %v", age)
+	}
+	syscall.Kill(w.Pid, syscall.SIGCONT)
+	waitFor(t, "the queue empty", 10*time.Second, func() bool { return w.Queue() == 0 })
+	if age := w.QueueAge(base + int64(5*time.Second)); age != 0 {
+		t.Fatalf("an empty queue: want age 0, have %v", age)
 	}
 }

@@ -50,28 +50,32 @@ const (
 const maxCall = 64 << 10
 
 // MsgHeaderLen is the size of the header in front of a SIP message frame:
-// kind, socket index, source IP (16 bytes, IPv4 mapped) and source port.
-// The front door reads each datagram at offset MsgHeaderLen of its buffer and
-// writes the header in front, so a frame costs no copy.
-const MsgHeaderLen = 20
+// kind, socket index, source IP (16 bytes, IPv4 mapped), source port, and
+// the time the datagram was read (unix ns), from which the worker knows how
+// long it waited. The front door reads each datagram at offset MsgHeaderLen
+// of its buffer and writes the header in front, so a frame costs no copy.
+const MsgHeaderLen = 28
 
 // maxFrame bounds a frame: the largest UDP datagram plus the header.
 const maxFrame = 65535 + MsgHeaderLen
 
-// PutMsgHeader writes a message frame header into b[:MsgHeaderLen].
-func PutMsgHeader(b []byte, socket int, from netip.AddrPort) {
+// PutMsgHeader writes a message frame header into b[:MsgHeaderLen]; at is
+// when the datagram was read, in unix ns.
+func PutMsgHeader(b []byte, socket int, from netip.AddrPort, at int64) {
 	b[0] = FrameMessage
 	b[1] = byte(socket)
 	ip := from.Addr().As16()
 	copy(b[2:18], ip[:])
 	binary.BigEndian.PutUint16(b[18:20], from.Port())
+	binary.BigEndian.PutUint64(b[20:28], uint64(at))
 }
 
 // parseMsgHeader is PutMsgHeader's inverse.
-func parseMsgHeader(b []byte) (socket int, from netip.AddrPort) {
+func parseMsgHeader(b []byte) (socket int, from netip.AddrPort, at int64) {
 	var ip [16]byte
 	copy(ip[:], b[2:18])
-	return int(b[1]), netip.AddrPortFrom(netip.AddrFrom16(ip).Unmap(), binary.BigEndian.Uint16(b[18:20]))
+	return int(b[1]), netip.AddrPortFrom(netip.AddrFrom16(ip).Unmap(), binary.BigEndian.Uint16(b[18:20])),
+		int64(binary.BigEndian.Uint64(b[20:28]))
 }
 
 // echo frames and answers carry a sequence number and the send time.

@@ -461,8 +461,12 @@ func (w *workerLoop) handle(f frame) bool {
 		if len(b) < MsgHeaderLen {
 			return false
 		}
-		sock, from := parseMsgHeader(b)
+		sock, from, at := parseMsgHeader(b)
 		m := Message{Socket: sock, From: from, Data: b[MsgHeaderLen:]}
+		if w.stale(m.Data, at) {
+			w.stats.add(offStale, 1)
+			break
+		}
 		w.busy(func() { w.h.HandleMessage(&m) })
 	case FrameJob:
 		name := string(b[1:])
@@ -503,6 +507,22 @@ func (w *workerLoop) handle(f frame) bool {
 	}
 	w.checkDrained()
 	return false
+}
+
+// stale reports whether data is a request that waited longer than the
+// supervisor allows. Its client has retransmitted it, or given up, while it
+// waited: handling it now would spend the worker on an answer nobody waits
+// for, and keep every request behind it waiting as long. Dropped, it is
+// answered when its next retransmission arrives to a shorter queue. The
+// requests of a transaction this worker holds need no work to absorb, but
+// telling them apart would cost a parse: they go too, and come again.
+// Responses are always handled, as their senders do not all retransmit.
+func (w *workerLoop) stale(data []byte, at int64) bool {
+	max := int64(w.stats.load(offMaxWait))
+	if max <= 0 || at <= 0 || len(data) >= 4 && string(data[:4]) == "SIP/" {
+		return false
+	}
+	return time.Now().UnixNano()-at > max
 }
 
 func (w *workerLoop) checkDrained() {

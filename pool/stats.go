@@ -23,7 +23,12 @@ const (
 	offBusySince = 16 // wall-clock ns the frame in progress started, 0 when idle
 	offHeap      = 24 // Go heap bytes in use
 	offSessions  = 32 // sessions (transactions, dialogs) the worker holds
-	pageSize     = 4096
+	// Written by the supervisor, read by the worker at every frame: the
+	// longest a request may have waited and still be handled (ns, 0 = no
+	// bound), so a change applies at once, without a frame or a restart.
+	offMaxWait = 64
+	offStale   = 72 // requests dropped for having waited longer than that
+	pageSize   = 4096
 )
 
 func newStatsFile(name string) (*os.File, *statsPage, error) {

@@ -67,6 +67,12 @@ type Worker struct {
 	echoSent, echoDone atomic.Uint64
 	echoTimes          [8]atomic.Int64
 
+	// sentAt holds when each of the last QueueCapacity frames was handed
+	// over, by sequence number (sent count) modulo its size: the oldest
+	// frame still queued, and so how long the queue makes a frame wait,
+	// whatever each frame costs.
+	sentAt [QueueCapacity]atomic.Int64
+
 	done chan struct{}
 }
 
@@ -98,34 +104,52 @@ func (w *Worker) State() State { return State(w.state.Load()) }
 const QueueCapacity = 4096
 
 // Send hands the worker one frame. It never blocks.
-func (w *Worker) Send(frame []byte) error { return w.send(frame, true) }
+func (w *Worker) Send(frame []byte) error {
+	_, err := w.send(frame, true, time.Now().UnixNano())
+	return err
+}
+
+// SendSeq is Send for a caller that knows the time (unix ns) and wants the
+// frame's sequence number: the frame is still queued while Handled is below
+// it. Concurrent senders may see their numbers swapped, which is harmless
+// to what they are used for: a queued frame's age and whether a request is
+// still waiting.
+func (w *Worker) SendSeq(frame []byte, now int64) (uint64, error) {
+	return w.send(frame, true, now)
+}
+
+// sendOwn writes one of the supervisor's own frames (echo, job), which
+// only the channel's room bounds.
+func (w *Worker) sendOwn(frame []byte) error {
+	_, err := w.send(frame, false, time.Now().UnixNano())
+	return err
+}
 
 // send writes a frame; capped frames (work) respect QueueCapacity, the
 // supervisor's own (drain, echo) only the channel's room.
-func (w *Worker) send(frame []byte, capped bool) error {
+func (w *Worker) send(frame []byte, capped bool, now int64) (uint64, error) {
 	w.sendMu.RLock()
 	defer w.sendMu.RUnlock()
 	if w.ended {
-		return ErrEnded
+		return 0, ErrEnded
 	}
 	if capped && w.Queue() >= QueueCapacity {
 		w.dropped.Add(1)
-		return ErrQueueFull
+		return 0, ErrQueueFull
 	}
 	for {
 		_, e := rawio.Write(w.p.dataFD, frame)
 		switch e {
 		case 0:
-			w.sent.Add(1)
-			return nil
+			return w.count(now), nil
 		case rawio.EINTR:
 			continue
 		case rawio.EAGAIN:
 			w.dropped.Add(1)
-			return ErrQueueFull
+			return 0, ErrQueueFull
 		default:
 			w.dropped.Add(1)
-			return e
+			return 0, e
 		}
 	}
 }
@@ -154,7 +178,7 @@ func (w *Worker) SendConn(c *net.TCPConn) error {
 		}
 		return sendErr
 	}
-	w.sent.Add(1)
+	w.count(time.Now().UnixNano())
 	c.Close()
 	return nil
 }
@@ -173,7 +197,7 @@ func (w *Worker) end() {
 		_, err := unix.Write(w.p.dataFD, []byte{FrameEnd})
 		if err != unix.EAGAIN && err != unix.EINTR {
 			if err == nil {
-				w.sent.Add(1)
+				w.count(time.Now().UnixNano())
 			}
 			return
 		}
@@ -190,12 +214,58 @@ func (w *Worker) Queue() int {
 	return int(q)
 }
 
-// QueueDelay is how long a frame handed to the worker now would wait: its
-// queue times what a frame cost it over the last sample (Group.Sample). 0
-// before the first sample that saw work.
+// QueueDelay is how long a frame handed to the worker now would wait: the
+// longer of the time the oldest frame still queued has waited, and its
+// queue times what a frame cost it over the last sample (Group.Sample).
+// The first is measured, not estimated: when initial INVITEs cost the
+// worker a hundred times what the ACKs, BYEs and responses around them
+// do, a queue of INVITEs waits far longer than its length times the mean.
+// The second sees a queue that has just grown, before its oldest frame has
+// waited.
 func (w *Worker) QueueDelay() time.Duration {
-	return time.Duration(int64(w.Queue()) * w.frameNs.Load())
+	return max(w.QueueAge(time.Now().UnixNano()), time.Duration(int64(w.Queue())*w.frameNs.Load()))
 }
+
+// Waiting reports whether the frame with sequence number seq (SendSeq) is
+// still in the worker's queue. A worker that has ended has nothing queued.
+func (w *Worker) Waiting(seq uint64) bool {
+	w.sendMu.RLock()
+	defer w.sendMu.RUnlock()
+	return !w.ended && w.p.stats.load(offHandled) < seq
+}
+
+// count counts a frame written at now and returns its sequence number.
+// Every frame written counts here, as the worker counts every frame it
+// handles: the difference is the queue.
+func (w *Worker) count(now int64) uint64 {
+	seq := w.sent.Add(1)
+	w.sentAt[seq%QueueCapacity].Store(now)
+	return seq
+}
+
+// QueueAge is how long the oldest frame still queued has waited at now
+// (unix ns); 0 for an empty queue.
+func (w *Worker) QueueAge(now int64) time.Duration {
+	handled, sent := w.p.stats.load(offHandled), w.sent.Load()
+	if handled >= sent {
+		return 0
+	}
+	oldest := handled + 1
+	if sent-oldest >= QueueCapacity {
+		oldest = sent - QueueCapacity + 1
+	}
+	at := w.sentAt[oldest%QueueCapacity].Load()
+	if at == 0 || now <= at {
+		return 0
+	}
+	return time.Duration(now - at)
+}
+
+// Stale is how many requests the worker dropped for having waited longer
+// than its group's MaxQueueWait.
+func (w *Worker) Stale() uint64 { return w.p.stats.load(offStale) }
+
+func (w *Worker) setMaxWait(d time.Duration) { w.p.stats.store(offMaxWait, uint64(max(d, 0))) }
 
 // Handled is how many frames the worker has handled.
 func (w *Worker) Handled() uint64 { return w.p.stats.load(offHandled) }

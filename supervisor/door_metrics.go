@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sipvisor/sipvisor/frontdoor"
+	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/sipscan"
 )
 
@@ -14,7 +15,7 @@ type doorCollector struct {
 	received, forwarded, keepalives, replied   *prometheus.Desc
 	ownAcks                                    *prometheus.Desc
 	malformed, refused, admitted, dropped, aff *prometheus.Desc
-	sessions                                   *prometheus.Desc
+	sessions, absorbed, stale                  *prometheus.Desc
 }
 
 func newDoorCollector(s *Supervisor) *doorCollector {
@@ -33,17 +34,23 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 		dropped:    d("datagrams_dropped_total", "Datagrams no worker could take, and stateless replies the socket would not send, by reason.", "reason"),
 		aff:        d("affinity_callids", "Call-IDs currently bound to a worker."),
 		sessions:   d("sessions", "Calls and subscriptions in progress that came in through this socket, by kind.", "kind"),
+		absorbed:   d("retransmissions_absorbed_total", "Retransmitted requests dropped because the original still waited in a worker's queue."),
+		stale: prometheus.NewDesc("sipvisor_pool_stale_requests_dropped_total",
+			"Requests a worker dropped unhandled for having waited longer than max_queue_wait.", []string{"group"}, nil),
 	}
 }
 
 func (c *doorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions} {
+	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale} {
 		ch <- d
 	}
 }
 
 func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, gr := range c.s.groupRuns() {
+		if gr.g.Kind() == pool.KindUDP {
+			ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(gr.g.Stale()), gr.g.Name())
+		}
 		if gr.door == nil {
 			continue
 		}
@@ -56,6 +63,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.keepalives, st.Keepalives.Load())
 		counter(c.replied, st.Replied.Load())
 		counter(c.ownAcks, st.OwnAcks.Load())
+		counter(c.absorbed, st.Absorbed.Load())
 		for i := 1; i < int(sipscan.NumErrors); i++ {
 			counter(c.malformed, st.Malformed[i].Load(), sipscan.Error(i).String())
 		}

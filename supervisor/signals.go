@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/pool"
 )
 
 var sigTERM os.Signal = syscall.SIGTERM
@@ -98,6 +99,16 @@ func (s *Supervisor) doReload() error {
 	}
 	if !sameSockets(s.config().Sockets, cfg.Sockets) {
 		s.log.Warn("reload: sockets changed in the file; they change only on a restart", "file", s.opts.ConfigPath)
+	}
+	// Limits apply at once; values set with ctl set give way to the file's.
+	s.ov.setLimits(cfg.Limits)
+	for _, gr := range s.groups {
+		if gr.g.Kind() == pool.KindUDP {
+			gr.g.SetMaxQueueWait(cfg.Limits.MaxQueueWait)
+		}
+		if gr.door != nil {
+			gr.door.MaxCallDuration.Store(int64(cfg.Limits.MaxCallDuration))
+		}
 	}
 	timers := !sameTimers(s.config(), cfg)
 	s.cfg.Store(cfg)

@@ -393,6 +393,9 @@ func (s *Supervisor) makeGroups() {
 			OnExit: func(w *pool.Worker, reason string) { s.workerExited(name, w, reason) },
 			OnCall: s.answerCall,
 		})
+		if kind == pool.KindUDP {
+			gr.g.SetMaxQueueWait(cfg.Limits.MaxQueueWait)
+		}
 		gr.toRamping = s.ss.handed.WithLabelValues(name, "true")
 		gr.toEstablished = s.ss.handed.WithLabelValues(name, "false")
 		gr.g.SetOnReady(func(w *pool.Worker) {
