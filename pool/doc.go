@@ -10,16 +10,19 @@
 //
 // Inherited descriptors (exec.Cmd.ExtraFiles):
 //
-//	fd 3  control  unix SOCK_SEQPACKET, worker → supervisor: 'R' ready,
-//	               'e' echo answer, 'd' drained; EOF tells the worker its
-//	               supervisor is gone, and it exits at once
+//	fd 3  control  unix SOCK_SEQPACKET, both ways, one message per packet.
+//	               Worker → supervisor: 'R' ready, 'e' echo answer,
+//	               'd' drained, 'c' call (id, request); supervisor →
+//	               worker: 'a' answer (the call's id, answer). EOF tells
+//	               the worker its supervisor is gone, and it exits at once
 //	fd 4  data     unix SOCK_SEQPACKET, supervisor → worker, one frame per
 //	               packet, handled strictly in order: 'M' SIP message,
 //	               'E' echo, 'J' timer job, 'C' TCP connection (SCM_RIGHTS),
+//	               'R' reload in place (the config snapshot's path),
 //	               'D' drain, 'Z' end of work
 //	fd 5  stats    a shared memory page the worker writes and the supervisor
-//	               reads: messages handled, busy nanoseconds, the start of the
-//	               message in progress, heap in use, sessions held
+//	               reads: frames handled, busy nanoseconds, the start of the
+//	               frame in progress, heap in use, sessions held
 //	fd 6… sockets  the UDP SIP sockets, named in SIPVISOR_SOCKETS
 //
 // Environment: SIPVISOR_WORKER (cookie), SIPVISOR_GROUP, SIPVISOR_WORKER_ID,
