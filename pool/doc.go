@@ -19,6 +19,7 @@
 //	               packet, handled strictly in order: 'M' SIP message,
 //	               'E' echo, 'J' timer job, 'C' TCP connection (SCM_RIGHTS),
 //	               'R' reload in place (the config snapshot's path),
+//	               'P' profile (SCM_RIGHTS: a pipe's write end; see below),
 //	               'D' drain, 'Z' end of work
 //	fd 5  stats    a shared memory page the worker writes and the supervisor
 //	               reads: frames handled, busy nanoseconds, the start of the
@@ -30,6 +31,22 @@
 // the worker loads its script from), GOMEMLIMIT.
 //
 // Exit codes: 0 after a drain ('Z' received), anything else is a crash.
+//
+// # Profiles
+//
+// A 'P' frame carries a CPU profile's length in seconds (2 bytes, big
+// endian), a profile name (one of ProfileNames) and the write end of a pipe
+// whose read end the supervisor keeps. The worker takes the profile in a
+// goroutine of its own, so its loop goes on handling frames, and writes to
+// the pipe one status byte: 0 then the profile's length (8 bytes) and the
+// profile (pprof's gzipped protocol buffers), or 1 (a CPU profile is in
+// progress; the runtime takes one at a time) or 2 then an error message.
+// It closes the pipe when done. Like every frame, a 'P' frame waits behind
+// the work queued to the worker before it: a worker stuck on a message
+// answers only when it is through with it, which is why the supervisor
+// bounds its wait. A worker that exits closes the write end, in its hands
+// or still in the frame it never read, so the supervisor reads end of file
+// and stops waiting.
 //
 // # Why work goes through the supervisor
 //

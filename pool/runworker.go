@@ -456,6 +456,12 @@ func (w *workerLoop) submitFn(fn func()) {
 func (w *workerLoop) handle(f frame) bool {
 	defer w.stats.add(offHandled, 1)
 	b := f.buf
+	// Only connection and profile frames bring a descriptor; one on any
+	// other frame would stay open for the worker's life.
+	if f.fd >= 0 && b[0] != FrameConn && b[0] != FrameProfile {
+		unix.Close(f.fd)
+		f.fd = -1
+	}
 	switch b[0] {
 	case FrameMessage:
 		if len(b) < MsgHeaderLen {
@@ -490,6 +496,11 @@ func (w *workerLoop) handle(f frame) bool {
 		copy(ans[:], b)
 		ans[0] = ctlEcho
 		w.ctl.Write(ans[:])
+	case FrameProfile:
+		// Not busy time: the profile is taken beside the loop, not on it.
+		if f.fd >= 0 {
+			handleProfile(b, f.fd)
+		}
 	case FrameDrain:
 		w.draining = true
 		w.env.Logger.Debug("worker draining")

@@ -73,6 +73,10 @@ type Worker struct {
 	// whatever each frame costs.
 	sentAt [QueueCapacity]atomic.Int64
 
+	// cpuProfiling is set while a CPU profile of the worker is being taken
+	// (see Profile).
+	cpuProfiling atomic.Bool
+
 	done chan struct{}
 }
 
@@ -157,28 +161,9 @@ func (w *Worker) send(frame []byte, capped bool, now int64) (uint64, error) {
 // SendConn hands the worker a TCP connection (by descriptor) and closes the
 // supervisor's copy once the worker has it.
 func (w *Worker) SendConn(c *net.TCPConn) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
+	if err := w.sendFile([]byte{FrameConn}, c); err != nil {
 		return err
 	}
-	w.sendMu.RLock()
-	defer w.sendMu.RUnlock()
-	if w.ended {
-		return ErrEnded
-	}
-	var sendErr error
-	if err := rc.Control(func(fd uintptr) {
-		sendErr = unix.Sendmsg(w.p.dataFD, []byte{FrameConn}, unix.UnixRights(int(fd)), nil, 0)
-	}); err != nil {
-		return err
-	}
-	if sendErr != nil {
-		if sendErr == unix.EAGAIN {
-			return ErrQueueFull
-		}
-		return sendErr
-	}
-	w.count(time.Now().UnixNano())
 	c.Close()
 	return nil
 }
