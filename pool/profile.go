@@ -126,6 +126,10 @@ func (p *ProfileData) Close() error {
 	return p.f.Close()
 }
 
+// CPUProfiling reports whether a CPU profile of the worker is being taken
+// through Profile.
+func (w *Worker) CPUProfiling() bool { return w.cpuProfiling.Load() }
+
 // Profile asks the worker for the profile name (one of ProfileNames);
 // seconds is the CPU profile's length, ignored for the others. ctx bounds
 // the wait for the profile to start arriving: the request is a data frame,

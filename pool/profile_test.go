@@ -246,3 +246,25 @@ func TestProfileRefusesBadRequests(t *testing.T) {
 		t.Error("a refused request left the worker marked as being CPU-profiled")
 	}
 }
+
+// A pipe that ends before the length the worker announced is an error, not
+// the end of a profile: the supervisor must not pass on half a profile as
+// a whole one.
+func TestProfileDataShort(t *testing.T) {
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wr.Write([]byte{0x1f, 0x8b, 1, 2, 3})
+	wr.Close()
+	released := false
+	p := &ProfileData{Size: 10, left: 10, f: rd, w: &Worker{ID: 2, Pid: 99}, release: func() { released = true }}
+	b, err := io.ReadAll(p)
+	if !errors.Is(err, io.ErrUnexpectedEOF) || len(b) != 5 || !strings.Contains(err.Error(), "5 bytes short") {
+		t.Fatalf("want 5 bytes and %v saying 5 are missing, have %d and %v", io.ErrUnexpectedEOF, len(b), err)
+	}
+	p.Close()
+	if !released {
+		t.Error("Close did not release the worker's CPU profile")
+	}
+}

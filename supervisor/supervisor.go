@@ -95,6 +95,12 @@ type Supervisor struct {
 	// locations holds the registrations, outside every worker, so that
 	// scaling down or a crash never loses one.
 	locations location.Store
+
+	// cpuProfiling is set while the supervisor's own CPU profile is taken;
+	// profileWait bounds the wait for a worker's profile (nanoseconds; tests
+	// shorten it).
+	cpuProfiling atomic.Bool
+	profileWait  atomic.Int64
 }
 
 // groupRun is a worker group and the scaling state the cycle loop keeps for it.
@@ -159,6 +165,7 @@ func New(o Options) (*Supervisor, error) {
 	signal.Notify(s.hup, syscall.SIGHUP)
 	s.cfg.Store(o.Config)
 	s.started = time.Now()
+	s.profileWait.Store(int64(defaultProfileWait))
 	s.params = ctl.NewParams()
 	s.locations = location.NewMemory()
 	s.m = newMetrics(s.reg)
