@@ -197,7 +197,7 @@ func (s *Supervisor) findWorker(group string, id int) (w *pool.Worker, in string
 	case len(have) == 0:
 		return nil, "", http.StatusNotFound, fmt.Sprintf("no worker %d (see `sipvisor ctl ps`)", id)
 	case len(have) > 1:
-		return nil, "", http.StatusBadRequest, fmt.Sprintf("worker %d is in groups %s: name one with ?group=NAME (ctl pprof -group NAME), or its kind (udp, tcp, timer) if it is the only group of that kind",
+		return nil, "", http.StatusBadRequest, fmt.Sprintf("worker %d is in groups %s: name the group (ctl pprof -group NAME, or ?group=NAME), or its kind (udp, tcp, timer) if no other group is of that kind",
 			id, strings.Join(have, ", "))
 	}
 	return w, in, 0, ""

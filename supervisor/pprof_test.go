@@ -11,12 +11,16 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/pool"
 )
 
 // pprofConfig has a UDP group of two workers, a TCP group and a timer group
@@ -374,4 +378,43 @@ func openPipes() int {
 		}
 	}
 	return n
+}
+
+// `sipvisor ctl pprof` against a running supervisor saves a worker's
+// profile that parses, and says where; a worker ID in several groups is
+// refused with the reason.
+func TestCtlPprof(t *testing.T) {
+	if !slices.Equal(ctl.ProfileNames, pool.ProfileNames) {
+		t.Fatalf("ctl offers profiles %v, workers take %v", ctl.ProfileNames, pool.ProfileNames)
+	}
+	st := startPprof(t, "")
+	dir := t.TempDir()
+	ctlRun := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := runCtl(t.Context(), append([]string{"-addr", st.s.HTTPAddr()}, args...), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	file := filepath.Join(dir, "heap.pb.gz")
+	code, out, errs := ctlRun("pprof", "heap", "-worker", "2", "-o", file)
+	if code != 0 {
+		t.Fatalf("want exit 0, have %d %q", code, errs)
+	}
+	w2 := st.s.Groups()[0].Workers()[1]
+	if want := fmt.Sprintf("wrote the heap profile of worker 2 (group %s, pid %d) to %s", st.s.Groups()[0].Name(), w2.Pid, file); !strings.HasPrefix(out, want) {
+		t.Errorf("want %q, have %q", want, out)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStrings(t, "ctl pprof heap", pprofStrings(t, b), "inuse_space")
+
+	code, _, errs = ctlRun("pprof", "goroutine", "-worker", "1", "-o", filepath.Join(dir, "g.pb.gz"))
+	if code != 1 || !strings.Contains(errs, "worker 1 is in groups") {
+		t.Errorf("ambiguous worker: want exit 1 and the reason, have %d %q", code, errs)
+	}
+	code, _, errs = ctlRun("pprof", "goroutine", "-worker", "1", "-group", "tcp", "-o", filepath.Join(dir, "g.pb.gz"))
+	if code != 0 {
+		t.Errorf("-group tcp: want exit 0, have %d %q", code, errs)
+	}
 }
