@@ -23,7 +23,8 @@
 //	               'D' drain, 'Z' end of work
 //	fd 5  stats    a shared memory page the worker writes and the supervisor
 //	               reads: frames handled, busy nanoseconds, the start of the
-//	               frame in progress, heap in use, sessions held
+//	               frame in progress, heap in use, sessions held, GC CPU
+//	               seconds
 //	fd 6… sockets  the UDP SIP sockets, named in SIPVISOR_SOCKETS
 //
 // Environment: SIPVISOR_WORKER (cookie), SIPVISOR_GROUP, SIPVISOR_WORKER_ID,

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"errors"
+	"math"
 	"net"
 	"os"
 	"sync"
@@ -261,8 +262,14 @@ func (w *Worker) Dropped() uint64 { return w.dropped.Load() }
 // Sessions is how many sessions or transactions the worker holds.
 func (w *Worker) Sessions() int { return int(w.p.stats.load(offSessions)) }
 
-// HeapBytes is the worker's Go heap in use.
+// HeapBytes is the worker's Go heap in use (heap objects), 0 until the
+// worker has first reported it.
 func (w *Worker) HeapBytes() uint64 { return w.p.stats.load(offHeap) }
+
+// GCCPUSeconds is the CPU time the worker's garbage collector has taken,
+// the runtime's estimate (/cpu/classes/gc/total:cpu-seconds), as of its
+// last report.
+func (w *Worker) GCCPUSeconds() float64 { return math.Float64frombits(w.p.stats.load(offGCCPU)) }
 
 // Done is closed when the process has exited and been reaped.
 func (w *Worker) Done() <-chan struct{} { return w.done }
