@@ -67,7 +67,9 @@ route { exit; }
 `), costWorker(0), nil)
 	g := st.s.Groups()[0]
 	waitFor(t, "2 ready workers", 20*time.Second, func() bool { return len(g.Routable()) == 2 })
-	of := func(id int) map[string]string { return map[string]string{"group": g.Name(), "worker": strconv.Itoa(id)} }
+	of := func(id int) map[string]string {
+		return map[string]string{"group": g.Name(), "worker": strconv.Itoa(id)}
+	}
 	for _, id := range []int{1, 2} {
 		waitFor(t, "worker "+strconv.Itoa(id)+"'s heap series", 10*time.Second, func() bool {
 			_, ok := series(t, st.s, "sipvisor_worker_heap_bytes", of(id))
