@@ -83,6 +83,14 @@ route { exit; }
 		}
 	}
 
+	// `ctl ps` shows the same figures, read live.
+	ps := backend{st.s}.PS()
+	for _, w := range ps[0].Workers {
+		if w.HeapBytes == 0 || w.GCCPUSeconds < 0 {
+			t.Errorf("ps: worker %d: want its heap and GC CPU time, have %d bytes, %v s", w.ID, w.HeapBytes, w.GCCPUSeconds)
+		}
+	}
+
 	w2 := g.Workers()[1]
 	w2.Signal(syscall.SIGKILL)
 	<-w2.Done()
