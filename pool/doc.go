@@ -8,7 +8,7 @@
 //
 // # Supervisor ↔ worker protocol
 //
-// Inherited descriptors (exec.Cmd.ExtraFiles):
+// Inherited descriptors (passed to syscall.ForkExec; see start):
 //
 //	fd 3  control  unix SOCK_SEQPACKET, both ways, one message per packet.
 //	               Worker → supervisor: 'R' ready, 'e' echo answer,
@@ -39,9 +39,10 @@
 // endian), a profile name (one of ProfileNames) and the write end of a pipe
 // whose read end the supervisor keeps. The worker takes the profile in a
 // goroutine of its own, so its loop goes on handling frames, and writes to
-// the pipe one status byte: 0 then the profile's length (8 bytes) and the
-// profile (pprof's gzipped protocol buffers), or 1 (a CPU profile is in
-// progress; the runtime takes one at a time) or 2 then an error message.
+// the pipe one status byte: 0 then the profile's length (8 bytes, big
+// endian) and the profile (pprof's gzipped protocol buffers); or 1 (a CPU
+// profile is in progress: the runtime takes one at a time) or 2 (another
+// failure), then an error message.
 // It closes the pipe when done. Like every frame, a 'P' frame waits behind
 // the work queued to the worker before it: a worker stuck on a message
 // answers only when it is through with it, which is why the supervisor
