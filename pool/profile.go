@@ -177,7 +177,11 @@ func (w *Worker) Profile(ctx context.Context, name string, seconds int) (*Profil
 	}
 	stop := context.AfterFunc(ctx, func() { rd.SetReadDeadline(time.Unix(1, 0)) })
 	status, size, msg, err := readProfileHeader(rd)
-	stop()
+	if !stop() {
+		// ctx ended as the header came: its AfterFunc may yet cut the
+		// body's deadline short, so the profile is as good as late.
+		err = os.ErrDeadlineExceeded
+	}
 	if err == nil && status == profileOK {
 		rd.SetReadDeadline(time.Now().Add(profileBodyWait))
 		return &ProfileData{Size: size, w: w, f: rd, left: size, release: release}, nil

@@ -80,6 +80,7 @@ func (s *Supervisor) ownCPUProfile(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.cpuProfiling.Store(false)
 	q.Set("seconds", strconv.Itoa(secs))
+	r = r.Clone(r.Context())
 	r.URL.RawQuery = q.Encode()
 	pprof.Profile(w, r)
 }
