@@ -21,10 +21,13 @@
 //	               'R' reload in place (the config snapshot's path),
 //	               'P' profile (SCM_RIGHTS: a pipe's write end; see below),
 //	               'D' drain, 'Z' end of work
-//	fd 5  stats    a shared memory page the worker writes and the supervisor
-//	               reads: frames handled, busy nanoseconds, the start of the
-//	               frame in progress, heap in use, sessions held, GC CPU
-//	               seconds
+//	fd 5  stats    a shared memory page. The worker writes and the
+//	               supervisor reads: frames handled, busy nanoseconds, the
+//	               start of the frame in progress, heap in use, sessions
+//	               held, GC CPU seconds, requests dropped for having waited
+//	               too long. The supervisor writes and the worker reads: how
+//	               long a request may wait ('M' frames carry the time the
+//	               datagram was read)
 //	fd 6… sockets  the UDP SIP sockets, named in SIPVISOR_SOCKETS
 //
 // Environment: SIPVISOR_WORKER (cookie), SIPVISOR_GROUP, SIPVISOR_WORKER_ID,
