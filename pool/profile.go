@@ -196,7 +196,7 @@ func (w *Worker) Profile(ctx context.Context, name string, seconds int) (*Profil
 	case ctx.Err() == context.Canceled:
 		return nil, ctx.Err()
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return nil, profileErrorf(ErrProfileTimeout, "worker %d (pid %d) sent no profile within %v: it may be stuck on a message (its queue holds %d frames, this request included)",
+		return nil, profileErrorf(ErrProfileTimeout, "worker %d (pid %d) sent no profile within %v: it may be stuck on a message (%d frames in its queue)",
 			w.ID, w.Pid, time.Since(start).Round(time.Millisecond), w.Queue())
 	}
 	// End of file: the worker is gone, or going. Its exit follows its

@@ -207,7 +207,7 @@ func TestProfileTimeoutBehindStuckWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	_, err := w.Profile(ctx, "heap", 0)
-	if !errors.Is(err, ErrProfileTimeout) || !strings.Contains(err.Error(), "queue holds 2 frames") {
+	if !errors.Is(err, ErrProfileTimeout) || !strings.Contains(err.Error(), "(2 frames in its queue)") {
 		t.Fatalf("want %v naming the queue, have %v", ErrProfileTimeout, err)
 	}
 	if n := pipes("self"); n != ours {
