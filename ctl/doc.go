@@ -1,6 +1,7 @@
 // Package ctl is sipvisor's run-time control: the JSON API the supervisor
 // mounts at /mi/ on its control address, and the `sipvisor ctl` command that
-// talks to it.
+// talks to it (and, for `ctl pprof`, fetches profiles from /debug/pprof/
+// beside it).
 //
 // The supervisor implements Backend; everything the API shows or changes goes
 // through it, so the API holds no state of its own apart from Params, the

@@ -29,14 +29,36 @@ func writePS(w io.Writer, gs []Group) error {
 	}
 	fmt.Fprintln(w)
 	t = table(w)
-	fmt.Fprintln(t, "GROUP\tID\tPID\tSTATE\tLOAD 1s/1m/10m\tQUEUE\tSESSIONS\tAGE")
+	fmt.Fprintln(t, "GROUP\tID\tPID\tSTATE\tLOAD 1s/1m/10m\tQUEUE\tSESSIONS\tHEAP\tGC CPU\tAGE")
 	for _, g := range gs {
 		for _, wk := range g.Workers {
-			fmt.Fprintf(t, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t%s\n",
-				g.Name, wk.ID, wk.Pid, wk.State, fmtLoads(wk.Load), wk.Queue, wk.Sessions, fmtAge(wk.Age))
+			// A worker that has not reported its heap has not reported its
+			// GC time either: both are unknown, not 0.
+			gc := "-"
+			if wk.HeapBytes > 0 {
+				gc = fmtValue(wk.GCCPUSeconds, "s")
+			}
+			fmt.Fprintf(t, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n",
+				g.Name, wk.ID, wk.Pid, wk.State, fmtLoads(wk.Load), wk.Queue, wk.Sessions, fmtBytes(wk.HeapBytes), gc, fmtAge(wk.Age))
 		}
 	}
 	return t.Flush()
+}
+
+// fmtBytes is a size in binary units, as worker_memory_limit is written;
+// 0 is unknown ("-").
+func fmtBytes(b uint64) string {
+	switch {
+	case b == 0:
+		return "-"
+	case b < 1<<10:
+		return fmt.Sprintf("%dB", b)
+	case b < 1<<20:
+		return fmt.Sprintf("%.1fKiB", float64(b)/(1<<10))
+	case b < 1<<30:
+		return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%.1fGiB", float64(b)/(1<<30))
 }
 
 func fmtLoads(l Loads) string {

@@ -62,9 +62,8 @@ type apiError struct {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !h.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sipvisor"`)
-		writeError(w, http.StatusUnauthorized, "missing or wrong token: send Authorization: Bearer <token>")
+	if !authorized(h.token, r) {
+		refuseToken(w)
 		return
 	}
 	path := strings.TrimPrefix(r.URL.Path, "/mi")
@@ -135,8 +134,32 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 var endpoints = []string{"ps", "stats", "get", "set", "suspend", "resume", "resource-monitor", "reload", "ul"}
 
-func (h *handler) authorized(r *http.Request) bool {
-	if h.token == nil {
+// RequireToken guards h with the control token as Handler guards the API,
+// for what the supervisor serves beside it: profiles tell much about the
+// process, and a CPU profile costs it CPU. An empty token guards nothing.
+func RequireToken(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	sum := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !authorized(sum[:], r) {
+			refuseToken(w)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func refuseToken(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="sipvisor"`)
+	writeError(w, http.StatusUnauthorized, "missing or wrong token: send Authorization: Bearer <token>")
+}
+
+// authorized reports whether r carries the token whose SHA-256 is token
+// (any request does when token is nil).
+func authorized(token []byte, r *http.Request) bool {
+	if token == nil {
 		return true
 	}
 	got := r.Header.Get("X-Sipvisor-Token")
@@ -144,7 +167,7 @@ func (h *handler) authorized(r *http.Request) bool {
 		got = strings.TrimSpace(a[7:])
 	}
 	sum := sha256.Sum256([]byte(got))
-	return got != "" && subtle.ConstantTimeCompare(sum[:], h.token) == 1
+	return got != "" && subtle.ConstantTimeCompare(sum[:], token) == 1
 }
 
 // method answers 405 unless r uses want (HEAD counts as GET).

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +33,10 @@ commands:
   resource-monitor       monitors and limits, * beside each over its threshold
   reload                 re-read the config file (as SIGHUP)
   ul show [AOR]          registered bindings
+  pprof PROFILE [-worker ID [-group NAME]] [-seconds N] [-o FILE]
+                         save a profile of the supervisor, or of a worker
+                         (heap, allocs, goroutine, profile: CPU for N
+                         seconds, default 10; block, mutex, threadcreate)
 
 flags:
   -addr URL      control address (env SIPVISOR_CTL_ADDR, default ` + DefaultAddr + `)
@@ -197,6 +202,8 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 		}
 		var rs []Resource
 		return cmd.call(ctx, http.MethodGet, "resource-monitor", nil, &rs, func() error { return writeResources(cmd.stdout, rs) })
+	case "pprof":
+		return cmd.pprof(ctx, args)
 	case "ul":
 		if len(args) == 0 || args[0] != "show" || len(args) > 2 {
 			return usageError{"ul: want ul show [AOR]"}
@@ -209,7 +216,7 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 		return cmd.call(ctx, http.MethodGet, q, nil, &bs, func() error { return writeBindings(cmd.stdout, bs, now()) })
 	}
 	msg := fmt.Sprintf("unknown command %q", name)
-	if s := didYouMean(name, endpoints); s != "" {
+	if s := didYouMean(name, append(slices.Clone(endpoints), "pprof")); s != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	return usageError{msg}
@@ -254,12 +261,29 @@ type client struct {
 // do sends one request to /mi/<endpoint> and returns the body of a 2xx
 // answer, or an error carrying the server's message.
 func (c *client) do(ctx context.Context, method, endpoint string, body []byte) ([]byte, error) {
-	u := c.base.String() + "/mi/" + endpoint
+	resp, err := c.send(ctx, method, "/mi/"+endpoint, body)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer from %s: %v", c.base, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return raw, nil
+	}
+	return nil, c.refusal(resp, raw)
+}
+
+// send sends one request to path (from the root of the control address)
+// and returns the answer, whatever its status; the caller closes its body.
+func (c *client) send(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	req, err := http.NewRequestWithContext(ctx, method, c.base.String()+path, rd)
 	if err != nil {
 		return nil, err
 	}
@@ -276,14 +300,12 @@ func (c *client) do(ctx context.Context, method, endpoint string, body []byte) (
 		}
 		return nil, fmt.Errorf("cannot reach %s: %v", c.base, unwrapURL(err))
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, fmt.Errorf("reading the answer from %s: %v", c.base, err)
-	}
-	if resp.StatusCode/100 == 2 {
-		return raw, nil
-	}
+	return resp, nil
+}
+
+// refusal is the error for an answer that is not a success, raw its body:
+// the server's message, with the address and status where they help.
+func (c *client) refusal(resp *http.Response, raw []byte) error {
 	var e apiError
 	msg := strings.TrimSpace(string(raw))
 	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
@@ -294,11 +316,11 @@ func (c *client) do(ctx context.Context, method, endpoint string, body []byte) (
 	}
 	switch resp.StatusCode {
 	case http.StatusUnauthorized:
-		return nil, fmt.Errorf("%s refused the token: %s (set -token or SIPVISOR_CTL_TOKEN)", c.base, msg)
+		return fmt.Errorf("%s refused the token: %s (set -token or SIPVISOR_CTL_TOKEN)", c.base, msg)
 	case http.StatusNotFound, http.StatusBadRequest, http.StatusMethodNotAllowed:
-		return nil, errors.New(msg)
+		return errors.New(msg)
 	}
-	return nil, fmt.Errorf("%s answered %s: %s", c.base, resp.Status, msg)
+	return fmt.Errorf("%s answered %s: %s", c.base, resp.Status, msg)
 }
 
 // unwrapURL drops url.Error's "Get \"...\":" prefix, since the message

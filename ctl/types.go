@@ -61,6 +61,12 @@ type Worker struct {
 	Queue int `json:"queue"`
 	// Sessions is the number of dialogs and registrations it holds.
 	Sessions int `json:"sessions"`
+	// HeapBytes is its Go heap in use (heap objects), 0 until it has
+	// reported it.
+	HeapBytes uint64 `json:"heap_bytes"`
+	// GCCPUSeconds is the CPU time its garbage collector has taken, the Go
+	// runtime's estimate.
+	GCCPUSeconds float64 `json:"gc_cpu_seconds"`
 	// Age is the time since it was forked; in JSON, as age_seconds.
 	Age     time.Duration `json:"-"`
 	Handled uint64        `json:"handled"`

@@ -8,18 +8,26 @@
 //
 // # Supervisor ↔ worker protocol
 //
-// Inherited descriptors (exec.Cmd.ExtraFiles):
+// Inherited descriptors (passed to syscall.ForkExec; see start):
 //
-//	fd 3  control  unix SOCK_SEQPACKET, worker → supervisor: 'R' ready,
-//	               'e' echo answer, 'd' drained; EOF tells the worker its
-//	               supervisor is gone, and it exits at once
+//	fd 3  control  unix SOCK_SEQPACKET, both ways, one message per packet.
+//	               Worker → supervisor: 'R' ready, 'e' echo answer,
+//	               'd' drained, 'c' call (id, request); supervisor →
+//	               worker: 'a' answer (the call's id, answer). EOF tells
+//	               the worker its supervisor is gone, and it exits at once
 //	fd 4  data     unix SOCK_SEQPACKET, supervisor → worker, one frame per
 //	               packet, handled strictly in order: 'M' SIP message,
 //	               'E' echo, 'J' timer job, 'C' TCP connection (SCM_RIGHTS),
+//	               'R' reload in place (the config snapshot's path),
+//	               'P' profile (SCM_RIGHTS: a pipe's write end; see below),
 //	               'D' drain, 'Z' end of work
-//	fd 5  stats    a shared memory page the worker writes and the supervisor
-//	               reads: messages handled, busy nanoseconds, the start of the
-//	               message in progress, heap in use, sessions held
+//	fd 5  stats    a shared memory page. The worker writes and the
+//	               supervisor reads: frames handled, busy nanoseconds, the
+//	               start of the frame in progress, heap in use, sessions
+//	               held, GC CPU seconds, requests dropped for having waited
+//	               too long. The supervisor writes and the worker reads: how
+//	               long a request may wait ('M' frames carry the time the
+//	               datagram was read)
 //	fd 6… sockets  the UDP SIP sockets, named in SIPVISOR_SOCKETS
 //
 // Environment: SIPVISOR_WORKER (cookie), SIPVISOR_GROUP, SIPVISOR_WORKER_ID,
@@ -27,6 +35,23 @@
 // the worker loads its script from), GOMEMLIMIT.
 //
 // Exit codes: 0 after a drain ('Z' received), anything else is a crash.
+//
+// # Profiles
+//
+// A 'P' frame carries a CPU profile's length in seconds (2 bytes, big
+// endian), a profile name (one of ProfileNames) and the write end of a pipe
+// whose read end the supervisor keeps. The worker takes the profile in a
+// goroutine of its own, so its loop goes on handling frames, and writes to
+// the pipe one status byte: 0 then the profile's length (8 bytes, big
+// endian) and the profile (pprof's gzipped protocol buffers); or 1 (a CPU
+// profile is in progress: the runtime takes one at a time) or 2 (another
+// failure), then an error message.
+// It closes the pipe when done. Like every frame, a 'P' frame waits behind
+// the work queued to the worker before it: a worker stuck on a message
+// answers only when it is through with it, which is why the supervisor
+// bounds its wait. A worker that exits closes the write end, in its hands
+// or still in the frame it never read, so the supervisor reads end of file
+// and stops waiting.
 //
 // # Why work goes through the supervisor
 //

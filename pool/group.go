@@ -542,7 +542,8 @@ type WorkerSample struct {
 	Load     float64 // percent busy since the previous sample
 	Queue    int
 	Sessions int
-	Heap     uint64
+	Heap     uint64  // 0 until the worker has reported it
+	GCCPU    float64 // seconds
 	Handled  uint64
 	Dropped  uint64
 	Age      time.Duration
@@ -559,7 +560,7 @@ func (g *Group) Sample(now time.Time) (load float64, ok bool, ws []WorkerSample)
 	var n int
 	for _, w := range g.workers {
 		s := WorkerSample{ID: w.ID, Pid: w.Pid, State: w.State(), Queue: w.Queue(), Sessions: w.Sessions(),
-			Heap: w.HeapBytes(), Handled: w.Handled(), Dropped: w.Dropped(), Age: now.Sub(w.Started)}
+			Heap: w.HeapBytes(), GCCPU: w.GCCPUSeconds(), Handled: w.Handled(), Dropped: w.Dropped(), Age: now.Sub(w.Started)}
 		if s.State == Ready || s.State == Draining {
 			busy := w.p.stats.busyAt(nowNs)
 			if dt := nowNs - w.lastAt; dt > 0 {

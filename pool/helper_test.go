@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ const envMode, envCost = "POOL_TEST_MODE", "POOL_TEST_COST"
 
 // testHandler acts out a mode: echo (send each message back to its source
 // after a cost), never-ready, crash-after-ready, slow-drain (holds a session
-// forever).
+// forever), gc (echo after a garbage collection).
 type testHandler struct {
 	env  *Env
 	mode string
@@ -61,6 +62,9 @@ func (h *testHandler) HandleMessage(m *Message) {
 		time.Sleep(h.cost)
 	}
 	h.n++
+	if h.mode == "gc" {
+		runtime.GC()
+	}
 	data := m.Data
 	if h.mode == "call" {
 		ans, err := h.env.Call(data)

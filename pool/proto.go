@@ -34,6 +34,7 @@ const (
 	FrameConn    = 'C'
 	FrameDrain   = 'D'
 	FrameReload  = 'R' // load the config snapshot named in the frame, keeping connections and transactions
+	FrameProfile = 'P' // write a profile to the pipe passed with the frame: seconds (2 bytes), name
 	FrameEnd     = 'Z'
 )
 

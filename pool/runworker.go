@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -99,7 +100,8 @@ const tickEvery = 50 * time.Millisecond
 // reports its heap and checks whether it has drained that often.
 const idleTick = time.Second
 
-// heapEvery is how often the worker's heap is read into its stats page.
+// heapEvery is how often the worker's heap and GC CPU time are read into
+// its stats page.
 const heapEvery = 250 * time.Millisecond
 
 // A Timed handler says when its next timer is due, so that the loop sleeps
@@ -174,7 +176,8 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 	if t, ok := h.(Timed); ok {
 		w.timed = t
 	}
-	w.heap[0].Name = "/memory/classes/heap/objects:bytes"
+	w.mem[0].Name = "/memory/classes/heap/objects:bytes"
+	w.mem[1].Name = "/cpu/classes/gc/total:cpu-seconds"
 
 	// The supervisor gone, the data channel reads end of file and the loop
 	// returns: nothing would route to this worker any more.
@@ -195,7 +198,7 @@ type workerLoop struct {
 	draining bool
 	drained  bool
 	timed    Timed
-	heap     [1]metrics.Sample
+	mem      [2]metrics.Sample // heap in use, GC CPU seconds
 	heapDue  time.Time
 	replies  []*sendSocket // the worker's own reply sockets, if opened
 }
@@ -456,6 +459,12 @@ func (w *workerLoop) submitFn(fn func()) {
 func (w *workerLoop) handle(f frame) bool {
 	defer w.stats.add(offHandled, 1)
 	b := f.buf
+	// Only connection and profile frames bring a descriptor; one on any
+	// other frame would stay open for the worker's life.
+	if f.fd >= 0 && b[0] != FrameConn && b[0] != FrameProfile {
+		unix.Close(f.fd)
+		f.fd = -1
+	}
 	switch b[0] {
 	case FrameMessage:
 		if len(b) < MsgHeaderLen {
@@ -490,6 +499,11 @@ func (w *workerLoop) handle(f frame) bool {
 		copy(ans[:], b)
 		ans[0] = ctlEcho
 		w.ctl.Write(ans[:])
+	case FrameProfile:
+		// Not busy time: the profile is taken beside the loop, not on it.
+		if f.fd >= 0 {
+			handleProfile(b, f.fd)
+		}
 	case FrameDrain:
 		w.draining = true
 		w.env.Logger.Debug("worker draining")
@@ -545,12 +559,16 @@ func (w *workerLoop) busy(fn func()) {
 	w.stats.store(offBusySince, 0)
 }
 
-// reportHeap puts the heap in use on the stats page, where the supervisor's
-// worker heap monitor reads it.
+// reportHeap puts the heap in use and the GC's CPU time on the stats page,
+// where the supervisor's heap monitor and its per-worker metrics read them:
+// a worker's own /metrics would be one more address per process to scrape.
 func (w *workerLoop) reportHeap(now time.Time) {
-	metrics.Read(w.heap[:])
-	if w.heap[0].Value.Kind() == metrics.KindUint64 {
-		w.stats.store(offHeap, w.heap[0].Value.Uint64())
+	metrics.Read(w.mem[:])
+	if w.mem[0].Value.Kind() == metrics.KindUint64 {
+		w.stats.store(offHeap, w.mem[0].Value.Uint64())
+	}
+	if w.mem[1].Value.Kind() == metrics.KindFloat64 {
+		w.stats.store(offGCCPU, math.Float64bits(w.mem[1].Value.Float64()))
 	}
 	w.heapDue = now.Add(heapEvery)
 }

@@ -53,3 +53,25 @@ func TestFrameCost(t *testing.T) {
 		}
 	}
 }
+
+// A worker reports its heap and its GC's CPU time on the stats page, and a
+// sample carries them.
+func TestWorkerReportsHeapAndGCCPU(t *testing.T) {
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("gc", 0)})
+	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	w := fx.g.Routable()[0]
+	waitFor(t, "the heap reported", 5*time.Second, func() bool { return w.HeapBytes() > 0 })
+	for i := range 3 {
+		if err := fx.send(w, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := fx.receive(3, 10*time.Second); len(got) != 3 {
+		t.Fatalf("want 3 replies, have %d", len(got))
+	}
+	waitFor(t, "the GC's CPU time reported", 5*time.Second, func() bool { return w.GCCPUSeconds() > 0 })
+	_, _, ws := fx.g.Sample(time.Now())
+	if len(ws) != 1 || ws[0].Heap == 0 || ws[0].GCCPU <= 0 {
+		t.Fatalf("want a sample with heap and GC CPU time, have %+v", ws)
+	}
+}

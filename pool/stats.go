@@ -23,6 +23,7 @@ const (
 	offBusySince = 16 // wall-clock ns the frame in progress started, 0 when idle
 	offHeap      = 24 // Go heap bytes in use
 	offSessions  = 32 // sessions (transactions, dialogs) the worker holds
+	offGCCPU     = 40 // GC CPU seconds, the runtime's estimate, as float64 bits
 	// Written by the supervisor, read by the worker at every frame: the
 	// longest a request may have waited and still be handled (ns, 0 = no
 	// bound), so a change applies at once, without a frame or a restart.

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"errors"
+	"math"
 	"net"
 	"os"
 	"sync"
@@ -72,6 +73,10 @@ type Worker struct {
 	// frame still queued, and so how long the queue makes a frame wait,
 	// whatever each frame costs.
 	sentAt [QueueCapacity]atomic.Int64
+
+	// cpuProfiling is set while a CPU profile of the worker is being taken
+	// (see Profile).
+	cpuProfiling atomic.Bool
 
 	done chan struct{}
 }
@@ -157,28 +162,9 @@ func (w *Worker) send(frame []byte, capped bool, now int64) (uint64, error) {
 // SendConn hands the worker a TCP connection (by descriptor) and closes the
 // supervisor's copy once the worker has it.
 func (w *Worker) SendConn(c *net.TCPConn) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
+	if err := w.sendFile([]byte{FrameConn}, c); err != nil {
 		return err
 	}
-	w.sendMu.RLock()
-	defer w.sendMu.RUnlock()
-	if w.ended {
-		return ErrEnded
-	}
-	var sendErr error
-	if err := rc.Control(func(fd uintptr) {
-		sendErr = unix.Sendmsg(w.p.dataFD, []byte{FrameConn}, unix.UnixRights(int(fd)), nil, 0)
-	}); err != nil {
-		return err
-	}
-	if sendErr != nil {
-		if sendErr == unix.EAGAIN {
-			return ErrQueueFull
-		}
-		return sendErr
-	}
-	w.count(time.Now().UnixNano())
 	c.Close()
 	return nil
 }
@@ -276,8 +262,14 @@ func (w *Worker) Dropped() uint64 { return w.dropped.Load() }
 // Sessions is how many sessions or transactions the worker holds.
 func (w *Worker) Sessions() int { return int(w.p.stats.load(offSessions)) }
 
-// HeapBytes is the worker's Go heap in use.
+// HeapBytes is the worker's Go heap in use (heap objects), 0 until the
+// worker has first reported it.
 func (w *Worker) HeapBytes() uint64 { return w.p.stats.load(offHeap) }
+
+// GCCPUSeconds is the CPU time the worker's garbage collector has taken,
+// the runtime's estimate (/cpu/classes/gc/total:cpu-seconds), as of its
+// last report.
+func (w *Worker) GCCPUSeconds() float64 { return math.Float64frombits(w.p.stats.load(offGCCPU)) }
 
 // Done is closed when the process has exited and been reaped.
 func (w *Worker) Done() <-chan struct{} { return w.done }

@@ -40,7 +40,7 @@ func (b backend) PS() []ctl.Group {
 		for _, w := range gr.g.Workers() {
 			g.Workers = append(g.Workers, ctl.Worker{ID: w.ID, Pid: w.Pid, State: w.State().String(),
 				Load: views[w.ID], Queue: w.Queue(), Sessions: w.Sessions(), Age: now.Sub(w.Started),
-				Handled: w.Handled(), Dropped: w.Dropped()})
+				HeapBytes: w.HeapBytes(), GCCPUSeconds: w.GCCPUSeconds(), Handled: w.Handled(), Dropped: w.Dropped()})
 		}
 		sort.Slice(g.Workers, func(i, j int) bool { return g.Workers[i].ID < g.Workers[j].ID })
 		out = append(out, g)

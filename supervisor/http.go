@@ -10,8 +10,8 @@ import (
 
 var errServerClosed = http.ErrServerClosed
 
-// httpServer serves the control address: metrics, health, readiness and the
-// management API under /mi/.
+// httpServer serves the control address: metrics, health, readiness, the
+// management API under /mi/ and profiles under /debug/pprof/.
 func (s *Supervisor) httpServer() *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
@@ -20,6 +20,7 @@ func (s *Supervisor) httpServer() *http.Server {
 	if h := s.miHandler(); h != nil {
 		mux.Handle("/mi/", h)
 	}
+	s.registerPprof(mux)
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 }
 

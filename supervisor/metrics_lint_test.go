@@ -17,15 +17,15 @@ http_listen = 127.0.0.1:0
 udp_workers = 1
 route { exit; }
 `), costWorker(0), nil)
-	// Once a cycle has sampled a ready worker, the load gauge has a sample
-	// and the families lint with values in them.
+	// Once a cycle has sampled a ready worker, the load gauge and the
+	// per-worker series have samples and the families lint with values in
+	// them.
 	waitFor(t, "a sampled group", 20*time.Second, func() bool {
+		want := map[string]bool{"sipvisor_profile_load_ratio": true, "sipvisor_worker_heap_bytes": true, "sipvisor_worker_gc_cpu_seconds_total": true}
 		for _, mf := range mustGather(t, st.s) {
-			if mf.GetName() == "sipvisor_profile_load_ratio" {
-				return true
-			}
+			delete(want, mf.GetName())
 		}
-		return false
+		return len(want) == 0
 	})
 	problems, err := promlint.NewWithMetricFamilies(mustGather(t, st.s)).Lint()
 	if err != nil {

@@ -95,6 +95,12 @@ type Supervisor struct {
 	// locations holds the registrations, outside every worker, so that
 	// scaling down or a crash never loses one.
 	locations location.Store
+
+	// cpuProfiling is set while the supervisor's own CPU profile is taken;
+	// profileWait bounds the wait for a worker's profile (nanoseconds; tests
+	// shorten it).
+	cpuProfiling atomic.Bool
+	profileWait  atomic.Int64
 }
 
 // groupRun is a worker group and the scaling state the cycle loop keeps for it.
@@ -110,7 +116,10 @@ type groupRun struct {
 	// the profile's cooldown after it.
 	lastFork int64
 	workers  map[int]*profile.Views
-	door     *frontdoor.Door // nil for TCP and timer groups
+	// mem is each worker's heap and GC CPU time as of the last sample, for
+	// the per-worker metrics; a worker is in it once it has reported.
+	mem  map[int]pool.WorkerSample
+	door *frontdoor.Door // nil for TCP and timer groups
 
 	// RTT throttle: nil when switched off. admitted numbers the group's new
 	// sessions for Throttle.Admit; worstRTT is the worst echo round trip
@@ -159,11 +168,12 @@ func New(o Options) (*Supervisor, error) {
 	signal.Notify(s.hup, syscall.SIGHUP)
 	s.cfg.Store(o.Config)
 	s.started = time.Now()
+	s.profileWait.Store(int64(defaultProfileWait))
 	s.params = ctl.NewParams()
 	s.locations = location.NewMemory()
 	s.m = newMetrics(s.reg)
 	s.pm = pool.NewMetrics(s.reg)
-	s.reg.MustRegister(newDoorCollector(s))
+	s.reg.MustRegister(newDoorCollector(s), newWorkerCollector(s))
 	s.ov = newOverload(s, o.Config)
 	s.ss = newSlowStartMetrics(s.reg)
 	s.registerParams()
@@ -379,7 +389,7 @@ func (s *Supervisor) makeGroups() {
 			p = &pp
 			ceiling = max(workers, pp.UpTo)
 		}
-		gr := &groupRun{profile: p, workers: map[int]*profile.Views{}}
+		gr := &groupRun{profile: p, workers: map[int]*profile.Views{}, mem: map[int]pool.WorkerSample{}}
 		// Timer groups take no sessions: nothing to throttle.
 		if t := newThrottle(cfg.Throttle); t != nil && kind != pool.KindTimer {
 			gr.throttle.Store(t)
@@ -490,6 +500,10 @@ func (s *Supervisor) workerExited(group string, w *pool.Worker, reason string) {
 	s.mu.Lock()
 	if gr := s.byName[group]; gr != nil {
 		delete(gr.workers, w.ID)
+		// Its series go with it, so that forks do not pile up label sets.
+		// Sampling also holds s.mu, so a sample taken before the exit is
+		// recorded before this, never after.
+		delete(gr.mem, w.ID)
 	}
 	s.mu.Unlock()
 }
@@ -534,6 +548,11 @@ func (s *Supervisor) stepGroup(gr *groupRun, now time.Time) {
 			gr.workers[w.ID] = v
 		}
 		v.Add(w.Load)
+		// A Go heap is never empty: 0 is a worker that has not reported
+		// yet, whose series must be missing rather than read as 0.
+		if w.Heap > 0 {
+			gr.mem[w.ID] = w
+		}
 	}
 	if !ok {
 		// No ready worker: no sample, never a zero.
