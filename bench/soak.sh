@@ -323,6 +323,12 @@ for server in $servers; do
 	ROLE_OF=()
 	PS_HEAP=0 SUSP_GAUGE=0
 	if [ "$server" = sipvisor ]; then
+		# A worker's series appear once it has reported its heap and its
+		# group has been sampled (a cycle): wait for them a few seconds.
+		for ((i = 0; i < 50; i++)); do
+			! metrics_has sipvisor_worker_heap_bytes || break
+			sleep 0.1
+		done
 		! ps_has_heap || PS_HEAP=1
 		! metrics_has sipvisor_overload_suspended || SUSP_GAUGE=1
 		heapsrc=NA
