@@ -29,7 +29,7 @@ func writePS(w io.Writer, gs []Group) error {
 	}
 	fmt.Fprintln(w)
 	t = table(w)
-	fmt.Fprintln(t, "GROUP\tID\tPID\tSTATE\tLOAD 1s/1m/10m\tQUEUE\tSESSIONS\tHEAP\tGC CPU\tAGE")
+	fmt.Fprintln(t, "GROUP\tID\tPID\tSTATE\tLOAD 1s/1m/10m\tQUEUE\tWAIT\tSESSIONS\tHEAP\tGC CPU\tAGE")
 	for _, g := range gs {
 		for _, wk := range g.Workers {
 			// A worker that has not reported its heap has not reported its
@@ -38,11 +38,20 @@ func writePS(w io.Writer, gs []Group) error {
 			if wk.HeapBytes > 0 {
 				gc = fmtValue(wk.GCCPUSeconds, "s")
 			}
-			fmt.Fprintf(t, "%s\t%d\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n",
-				g.Name, wk.ID, wk.Pid, wk.State, fmtLoads(wk.Load), wk.Queue, wk.Sessions, fmtBytes(wk.HeapBytes), gc, fmtAge(wk.Age))
+			fmt.Fprintf(t, "%s\t%d\t%d\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n",
+				g.Name, wk.ID, wk.Pid, wk.State, fmtLoads(wk.Load), wk.Queue, fmtWait(wk.QueueWaitSeconds),
+				wk.Sessions, fmtBytes(wk.HeapBytes), gc, fmtAge(wk.Age))
 		}
 	}
 	return t.Flush()
+}
+
+// fmtWait is a queue's wait, in milliseconds up to a second.
+func fmtWait(secs float64) string {
+	if secs < 1 {
+		return strconv.FormatFloat(secs*1000, 'f', 0, 64) + "ms"
+	}
+	return strconv.FormatFloat(secs, 'f', 1, 64) + "s"
 }
 
 // fmtBytes is a size in binary units, as worker_memory_limit is written;

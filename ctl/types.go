@@ -59,6 +59,9 @@ type Worker struct {
 	Load  Loads  `json:"load"`
 	// Queue is the number of messages handed to it and not yet handled.
 	Queue int `json:"queue"`
+	// QueueWaitSeconds is how long the oldest of them has waited: what
+	// max_queue_wait and queue_delay_admission weigh.
+	QueueWaitSeconds float64 `json:"queue_wait_seconds"`
 	// Sessions is the number of dialogs and registrations it holds.
 	Sessions int `json:"sessions"`
 	// HeapBytes is its Go heap in use (heap objects), 0 until it has

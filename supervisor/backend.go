@@ -39,7 +39,7 @@ func (b backend) PS() []ctl.Group {
 		now := time.Now()
 		for _, w := range gr.g.Workers() {
 			g.Workers = append(g.Workers, ctl.Worker{ID: w.ID, Pid: w.Pid, State: w.State().String(),
-				Load: views[w.ID], Queue: w.Queue(), Sessions: w.Sessions(), Age: now.Sub(w.Started),
+				Load: views[w.ID], Queue: w.Queue(), QueueWaitSeconds: w.QueueAge(now.UnixNano()).Seconds(), Sessions: w.Sessions(), Age: now.Sub(w.Started),
 				HeapBytes: w.HeapBytes(), GCCPUSeconds: w.GCCPUSeconds(), Handled: w.Handled(), Dropped: w.Dropped()})
 		}
 		sort.Slice(g.Workers, func(i, j int) bool { return g.Workers[i].ID < g.Workers[j].ID })
@@ -94,6 +94,8 @@ func (b backend) Stats() ctl.Stats {
 			bad += d.Malformed[i].Load()
 		}
 		st.Counters["malformed"] += float64(bad)
+		st.Counters["retransmissions_absorbed"] += float64(d.Absorbed.Load())
+		st.Counters["stale_dropped"] += float64(gr.g.Stale())
 	}
 	return st
 }
