@@ -14,7 +14,14 @@
 #   bench/run.sh [--servers sipvisor,kamailio] [--rates 200,500,1000]
 #                [--reg-rates 200,500,1000] [--refuse-rates 200,1000]
 #                [--reps 3] [--secs 20]
-#                [--reg-secs 10] [--settle 5] [--children N] [--out DIR]
+#                [--reg-secs 10] [--settle 5] [--warmup 0] [--children N]
+#                [--out DIR]
+#
+# --warmup S counts the CPU of each run and its calls only from S seconds
+# after its start, so that a long run (--secs 150 --warmup 60, say) measures
+# the servers at their steady state, after their heaps have levelled off,
+# rather than while they grow. The per-1,000 figure is then the CPU from S
+# on over the calls completed from S on.
 #
 # Writes DIR/results.csv, DIR/summary.md and DIR/machine.txt.
 set -euo pipefail
@@ -28,6 +35,7 @@ reps=3
 secs=20
 reg_secs=10
 settle=5
+warmup=0
 CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/compare}
 
@@ -44,6 +52,7 @@ while [ $# -gt 0 ]; do
 	--secs) secs=$2 ;;
 	--reg-secs) reg_secs=$2 ;;
 	--settle) settle=$2 ;;
+	--warmup) warmup=$2 ;;
 	--children) CHILDREN=$2 ;;
 	--out) out=$2 ;;
 	*) echo "run.sh: unknown flag $1" >&2; usage ;;
@@ -54,6 +63,8 @@ for v in reps secs reg_secs CHILDREN; do
 	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v,,} must be a positive integer, have '${!v}'"
 done
 [[ $settle =~ ^[0-9]+$ ]] || die "--settle must be a whole number of seconds, have '$settle'"
+[[ $warmup =~ ^[0-9]+$ ]] || die "--warmup must be a whole number of seconds, have '$warmup'"
+((warmup < secs)) || die "--warmup ($warmup) must be shorter than --secs ($secs)"
 for r in ${rates//,/ } ${reg_rates//,/ } ${refuse_rates//,/ }; do
 	[[ $r =~ ^[0-9]+$ ]] && ((r > 0)) || die "rates must be positive integers, have '$r'"
 done
@@ -65,7 +76,7 @@ trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 case ",$servers," in *,sipvisor,*) build_sipvisor "$out" ;; esac
 machine_info >"$out/machine.txt"
-echo "settings: servers=$servers rates=$rates reg_rates=$reg_rates refuse_rates=$refuse_rates reps=$reps secs=$secs reg_secs=$reg_secs settle=$settle children=$CHILDREN" >>"$out/machine.txt"
+echo "settings: servers=$servers rates=$rates reg_rates=$reg_rates refuse_rates=$refuse_rates reps=$reps secs=$secs reg_secs=$reg_secs settle=$settle warmup=$warmup children=$CHILDREN" >>"$out/machine.txt"
 csv=$out/results.csv
 echo "server,kind,rate,rep,offered,successful,failed,retransmissions,rt_p50_ms,rt_p99_ms,elapsed_s,cpu_s,cpu_s_per_1k" >"$csv"
 
@@ -94,7 +105,19 @@ for ((rep = 1; rep <= reps; rep++)); do
 				rm -rf "$dir"
 				log "rep $rep/$reps $server $kind $rate/s for ${d}s"
 				c0=$(tree_cpu "$SERVER_PID")
-				run_uac "$dir" $kind "$rate" $((rate * d)) "$UAC_PORT" -d 0
+				ok0=0
+				if [ "$kind" = call ] && ((warmup > 0)); then
+					run_uac "$dir" $kind "$rate" $((rate * d)) "$UAC_PORT" -d 0 &
+					uac=$!
+					BG_PIDS+=("$uac")
+					sleep "$warmup"
+					c0=$(tree_cpu "$SERVER_PID")
+					ok0=$(stat_last "$dir" 'SuccessfulCall(C)')
+					[[ $ok0 =~ ^[0-9]+$ ]] || ok0=0
+					wait "$uac" || true
+				else
+					run_uac "$dir" $kind "$rate" $((rate * d)) "$UAC_PORT" -d 0
+				fi
 				# Transactions linger after their last message (Kamailio's
 				# wait timer, sipvisor's 5 s); their cleanup belongs to the run.
 				sleep "$settle"
@@ -106,9 +129,10 @@ for ((rep = 1; rep <= reps; rep++)); do
 				elapsed=$(stat_last "$dir" 'ElapsedTime(C)')
 				p50=$(rtt_pct "$dir" 50)
 				p99=$(rtt_pct "$dir" 99)
-				row=$(awk -v a="$c0" -v b="$c1" -v ok="$ok" 'BEGIN {
+				row=$(awk -v a="$c0" -v b="$c1" -v ok="$ok" -v ok0="$ok0" 'BEGIN {
 					cpu = b - a
-					printf "%.2f,%s", cpu, (ok + 0 > 0) ? sprintf("%.3f", cpu / ok * 1000) : "NA"
+					n = ok - ok0
+					printf "%.2f,%s", cpu, (n > 0) ? sprintf("%.3f", cpu / n * 1000) : "NA"
 				}')
 				echo "$server,$kind,$rate,$rep,$((rate * d)),$ok,$failed,$retrans,$p50,$p99,$elapsed,$row" >>"$csv"
 				log "  successful $ok failed $failed p50 ${p50}ms p99 ${p99}ms cpu ${row/,/ s, per 1000: }"
