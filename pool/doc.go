@@ -36,6 +36,14 @@
 //
 // Exit codes: 0 after a drain ('Z' received), anything else is a crash.
 //
+// # Calls
+//
+// A worker's call ('c', answered by 'a') carries one of two requests: a
+// location store operation (location's binary format: save, lookup of
+// registrations, which the supervisor keeps), or an admission question
+// (AdmitRequest: a new session's method and Call-ID, read by a worker from
+// a TCP connection no front door saw), answered with the door's decision.
+//
 // # Profiles
 //
 // A 'P' frame carries a CPU profile's length in seconds (2 bytes, big

@@ -100,6 +100,9 @@ func (w *Worker) EchoAge(now time.Time) time.Duration {
 	return max(0, now.Sub(time.Unix(0, t)))
 }
 
+// Group is the group the worker belongs to.
+func (w *Worker) Group() *Group { return w.g }
+
 // State is the worker's current state.
 func (w *Worker) State() State { return State(w.state.Load()) }
 

@@ -52,6 +52,9 @@ func (m Method) String() string {
 	return "other"
 }
 
+// ParseMethod is the Method named by b, OtherMethod for one not listed.
+func ParseMethod(b []byte) Method { return lookupMethod(b) }
+
 func lookupMethod(b []byte) Method {
 	// A switch on string(b) compiles to length-then-content comparisons and
 	// does not allocate.

@@ -14,6 +14,7 @@ import (
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/script"
+	"github.com/sipvisor/sipvisor/sipscan"
 )
 
 // storeFor picks where registrations live: with the supervisor when the
@@ -25,6 +26,29 @@ func storeFor(env *pool.Env, logger *slog.Logger) location.Store {
 	}
 	logger.Warn("no supervisor to keep registrations; they live in this worker only")
 	return location.NewMemory()
+}
+
+// admitFor asks the supervisor's admission control, when the worker can
+// call it. A call that fails (the supervisor is stuck or gone) admits: the
+// worker is no judge of the server's load, and refusing every new session
+// on a control channel's hiccup would be worse than serving them.
+func admitFor(env *pool.Env, logger *slog.Logger) func(sipscan.Method, []byte) (bool, int) {
+	if env.Call == nil {
+		return nil
+	}
+	return func(m sipscan.Method, callID []byte) (bool, int) {
+		ans, err := env.Call(pool.AdmitRequest(byte(m), callID))
+		if err != nil {
+			logger.Warn("admission call failed; admitting", "error", err)
+			return false, 0
+		}
+		reason, retry, err := pool.ParseAdmitAnswer(ans)
+		if err != nil {
+			logger.Warn("admission answer unreadable; admitting", "error", err)
+			return false, 0
+		}
+		return reason != 0, retry
+	}
 }
 
 // funcImpl runs one script function; its result is the condition value.

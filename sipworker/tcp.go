@@ -10,6 +10,10 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/emiago/sipgo/sip"
+
+	"github.com/sipvisor/sipvisor/sipscan"
 )
 
 // maxTCPMessage bounds one framed message: a peer that sends more without a
@@ -175,4 +179,36 @@ func (w *Worker) tcpAdvertised(c *tcpConn) netip.AddrPort {
 		}
 	}
 	return c.local
+}
+
+// admit applies the front door's admission control to a request that came
+// over a connection, which no door saw: a new session (an INVITE, REGISTER
+// or SUBSCRIBE outside a dialog) that the door would refuse gets the same
+// 503 with Retry-After, sent statelessly, and is not handled further. It
+// reports whether the request goes on.
+func (w *Worker) admit(req *sip.Request, src source) bool {
+	if w.opt.Admit == nil {
+		return true
+	}
+	if _, ok := param(req.To().Params, "tag"); ok {
+		return true
+	}
+	var m sipscan.Method
+	switch req.Method {
+	case sip.INVITE:
+		m = sipscan.Invite
+	case sip.REGISTER:
+		m = sipscan.Register
+	case sip.SUBSCRIBE:
+		m = sipscan.Subscribe
+	default:
+		return true
+	}
+	refuse, retry := w.opt.Admit(m, []byte(*req.CallID()))
+	if !refuse {
+		return true
+	}
+	w.Stats.Refused++
+	w.replyStateless(req, src, 503, "Service Unavailable", []string{"Retry-After: " + strconv.Itoa(retry)})
+	return false
 }

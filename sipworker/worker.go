@@ -49,6 +49,12 @@ type Options struct {
 	// Submit runs fn on the worker's loop; TCP readers hand messages over
 	// with it.
 	Submit func(fn func())
+	// Admit, when set, asks the front door's admission control about a new
+	// session that came over a connection this worker reads itself (TCP),
+	// which no front door saw: a refusal gets the 503 with Retry-After the
+	// door sends over UDP: refuse says so, with the Retry-After seconds.
+	// Nil admits everything.
+	Admit func(method sipscan.Method, callID []byte) (refuse bool, retryAfter int)
 
 	// T1, T2 and T4 are RFC 3261's timer bases (500ms, 4s, 5s).
 	T1, T2, T4 time.Duration
@@ -106,6 +112,8 @@ type Stats struct {
 	// StatelessAcks counts ACKs of replies sent without a transaction,
 	// which end at the worker.
 	StatelessAcks uint64
+	// Refused counts new sessions over TCP that admission control refused.
+	Refused uint64
 }
 
 // New builds the handler of a worker process from what the supervisor
@@ -132,6 +140,7 @@ func New(env *pool.Env) (pool.Handler, error) {
 		Store:   storeFor(env, logger),
 		Logger:  logger,
 		Submit:  env.Submit,
+		Admit:   admitFor(env, logger),
 	}
 	if cfg.Workers.ReplySockets && env.OpenReplySockets != nil && len(env.Sockets) > 0 {
 		rs, err := env.OpenReplySockets()
@@ -361,6 +370,9 @@ func (w *Worker) onRequest(req *sip.Request, src source) {
 		return
 	}
 	if src.direct && !w.takeDirect(req, src) {
+		return
+	}
+	if src.conn != nil && !w.admit(req, src) {
 		return
 	}
 	c := w.newCtx(req, nil, src)

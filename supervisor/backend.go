@@ -79,6 +79,11 @@ func (b backend) Stats() ctl.Stats {
 	}
 	for _, gr := range s.groupRuns() {
 		if gr.door == nil {
+			for r := range gr.refusedConn {
+				if v := gr.refusedConn[r].Load(); v > 0 {
+					st.Counters["refused_"+frontdoor.Refusal(r).String()] += float64(v)
+				}
+			}
 			continue
 		}
 		d := &gr.door.Stats

@@ -52,6 +52,12 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(gr.g.Stale()), gr.g.Name())
 		}
 		if gr.door == nil {
+			if gr.g.Kind() == pool.KindTCP {
+				for r := frontdoor.RefuseSuspended; r < frontdoor.NumRefusals; r++ {
+					ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue,
+						float64(gr.refusedConn[r].Load()), gr.g.Name(), r.String())
+				}
+			}
 			continue
 		}
 		st, g := &gr.door.Stats, gr.g.Name()

@@ -290,7 +290,7 @@ func (o *overload) admit(gr *groupRun, m *sipscan.Msg) frontdoor.Refusal {
 		}
 	}
 	if d := o.queueDelay.Load(); d > 0 {
-		if frontdoor.QueueDelay(gr.g.Routable()) > time.Duration(d) {
+		if o.queueDelayOf(gr) > time.Duration(d) {
 			return frontdoor.RefuseQueue
 		}
 	}
@@ -298,6 +298,18 @@ func (o *overload) admit(gr *groupRun, m *sipscan.Msg) frontdoor.Refusal {
 		return frontdoor.RefuseThrottle
 	}
 	return frontdoor.RefuseNone
+}
+
+// queueDelayOf is how long new work waits for the group. Workers that read
+// their own connections (TCP) get messages from no queue of the
+// supervisor's: how long they take to come to new work is what an echo,
+// queued behind the messages they have read, waits for them.
+func (o *overload) queueDelayOf(gr *groupRun) time.Duration {
+	d := frontdoor.QueueDelay(gr.g.Routable())
+	if gr.door == nil {
+		d = max(d, gr.lastRTT.Load())
+	}
+	return d
 }
 
 // echoTick sends every group's workers an echo and feeds the worst round

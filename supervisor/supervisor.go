@@ -120,6 +120,9 @@ type groupRun struct {
 	// the per-worker metrics; a worker is in it once it has reported.
 	mem  map[int]pool.WorkerSample
 	door *frontdoor.Door // nil for TCP and timer groups
+	// refusedConn counts the new sessions refused to workers that read
+	// their own connections (TCP), by reason, as the door counts its own.
+	refusedConn [frontdoor.NumRefusals]atomic.Uint64
 
 	// RTT throttle: nil when switched off. admitted numbers the group's new
 	// sessions for Throttle.Admit; worstRTT is the worst echo round trip
@@ -641,6 +644,35 @@ func (s *Supervisor) config() *config.Config { return s.cfg.Load() }
 func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
 	if location.IsRequest(req) {
 		return location.Serve(s.locations, req)
+	}
+	if method, callID, ok := pool.ParseAdmitRequest(req); ok {
+		return s.answerAdmit(w, sipscan.Method(method), callID)
+	}
+	return nil
+}
+
+// answerAdmit decides about a new session that a worker read from its own
+// connection: the front door's decision, for the worker's group.
+func (s *Supervisor) answerAdmit(w *pool.Worker, method sipscan.Method, callID []byte) []byte {
+	gr := s.groupOf(w)
+	if gr == nil {
+		return pool.AdmitAnswer(byte(frontdoor.RefuseNone), 0)
+	}
+	m := sipscan.Msg{IsRequest: true, Method: method, CSeqMethod: method, CallID: callID,
+		MaxForwards: -1, ContentLength: -1, Expires: -1}
+	r, retry := s.admission(gr)(&m, time.Now().UnixNano())
+	if r != frontdoor.RefuseNone {
+		gr.refusedConn[r].Add(1)
+	}
+	return pool.AdmitAnswer(byte(r), retry)
+}
+
+// groupOf is the group a worker belongs to.
+func (s *Supervisor) groupOf(w *pool.Worker) *groupRun {
+	for _, gr := range s.groupRuns() {
+		if gr.g == w.Group() {
+			return gr
+		}
 	}
 	return nil
 }
