@@ -180,8 +180,8 @@ func stormSampler(t *testing.T, sipPort int, interval time.Duration, stop <-chan
 // A registration storm: every phone re-registers at once, as after an
 // outage, at several times the group's capacity. 3,000 phones register
 // under capacity with a short Expires; then all of them refresh at once
-// (same Call-ID and contact, CSeq + 1, Expires 3600) at five times the
-// capacity, over UDP with SIPp's retransmissions, retrying a 503 after its
+// (same Call-ID and contact, CSeq + 1, Expires 3600) at about five times
+// the capacity, over UDP with SIPp's retransmissions, retrying a 503 after its
 // Retry-After and a timed-out transaction after a few seconds. Refreshes of
 // live bindings pass the session guards, but the waiting-time bound
 // (max_queue_wait) applies to them: the group drops what waited too long
