@@ -174,3 +174,15 @@ func TestRunWritesPNG(t *testing.T) {
 		t.Error("no -out: no error")
 	}
 }
+
+// Tick labels carry no binary-fraction noise.
+func TestTickLabel(t *testing.T) {
+	for _, tc := range []struct {
+		v    float64
+		want string
+	}{{1.2000000000000002, "1.2"}, {0.4, "0.4"}, {25, "25"}, {600, "600"}, {0.30000000000000004, "0.3"}, {12345, "12345"}} {
+		if got := tickLabel(tc.v); got != tc.want {
+			t.Errorf("tickLabel(%v): want %q, have %q", tc.v, tc.want, got)
+		}
+	}
+}

@@ -314,15 +314,22 @@ func (timeTicks) Ticks(lo, hi float64) []plot.Tick {
 	return ts
 }
 
-// plainTicks are gonum's default ticks labelled without trailing zeros.
+// plainTicks are gonum's default ticks labelled without trailing zeros,
+// and without the binary fraction's noise (1.2000000000000002): six
+// significant digits are more than any axis here needs.
 type plainTicks struct{}
 
 func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
 	ts := plot.DefaultTicks{}.Ticks(lo, hi)
 	for i := range ts {
 		if ts[i].Label != "" {
-			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
+			ts[i].Label = tickLabel(ts[i].Value)
 		}
 	}
 	return ts
+}
+
+func tickLabel(v float64) string {
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 6, 64), 64)
+	return strconv.FormatFloat(r, 'f', -1, 64)
 }
