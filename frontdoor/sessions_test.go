@@ -1,6 +1,8 @@
 package frontdoor
 
 import (
+	"fmt"
+	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -162,4 +164,67 @@ func TestRetransmissionAbsorbed(t *testing.T) {
 	if n := len(d.queued); n != 0 {
 		t.Fatalf("after the sweep: want no request remembered as queued, have %d", n)
 	}
+}
+
+// TestDoorMemory measures what a call in progress costs the front door
+// (its affinity entry, its session, its requests while queued), and what a
+// finished one leaves once they have lapsed: nothing beyond the maps' room,
+// which Go does not give back and a first wave of calls has grown. The figures are in docs/PERFORMANCE.md.
+func TestDoorMemory(t *testing.T) {
+	const n = 2000
+	g := startGroup(t, 1)
+	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, nil, nil)
+	now := time.Now().UnixNano()
+	sent := uint64(0)
+	wave := func(name string) (inProgress, finished float64) {
+		base := heapInUse()
+		for i := range n {
+			id := fmt.Sprintf("%s-%d", name, i)
+			d.Handle(frame(request("INVITE", id, id+"i", "", 1, -1)), src, now)
+			d.Handle(frame(request("ACK", id, id+"a", "bob", 1, -1)), src, now)
+			sent += 2
+			if i%500 == 499 {
+				waitHandled(t, g, sent) // keep the worker's queue short of its capacity
+			}
+		}
+		up := heapInUse()
+		if c := d.Stats.Sessions[sipscan.KindCall].Load(); c != n {
+			t.Fatalf("%s: want %d calls in progress, have %d", name, n, c)
+		}
+		for i := range n {
+			id := fmt.Sprintf("%s-%d", name, i)
+			d.Handle(frame(request("BYE", id, id+"b", "bob", 2, -1)), src, now)
+			sent++
+			if i%500 == 499 {
+				waitHandled(t, g, sent)
+			}
+		}
+		waitHandled(t, g, sent)
+		now += int64(PendingInviteTTL) + int64(time.Minute) // past every affinity
+		d.Handle(frame([]byte("\r\n\r\n")), src, now)
+		end := heapInUse()
+		if len(d.aff)+len(d.sess)+len(d.queued) != 0 {
+			t.Fatalf("%s: after the calls: want nothing kept, have %d affinity entries, %d sessions, %d queued requests",
+				name, len(d.aff), len(d.sess), len(d.queued))
+		}
+		return float64(up-base) / n, float64(end-base) / n
+	}
+	// The first wave grows the maps: what a call in progress costs. The
+	// second reuses their room: what a finished call leaves.
+	inProgress, _ := wave("first")
+	_, finished := wave("second")
+	t.Logf("front door bytes per call in progress: %.0f; per finished call: %.0f", inProgress, finished)
+	if inProgress <= 0 {
+		t.Fatalf("bytes per call in progress: want more than 0, have %.0f: the measure is broken", inProgress)
+	}
+	if finished > 16 {
+		t.Fatalf("bytes per finished call: want at most 16, have %.0f", finished)
+	}
+}
+
+func heapInUse() int64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
 }
