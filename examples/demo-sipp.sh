@@ -193,7 +193,7 @@ stat() { # PHASE COLUMN: the column's value in SIPp's last statistics row
 rel() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%6.1f", a - b }'; }
 echo
 echo "== SIPp, per phase"
-printf '%-6s %6s %7s %8s %10s %7s %8s  %s\n' phase cps secs created successful failed retrans "failure causes, exit"
+printf '%-6s %6s %7s %8s %10s %7s %8s  %s\n' phase cps secs created successful failed retrans "failure causes, notes, exit"
 total_failed=0
 for ((i = 0; i < nphases; i++)); do
 	p=$((i + 1))
@@ -204,8 +204,13 @@ for ((i = 0; i < nphases; i++)); do
 		v=$(stat "$p" "$c(C)")
 		if [ "$v" != 0 ]; then causes+="$c=$v "; fi
 	done
-	codes=$(grep -ahoE '^SIP/2\.0 [0-9]{3}' "$OUT/sipp-$p-errors.log" 2>/dev/null | sort | uniq -c | awk '{printf "%s x%s ", $3, $1}') || true
-	if [ -n "$codes" ]; then causes+="unexpected: $codes"; fi
+	# The responses that aborted calls; messages for calls already ended
+	# (a 200 retransmitted after the BYE) are counted apart.
+	codes=$(grep -aoE "Aborting call on unexpected message.*received 'SIP/2\.0 [0-9]{3}" "$OUT/sipp-$p-errors.log" 2>/dev/null |
+		grep -oE '[0-9]{3}$' | sort | uniq -c | awk '{printf "%s x%s ", $2, $1}') || true
+	if [ -n "$codes" ]; then causes+="aborted on: $codes"; fi
+	dead=$(stat "$p" 'DeadCallMsgs(C)')
+	if [ "$dead" != 0 ]; then causes+="dead-call msgs=$dead "; fi
 	rc=$(awk -F, -v p="$p" '$1 == p { print $7 }' "$OUT/phases.csv")
 	printf '%-6s %6s %7s %8s %10s %7s %8s  %s\n' "$p" "${rates[i]}" \
 		"$(rel "${ends[i]}" "${starts[i]}")" "$(stat "$p" 'TotalCallCreated')" \
@@ -252,7 +257,7 @@ echo "  peak load per phase (%), most workers ready:"
 awk -F, 'NR > 1 { if ($6 > l[$2]) l[$2] = $6; if ($3 > w[$2]) w[$2] = $3 }
 	END { for (p in l) printf "    phase %s: load %.1f, workers %d\n", p, l[p], w[p] }' "$OUT/workers.csv" | sort
 echo "  sipvisor counters (non-zero):"
-grep -E '^sipvisor_(frontdoor_refused_sessions_total|frontdoor_datagrams_dropped_total|pool_stale_requests_dropped_total|overload_throttle_refused_ratio)' "$OUT/metrics.txt" 2>/dev/null |
+grep -E '^sipvisor_(frontdoor_refused_sessions_total|frontdoor_retransmissions_absorbed_total|frontdoor_datagrams_dropped_total|pool_stale_requests_dropped_total|overload_throttle_refused_ratio)' "$OUT/metrics.txt" 2>/dev/null |
 	awk '$2 != 0 { print "    " $0 }' || true
 echo "  scaling lines: $OUT/scaling.log  workers per second: $OUT/workers.csv"
 exit $status
