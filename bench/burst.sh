@@ -130,6 +130,12 @@ start_burst_server() {
 		maxbuffer_line="# maxbuffer: Kamailio's default (256 KiB)."
 	fi
 	sed -i -e "s/@COST_US@/$cost_us/g" -e "s/@MAXBUFFER@/$maxbuffer_line/g" "$cfg"
+	# BENCH_SIPVISOR_SET adds global settings, one per line, as for run.sh.
+	if [ "$name" = sipvisor ] && [ -n "${BENCH_SIPVISOR_SET:-}" ]; then
+		printf '%s\n' "$BENCH_SIPVISOR_SET" >"$cfg.set"
+		cat "$cfg" >>"$cfg.set"
+		mv "$cfg.set" "$cfg"
+	fi
 	case $name in
 	sipvisor)
 		"$SIPVISOR_BIN" -f "$cfg" >"$work/sipvisor.log" 2>&1 &

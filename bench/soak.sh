@@ -44,6 +44,8 @@
 #                   sipvisor_frontdoor_refused_sessions_total, all reasons
 #       suspended   (tree) sipvisor's sipvisor_overload_suspended (0 or 1),
 #                   else from /readyz (503: 1, 200: 0)
+#       sessions    (tree) sipvisor's number_of_sessions monitor: the calls,
+#                   subscriptions and registrations it counts in progress
 #   OUT/P-summary.md  machine, command line, and per server: calls offered,
 #       attempted, successful, failed, refused (SIPp's stat file has no
 #       column for 503: they count among FailedUnexpectedMessage(C), and are
@@ -126,7 +128,7 @@ trap 'exit 130' INT TERM
 case " $servers " in *" sipvisor "*) build_sipvisor "$workroot" ;; esac
 machine_info >"$workroot/machine.txt"
 
-echo "t_s,server,role,pid,rss_kb,pss_kb,cpu_s,heap_bytes,gc_cpu_s,calls,successful,failed,server_refused,suspended" >"$csv"
+echo "t_s,server,role,pid,rss_kb,pss_kb,cpu_s,heap_bytes,gc_cpu_s,calls,successful,failed,server_refused,suspended,sessions" >"$csv"
 
 # Sampling forks little: on a small machine each process started costs
 # milliseconds of CPU the servers would miss. Builtins where they will do.
@@ -261,6 +263,7 @@ sample() {
 			else if ($1 ~ /^sipvisor_worker_gc_cpu_seconds_total\{/) gc[label($1, "group") SUBSEP label($1, "worker")] = sprintf("%.3f", $2)
 			else if ($1 == "go_memstats_heap_alloc_bytes") suph = sprintf("%.0f", $2)
 			else if ($1 == "sipvisor_overload_suspended") susp = $2 + 0
+			else if ($1 ~ /^sipvisor_overload_monitor_value\{/ && label($1, "monitor") == "number_of_sessions") sess = $2 + 0
 			else if ($1 ~ /^sipvisor_frontdoor_refused_sessions_total/) { refused += $2; hasref = 1 }
 			next
 		}
@@ -297,7 +300,7 @@ sample() {
 					else if ((g SUBSEP p) in gc) gcs = gc[g SUBSEP p]
 				}
 				if (p in pss) { tpss += pss[p]; n++ }
-				printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,NA,NA,NA,NA,NA\n", t, server, role[p], p,
+				printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,NA,NA,NA,NA,NA,NA\n", t, server, role[p], p,
 					(p in rss ? rss[p] : "NA"), (p in pss ? pss[p] : "NA"), (p in cpu ? cpu[p] : "NA"), hp, gcs
 			}
 			calls = ok = failed = "NA"
@@ -309,8 +312,8 @@ sample() {
 					else if (hd[i] == "FailedCall(C)") failed = lv[i]
 				}
 			}
-			printf "%s,%s,tree,%s,NA,%s,%.2f,NA,NA,%s,%s,%s,%s,%s\n", t, server, root, (n ? tpss : "NA"), tcpu / hz,
-				calls, ok, failed, (hasref ? sprintf("%.0f", refused) : "NA"), (susp == "" ? "NA" : susp)
+			printf "%s,%s,tree,%s,NA,%s,%.2f,NA,NA,%s,%s,%s,%s,%s,%s\n", t, server, root, (n ? tpss : "NA"), tcpu / hz,
+				calls, ok, failed, (hasref ? sprintf("%.0f", refused) : "NA"), (susp == "" ? "NA" : susp), (sess == "" ? "NA" : sess)
 		}' "$metrics" "$heaps" "$roles" "${extra[@]}" - >>"$csv"
 }
 
@@ -448,6 +451,7 @@ steady() {
 			samples++; if ($14 == "1") susp++
 			if ($14 != "NA") hassusp = 1
 			if ($13 != "NA") refused = $13
+			if ($15 != "NA" && $15 != "" && $1 + 0 >= warm) { sn++; ssum += $15; if ($15 + 0 > smax) smax = $15 + 0 }
 			next
 		}
 		$9 != "NA" && $3 != "supervisor" {
@@ -473,6 +477,7 @@ steady() {
 			printf "gc_share_all %s\n", (U > 0) ? sprintf("%.1f", 100 * G / U) : "NA"
 			printf "suspended_samples %s\n", hassusp ? sprintf("%d of %d", susp, samples) : "NA"
 			printf "server_refused %s\n", (refused == "") ? "NA" : refused
+			printf "sessions_steady %s\n", sn ? sprintf("mean %.1f, max %d", ssum / sn, smax) : "NA"
 		}' "$csv"
 }
 
@@ -520,6 +525,7 @@ steady() {
 				echo "- GC CPU share of the workers' CPU, steady part: $(val gc_share_all) % in all; $(grep '^gc_share ' <<<"$st" | sort -k2,2V | awk '{ printf "%s%s %s %%", sep, $2, $3; sep = ", " }')."
 			fi
 			echo "- Samples suspended: $(val suspended_samples); sessions the server refused: $(val server_refused)."
+			echo "- number_of_sessions in the steady part: $(val sessions_steady)."
 			echo "- Workers' Go heap from: $(cat "$work/heap.source" 2>/dev/null || echo NA); GC CPU from: $(cat "$work/gc.source" 2>/dev/null || echo NA)."
 		fi
 	done
