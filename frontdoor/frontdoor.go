@@ -9,6 +9,11 @@
 // control turns away with a 503 built from the raw bytes, so a refusal costs
 // no worker, no transaction and no full parse.
 //
+// The door also counts the sessions in progress (a call from its INVITE to
+// its BYE, a subscription until it expires), which session limits weigh,
+// and drops a retransmitted request while its original still waits in a
+// worker's queue, so that a slow worker never handles a request twice.
+//
 // A Door is used by one goroutine (the socket's reader). It does not allocate
 // per datagram on the common path; counters are atomics so that metrics can
 // read them from elsewhere.
