@@ -10,6 +10,7 @@
 package config
 
 import (
+	"math/rand/v2"
 	"time"
 
 	"github.com/sipvisor/sipvisor/profile"
@@ -175,4 +176,14 @@ type FlipHealth struct {
 type RetryAfter struct {
 	Min time.Duration `json:"min"`
 	Max time.Duration `json:"max"`
+}
+
+// Draw is the Retry-After seconds of one refusal: fixed, or drawn from the
+// range so that refused clients do not all return at once.
+func (r RetryAfter) Draw() int {
+	lo, hi := int(r.Min.Seconds()), int(r.Max.Seconds())
+	if hi <= lo {
+		return lo
+	}
+	return lo + int(rand.Uint64N(uint64(hi-lo+1)))
 }

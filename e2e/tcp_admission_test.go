@@ -34,8 +34,14 @@ func newTCPUA(t *testing.T, sipPort int) *tcpUA {
 
 func (u *tcpUA) send(method, callID string, cseq int, to string, extra ...string) {
 	u.t.Helper()
+	u.sendTo("bob", method, callID, cseq, to, extra...)
+}
+
+// sendTo sends a request for user@ the server.
+func (u *tcpUA) sendTo(user, method, callID string, cseq int, to string, extra ...string) {
+	u.t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s sip:bob@127.0.0.1:%d;transport=tcp SIP/2.0\r\n", method, u.port)
+	fmt.Fprintf(&b, "%s sip:%s@127.0.0.1:%d;transport=tcp SIP/2.0\r\n", method, user, u.port)
 	fmt.Fprintf(&b, "Via: SIP/2.0/TCP %s;branch=z9hG4bK-%s\r\nMax-Forwards: 70\r\n", u.local, ovID())
 	fmt.Fprintf(&b, "From: <sip:alice@example.com>;tag=%s\r\nTo: %s\r\nCall-ID: %s\r\n", callID[:8], to, callID)
 	fmt.Fprintf(&b, "CSeq: %d %s\r\nContact: <sip:alice@%s;transport=tcp>\r\n", cseq, method, u.local)

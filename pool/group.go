@@ -66,8 +66,8 @@ type Group struct {
 	routable atomic.Pointer[[]*Worker]
 	rr       atomic.Uint32
 
-	maxWait      atomic.Int64  // MaxQueueWait, ns
-	staleRetired atomic.Uint64 // stale drops of workers already reaped
+	maxWait      atomic.Int64     // MaxQueueWait, ns
+	staleRetired [2]atomic.Uint64 // stale drops and refusals of workers already reaped
 }
 
 // NewGroup makes a group; Start spawns its initial workers.
@@ -112,16 +112,21 @@ func (g *Group) SetMaxQueueWait(d time.Duration) {
 	}
 }
 
+// MaxQueueWait is the bound SetMaxQueueWait set.
+func (g *Group) MaxQueueWait() time.Duration { return time.Duration(g.maxWait.Load()) }
+
 // Stale is how many requests the group's workers, live and gone, dropped
-// for having waited longer than MaxQueueWait.
-func (g *Group) Stale() uint64 {
+// or refused for having waited longer than MaxQueueWait (Worker.Stale).
+func (g *Group) Stale() (dropped, refused uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	n := g.staleRetired.Load()
+	dropped, refused = g.staleRetired[0].Load(), g.staleRetired[1].Load()
 	for _, w := range g.workers {
-		n += w.Stale()
+		d, r := w.Stale()
+		dropped += d
+		refused += r
 	}
-	return n
+	return dropped, refused
 }
 
 // SetOnReady sets the ready callback; call it before Start.
@@ -337,7 +342,9 @@ func (g *Group) removeLocked(w *Worker) {
 	for i, x := range g.workers {
 		if x == w {
 			// Under g.mu, as Stale reads: the group's count never moves back.
-			g.staleRetired.Add(w.Stale())
+			d, r := w.Stale()
+			g.staleRetired[0].Add(d)
+			g.staleRetired[1].Add(r)
 			g.workers = append(g.workers[:i], g.workers[i+1:]...)
 			break
 		}

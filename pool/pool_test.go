@@ -386,7 +386,7 @@ func TestStaleRequestsDropped(t *testing.T) {
 	if got["OPTIONS stale"] || !got["OPTIONS old-unbounded"] || !got["SIP/2.0 200 old-response"] || !got["OPTIONS fresh"] {
 		t.Fatalf("want every frame but the stale request handled, have %v", got)
 	}
-	if s := fx.g.Stale(); s != 1 {
+	if s, _ := fx.g.Stale(); s != 1 {
 		t.Fatalf("stale drops: want 1, have %d", s)
 	}
 }

@@ -52,6 +52,17 @@ type Env struct {
 	// it relays gets their responses without the supervisor's hop. Call it
 	// from the handler's constructor, at most once.
 	OpenReplySockets func() ([]net.PacketConn, error)
+
+	// Late reports whether a message read at readAt (unix ns) has waited
+	// longer than the group's max_queue_wait. The loop applies the bound
+	// itself to the datagrams the supervisor hands over; a handler that
+	// reads a stream (TCP) applies it to what it reads there, where a
+	// request cannot be dropped in silence, as its client will not
+	// retransmit it: it is refused (and counted with RefusedLate) or, when
+	// it may not be refused, handled late.
+	Late func(readAt int64) bool
+	// RefusedLate counts a request refused for having waited too long.
+	RefusedLate func()
 }
 
 // Message is one SIP datagram handed to a worker. Data is valid only during
@@ -165,6 +176,8 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 	w := &workerLoop{env: env, ctl: ctl, stats: stats, dataFD: dataFD, submit: make(chan func(), 64)}
 	env.Submit = w.submitFn
 	env.OpenReplySockets = w.openReplySockets
+	env.Late = w.waitedTooLong
+	env.RefusedLate = func() { w.stats.add(offStaleRefused, 1) }
 	calls := newCaller(ctl)
 	env.Call = calls.call
 	h, err := newHandler(env)
@@ -532,11 +545,15 @@ func (w *workerLoop) handle(f frame) bool {
 // telling them apart would cost a parse: they go too, and come again.
 // Responses are always handled, as their senders do not all retransmit.
 func (w *workerLoop) stale(data []byte, at int64) bool {
-	max := int64(w.stats.load(offMaxWait))
-	if max <= 0 || at <= 0 || len(data) >= 4 && string(data[:4]) == "SIP/" {
+	if len(data) >= 4 && string(data[:4]) == "SIP/" {
 		return false
 	}
-	return time.Now().UnixNano()-at > max
+	return w.waitedTooLong(at)
+}
+
+func (w *workerLoop) waitedTooLong(at int64) bool {
+	max := int64(w.stats.load(offMaxWait))
+	return max > 0 && at > 0 && time.Now().UnixNano()-at > max
 }
 
 func (w *workerLoop) checkDrained() {

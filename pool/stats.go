@@ -29,7 +29,10 @@ const (
 	// bound), so a change applies at once, without a frame or a restart.
 	offMaxWait = 64
 	offStale   = 72 // requests dropped for having waited longer than that
-	pageSize   = 4096
+	// Requests read from a connection that waited longer than that and were
+	// refused with a 503 (a stream's client does not retransmit).
+	offStaleRefused = 80
+	pageSize        = 4096
 )
 
 func newStatsFile(name string) (*os.File, *statsPage, error) {

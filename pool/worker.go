@@ -250,9 +250,12 @@ func (w *Worker) QueueAge(now int64) time.Duration {
 	return time.Duration(now - at)
 }
 
-// Stale is how many requests the worker dropped for having waited longer
-// than its group's MaxQueueWait.
-func (w *Worker) Stale() uint64 { return w.p.stats.load(offStale) }
+// Stale is how many requests the worker dropped (datagrams) and refused
+// (requests read from a connection) for having waited longer than its
+// group's MaxQueueWait.
+func (w *Worker) Stale() (dropped, refused uint64) {
+	return w.p.stats.load(offStale), w.p.stats.load(offStaleRefused)
+}
 
 func (w *Worker) setMaxWait(d time.Duration) { w.p.stats.store(offMaxWait, uint64(max(d, 0))) }
 

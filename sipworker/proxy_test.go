@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -307,4 +308,95 @@ func TestResponsesRelayedAsTheyCame(t *testing.T) {
 		t.Fatalf("want 2 responses counted, have %+v", s)
 	}
 	p.waitHeld0()
+}
+
+// TestTCPLateRequests: a request read from a connection that waited longer
+// than max_queue_wait is refused with 503 and Retry-After when it starts
+// something (a stream's client will not retransmit it, so it cannot be
+// dropped), and handled late when it belongs to a call that is up.
+func TestTCPLateRequests(t *testing.T) {
+	var late atomic.Bool
+	var refused atomic.Int64
+	var sawReadAt atomic.Int64
+	p := startProxy(t, config.DefaultText, func(o *Options) {
+		o.Late = func(readAt int64) bool {
+			sawReadAt.Store(readAt)
+			return late.Load()
+		}
+		o.RefusedLate = func() { refused.Add(1) }
+		o.RetryAfter = config.RetryAfter{Min: 7 * time.Second, Max: 7 * time.Second}
+	})
+	bob := newUA(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.do(func() { p.w.HandleConn(server) })
+	r := newStreamReader(client)
+	la := client.LocalAddr().String()
+	overTCP := func(msg string) {
+		msg = strings.ReplaceAll(msg, "SIP/2.0/UDP "+p.addr().String(), "SIP/2.0/TCP "+la)
+		if _, err := client.Write([]byte(strings.ReplaceAll(msg, "\n", "\r\n"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ruri := "sip:bob@" + bob.addr().String()
+
+	// A call set up while the worker keeps up.
+	before := time.Now().UnixNano()
+	overTCP(invite(p.addr(), p.addr(), ruri, "late-up@test", "z9hG4bK-up", 70))
+	inv, _ := bob.recvRequest(sip.INVITE)
+	if at := sawReadAt.Load(); at < before || at > time.Now().UnixNano() {
+		t.Fatalf("Late wants the time the message was read, have %d (sent at %d)", at, before)
+	}
+	ok := bob.respond(p.addr(), inv, 200, "OK")
+	for _, want := range []int{100, 200} {
+		if m, isRes := r.next(t).(*sip.Response); !isRes || m.StatusCode != want {
+			t.Fatalf("want %d, have %v", want, m)
+		}
+	}
+	toTag, _ := ok.To().Params.Get("tag")
+
+	late.Store(true)
+	// A new call that waited too long: 503 with Retry-After, nothing relayed.
+	overTCP(invite(p.addr(), p.addr(), ruri, "late-new@test", "z9hG4bK-new", 70))
+	m, isRes := r.next(t).(*sip.Response)
+	if !isRes || m.StatusCode != 503 {
+		t.Fatalf("late new INVITE: want 503, have %v", m)
+	}
+	if h := m.GetHeader("Retry-After"); h == nil || h.Value() != "7" {
+		t.Fatalf("late new INVITE: want Retry-After 7, have %v", h)
+	}
+	// An OPTIONS outside a dialog is refused the same way.
+	overTCP(strings.Replace(strings.Replace(invite(p.addr(), p.addr(), ruri, "late-opt@test", "z9hG4bK-opt", 70), "INVITE", "OPTIONS", 1), "1 INVITE", "1 OPTIONS", 1))
+	if m, isRes := r.next(t).(*sip.Response); !isRes || m.StatusCode != 503 {
+		t.Fatalf("late OPTIONS: want 503, have %v", m)
+	}
+	// The call that is up completes: its ACK and BYE go through late.
+	routes := recordRoutes(inv)
+	overTCP(inDialog("ACK", ruri, p.addr(), "z9hG4bK-up-ack", "late-up@test", 1, toTag, routes))
+	bob.recvRequest(sip.ACK)
+	overTCP(inDialog("BYE", ruri, p.addr(), "z9hG4bK-up-bye", "late-up@test", 2, toTag, routes))
+	bye, _ := bob.recvRequest(sip.BYE)
+	bob.respond(p.addr(), bye, 200, "OK")
+	if m, isRes := r.next(t).(*sip.Response); !isRes || m.StatusCode != 200 {
+		t.Fatalf("late BYE of a call that is up: want its 200 relayed, have %v", m)
+	}
+	if n := refused.Load(); n != 2 {
+		t.Fatalf("refused late: want 2 counted, have %d", n)
+	}
+	if s := p.stats(); s.Late != 2 {
+		t.Fatalf("Stats.Late: want 2, have %d", s.Late)
+	}
+	bob.quiet(200 * time.Millisecond)
 }

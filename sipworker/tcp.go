@@ -91,8 +91,9 @@ func (w *Worker) readConn(tc *tcpConn) {
 			w.opt.Submit(func() { w.closeConn(tc) })
 			return
 		}
+		at := time.Now().UnixNano()
 		w.opt.Submit(func() {
-			w.handle(msg, source{proto: "tcp", addr: tc.remote, sock: -1, conn: tc})
+			w.handle(msg, source{proto: "tcp", addr: tc.remote, sock: -1, conn: tc, readAt: at})
 		})
 	}
 }
@@ -211,4 +212,28 @@ func (w *Worker) admit(req *sip.Request, src source) bool {
 	w.Stats.Refused++
 	w.replyStateless(req, src, 503, "Service Unavailable", []string{"Retry-After: " + strconv.Itoa(retry)})
 	return false
+}
+
+// late applies the bound on waiting to a request read from a connection:
+// one that waited longer than max_queue_wait (behind a slow script, or in
+// the loop's queue under overload) is refused with 503 and Retry-After,
+// as UDP drops it, so that the time goes to requests a client still waits
+// for. A stream's client does not retransmit, so nothing is dropped in
+// silence: what may not be refused — an ACK, a CANCEL, a request inside a
+// dialog, whose calls are up and must complete — is handled late. It
+// reports whether the request was refused.
+func (w *Worker) late(req *sip.Request, src source) bool {
+	if w.opt.Late == nil || !w.opt.Late(src.readAt) || req.Method == sip.ACK || req.Method == sip.CANCEL {
+		return false
+	}
+	if _, ok := param(req.To().Params, "tag"); ok {
+		return false
+	}
+	w.Stats.Late++
+	if w.opt.RefusedLate != nil {
+		w.opt.RefusedLate()
+	}
+	w.replyStateless(req, src, 503, "Service Unavailable (waited too long)",
+		[]string{"Retry-After: " + strconv.Itoa(w.opt.RetryAfter.Draw())})
+	return true
 }

@@ -55,6 +55,13 @@ type Options struct {
 	// door sends over UDP: refuse says so, with the Retry-After seconds.
 	// Nil admits everything.
 	Admit func(method sipscan.Method, callID []byte) (refuse bool, retryAfter int)
+	// Late, when set, says whether a message read from a connection at
+	// readAt (unix ns) waited longer than max_queue_wait (pool.Env.Late);
+	// RefusedLate counts the requests refused for it.
+	Late        func(readAt int64) bool
+	RefusedLate func()
+	// RetryAfter is what the worker's own refusals send, as the door's do.
+	RetryAfter config.RetryAfter
 
 	// T1, T2 and T4 are RFC 3261's timer bases (500ms, 4s, 5s).
 	T1, T2, T4 time.Duration
@@ -114,6 +121,9 @@ type Stats struct {
 	StatelessAcks uint64
 	// Refused counts new sessions over TCP that admission control refused.
 	Refused uint64
+	// Late counts requests over TCP refused for having waited longer than
+	// max_queue_wait.
+	Late uint64
 }
 
 // New builds the handler of a worker process from what the supervisor
@@ -141,6 +151,10 @@ func New(env *pool.Env) (pool.Handler, error) {
 		Logger:  logger,
 		Submit:  env.Submit,
 		Admit:   admitFor(env, logger),
+		Late:    env.Late,
+
+		RefusedLate: env.RefusedLate,
+		RetryAfter:  cfg.RetryAfter,
 	}
 	if cfg.Workers.ReplySockets && env.OpenReplySockets != nil && len(env.Sockets) > 0 {
 		rs, err := env.OpenReplySockets()
@@ -244,6 +258,7 @@ func (w *Worker) Reload(path string) error {
 		return err
 	}
 	w.opt.Script = cfg.Script
+	w.opt.RetryAfter = cfg.RetryAfter
 	// The cache is keyed by the old script's literals.
 	w.tmpl = map[*script.Literal][]tmplPart{}
 	w.log.Info("script reloaded", "file", path)
@@ -286,6 +301,8 @@ type source struct {
 	conn  *tcpConn // TCP connection, nil for UDP
 	// direct: it came to the worker's reply socket, not through the door.
 	direct bool
+	// readAt is when a message from a connection was read (unix ns).
+	readAt int64
 }
 
 // local is the address this server is reached at for s: the socket it came
@@ -372,7 +389,7 @@ func (w *Worker) onRequest(req *sip.Request, src source) {
 	if src.direct && !w.takeDirect(req, src) {
 		return
 	}
-	if src.conn != nil && !w.admit(req, src) {
+	if src.conn != nil && (w.late(req, src) || !w.admit(req, src)) {
 		return
 	}
 	c := w.newCtx(req, nil, src)

@@ -78,6 +78,9 @@ func (b backend) Stats() ctl.Stats {
 		}
 	}
 	for _, gr := range s.groupRuns() {
+		dropped, refused := gr.g.Stale()
+		st.Counters["stale_dropped"] += float64(dropped)
+		st.Counters["stale_refused"] += float64(refused)
 		if gr.door == nil {
 			for r := range gr.refusedConn {
 				if v := gr.refusedConn[r].Load(); v > 0 {
@@ -100,7 +103,6 @@ func (b backend) Stats() ctl.Stats {
 		}
 		st.Counters["malformed"] += float64(bad)
 		st.Counters["retransmissions_absorbed"] += float64(d.Absorbed.Load())
-		st.Counters["stale_dropped"] += float64(gr.g.Stale())
 	}
 	return st
 }

@@ -15,7 +15,7 @@ type doorCollector struct {
 	received, forwarded, keepalives, replied   *prometheus.Desc
 	ownAcks                                    *prometheus.Desc
 	malformed, refused, admitted, dropped, aff *prometheus.Desc
-	sessions, absorbed, stale                  *prometheus.Desc
+	sessions, absorbed, stale, staleRefused    *prometheus.Desc
 }
 
 func newDoorCollector(s *Supervisor) *doorCollector {
@@ -37,19 +37,24 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 		absorbed:   d("retransmissions_absorbed_total", "Retransmitted requests dropped because the original still waited in a worker's queue."),
 		stale: prometheus.NewDesc("sipvisor_pool_stale_requests_dropped_total",
 			"Requests a worker dropped unhandled for having waited longer than max_queue_wait.", []string{"group"}, nil),
+		staleRefused: prometheus.NewDesc("sipvisor_pool_stale_requests_refused_total",
+			"Requests read from a connection that a worker refused with 503 for having waited longer than max_queue_wait.", []string{"group"}, nil),
 	}
 }
 
 func (c *doorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale} {
+	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale, c.staleRefused} {
 		ch <- d
 	}
 }
 
 func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, gr := range c.s.groupRuns() {
-		if gr.g.Kind() == pool.KindUDP {
-			ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(gr.g.Stale()), gr.g.Name())
+		switch dropped, refused := gr.g.Stale(); gr.g.Kind() {
+		case pool.KindUDP:
+			ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(dropped), gr.g.Name())
+		case pool.KindTCP:
+			ch <- prometheus.MustNewConstMetric(c.staleRefused, prometheus.CounterValue, float64(refused), gr.g.Name())
 		}
 		if gr.door == nil {
 			if gr.g.Kind() == pool.KindTCP {

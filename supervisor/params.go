@@ -80,6 +80,24 @@ func (s *Supervisor) registerParams() {
 			o.queueDelay.Store(int64(v * float64(time.Second)))
 			return nil
 		}, ctl.Seconds)
+	// max_queue_wait is the groups' own: each worker reads it from its
+	// stats page at every message.
+	p.Register("limits/max_queue_wait",
+		func() float64 {
+			for _, gr := range s.groupRuns() {
+				return gr.g.MaxQueueWait().Seconds()
+			}
+			return s.config().Limits.MaxQueueWait.Seconds()
+		},
+		func(v float64) error {
+			if v > 60 {
+				return fmt.Errorf("max queue wait %vs is over 60 s (0 removes the bound)", v)
+			}
+			for _, gr := range s.groupRuns() {
+				gr.g.SetMaxQueueWait(time.Duration(v * float64(time.Second)))
+			}
+			return nil
+		}, ctl.Seconds)
 
 	// The throttle's settings apply to every group; a change starts each
 	// group's throttle afresh.

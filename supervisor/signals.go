@@ -7,7 +7,6 @@ import (
 	"syscall"
 
 	"github.com/sipvisor/sipvisor/config"
-	"github.com/sipvisor/sipvisor/pool"
 )
 
 var sigTERM os.Signal = syscall.SIGTERM
@@ -103,9 +102,7 @@ func (s *Supervisor) doReload() error {
 	// Limits apply at once; values set with ctl set give way to the file's.
 	s.ov.setLimits(cfg.Limits)
 	for _, gr := range s.groups {
-		if gr.g.Kind() == pool.KindUDP {
-			gr.g.SetMaxQueueWait(cfg.Limits.MaxQueueWait)
-		}
+		gr.g.SetMaxQueueWait(cfg.Limits.MaxQueueWait)
 		if gr.door != nil {
 			gr.door.MaxCallDuration.Store(int64(cfg.Limits.MaxCallDuration))
 		}

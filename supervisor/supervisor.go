@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/signal"
@@ -406,9 +405,7 @@ func (s *Supervisor) makeGroups() {
 			OnExit: func(w *pool.Worker, reason string) { s.workerExited(name, w, reason) },
 			OnCall: s.answerCall,
 		})
-		if kind == pool.KindUDP {
-			gr.g.SetMaxQueueWait(cfg.Limits.MaxQueueWait)
-		}
+		gr.g.SetMaxQueueWait(cfg.Limits.MaxQueueWait)
 		gr.toRamping = s.ss.handed.WithLabelValues(name, "true")
 		gr.toEstablished = s.ss.handed.WithLabelValues(name, "false")
 		gr.g.SetOnReady(func(w *pool.Worker) {
@@ -626,16 +623,8 @@ func sameProfile(a, b *profile.Profile) bool {
 	return *a == *b
 }
 
-// retryAfter is the Retry-After of a refusal: fixed, or drawn from the
-// configured range so that refused clients do not all return at once.
-func (s *Supervisor) retryAfter() int {
-	ra := s.config().RetryAfter
-	lo, hi := int(ra.Min.Seconds()), int(ra.Max.Seconds())
-	if hi <= lo {
-		return lo
-	}
-	return lo + int(rand.Uint64N(uint64(hi-lo+1)))
-}
+// retryAfter is the Retry-After of a refusal.
+func (s *Supervisor) retryAfter() int { return s.config().RetryAfter.Draw() }
 
 // config is the running config; a reload swaps it whole.
 func (s *Supervisor) config() *config.Config { return s.cfg.Load() }
