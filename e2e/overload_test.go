@@ -246,6 +246,23 @@ func (s ovServer) status(path string) int {
 	return resp.StatusCode
 }
 
+// awaitMetric waits until a metric's series reads want.
+func (s ovServer) awaitMetric(want float64, series ...string) {
+	s.t.Helper()
+	name, labels := series[0], series[1:]
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		v := s.mustMetric(name, labels...)
+		if v == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s%v: want %v within 20s, have %v", name, labels, want, v)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // awaitSuspended waits until the server's suspended state is want, and
 // returns how many cycles that took.
 func (s ovServer) awaitSuspended(want bool) float64 {

@@ -121,6 +121,8 @@ func TestTCPNewSessionsPassTheGuards(t *testing.T) {
 	if m.code != 200 {
 		t.Fatalf("a call over TCP: want 200, have %d\n%s", m.code, m.raw)
 	}
+	tcpCalls := []string{"sipvisor_frontdoor_sessions", `group="tcp"`, `kind="call"`}
+	s.awaitMetric(1, tcpCalls...)
 
 	if out, err := s.ctl("suspend"); err != nil {
 		t.Fatalf("ctl suspend: %v: %s", err, out)
@@ -134,6 +136,7 @@ func TestTCPNewSessionsPassTheGuards(t *testing.T) {
 	if bye := ua.final(up, "BYE"); bye.code != 200 {
 		t.Fatalf("BYE of the call up over TCP while suspended: want 200, have %d\n%s", bye.code, bye.raw)
 	}
+	s.awaitMetric(0, tcpCalls...)
 	if out, err := s.ctl("resume"); err != nil {
 		t.Fatalf("ctl resume: %v: %s", err, out)
 	}
@@ -155,7 +158,20 @@ func TestTCPNewSessionsPassTheGuards(t *testing.T) {
 		}
 	}
 	s.awaitResource("max_calls", 0)
-	if m, _ := ua.invite(ovID() + "@tcp-after"); m.code != 200 {
+	after := ovID() + "@tcp-after"
+	m, afterTo := ua.invite(after)
+	if m.code != 200 {
 		t.Fatalf("a new call over TCP under the limit: want 200, have %d\n%s", m.code, m.raw)
 	}
+	// A call up over TCP counts as a session as one over UDP does, and
+	// fills max_calls in turn.
+	s.awaitResource("max_calls", 1)
+	refused, _ = ua.invite(ovID() + "@tcp-limit-2")
+	ovWantRefused(t, "a new INVITE over TCP while a TCP call fills max_calls", refused)
+	ua.send("BYE", after, 2, afterTo)
+	if bye := ua.final(after, "BYE"); bye.code != 200 {
+		t.Fatalf("BYE over TCP: want 200, have %d\n%s", bye.code, bye.raw)
+	}
+	s.awaitResource("max_calls", 0)
+	s.awaitMetric(0, tcpCalls...)
 }

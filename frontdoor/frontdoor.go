@@ -10,8 +10,8 @@
 // no worker, no transaction and no full parse.
 //
 // The door also counts the sessions in progress (a call from its INVITE to
-// its BYE, a subscription until it expires), which session limits weigh,
-// and drops a retransmitted request while its original still waits in a
+// its BYE, a subscription until it expires; package sessions), which
+// session limits weigh, and drops a retransmitted request while its original still waits in a
 // worker's queue, so that a slow worker never handles a request twice.
 //
 // A Door is used by one goroutine (the socket's reader). It does not allocate
@@ -21,9 +21,11 @@ package frontdoor
 
 import (
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sipvisor/sipvisor/frontdoor/sessions"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/sipscan"
 )
@@ -43,17 +45,6 @@ const AffinityTTL = 32 * time.Second
 // time; with AffinityTTL alone, a call ringing longer than 32 s could not
 // be cancelled and its answer went to a worker that knew nothing of it.
 const PendingInviteTTL = 120*time.Second + AffinityTTL
-
-// DefaultMaxCallDuration is how long a call is counted at most when the
-// door sees no BYE for it (one that was not record-routed, or whose BYE
-// went elsewhere): the default lifetime of a dialog in Kamailio's and
-// OpenSIPS's dialog modules.
-const DefaultMaxCallDuration = 12 * time.Hour
-
-// defaultSubscription is how long a subscription counts when its SUBSCRIBE
-// gives no Expires; RFC 6665 leaves the default to the event package, and
-// an hour is the common one (presence, dialog, message-summary).
-const defaultSubscription = time.Hour
 
 // Refusal is why admission control turned a new session away; RefuseNone
 // admits it.
@@ -99,15 +90,19 @@ type Door struct {
 	// OptionalNewSessions counts MESSAGE, OPTIONS, PUBLISH and NOTIFY outside
 	// a dialog as new sessions for admission.
 	OptionalNewSessions bool
-	// MaxCallDuration (ns) bounds how long an answered call counts as a
-	// session without a BYE; 0 is DefaultMaxCallDuration. It may be set
-	// while the door runs.
-	MaxCallDuration atomic.Int64
+	// Sessions counts the calls and subscriptions in progress that came in
+	// through this door: what session limits and the number_of_sessions
+	// monitor count. Its MaxCallDuration may be set while the door runs.
+	Sessions *sessions.Table
+	// OnUnknownEnd, when set, is told of a BYE of a call the door did not
+	// see begin (one that came in over another transport); it runs on the
+	// door's goroutine.
+	OnUnknownEnd func(key uint64)
 
 	msg    sipscan.Msg
 	limits sipscan.Limits
 	aff    map[uint64]entry
-	sess   map[uint64]session
+	ends   endInbox
 	queued map[uint64]queuedReq
 	out    []byte
 	from   netip.AddrPort // source of the datagram in hand
@@ -126,18 +121,6 @@ type entry struct {
 type queuedReq struct {
 	w   *pool.Worker
 	seq uint64
-}
-
-// session is a call or a subscription in progress, as the door sees it: from
-// the request that starts it to the one that ends it. Affinity is another
-// matter: it lasts as long as a transaction may, and then lapses whether or
-// not the dialog goes on, so it cannot say how many sessions are up.
-type session struct {
-	until  int64 // unix ns: no longer counted from then on
-	branch uint64
-	kind   sipscan.Kind
-	// answered: the ACK of a 2xx passed, so the call is up until its BYE.
-	answered bool
 }
 
 // ttl is how long the Call-ID of m stays bound after m: long after an
@@ -178,16 +161,13 @@ type Stats struct {
 	Admitted [4]atomic.Uint64
 	// Affinity is the number of Call-IDs currently bound to a worker.
 	Affinity atomic.Int64
-	// Sessions counts the calls and subscriptions in progress, by kind: what
-	// session limits and the number_of_sessions monitor count.
-	Sessions [4]atomic.Int64
 }
 
 // New makes a door for the socket with the given index (as workers number
 // their sockets).
 func New(socket int, pick Picker, admit Admission, reply Replier) *Door {
 	return &Door{socket: socket, pick: pick, admit: admit, reply: reply,
-		aff: make(map[uint64]entry, 1024), sess: make(map[uint64]session, 1024),
+		aff: make(map[uint64]entry, 1024), Sessions: sessions.New(PendingInviteTTL),
 		queued: make(map[uint64]queuedReq, 1024), out: make([]byte, 0, 4096)}
 }
 
@@ -199,6 +179,9 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 	d.from = from
 	if now >= d.sweep {
 		d.expire(now)
+	}
+	if d.ends.waiting.Load() {
+		d.ends.take(d.endSession)
 	}
 	dgram := frame[pool.MsgHeaderLen:]
 	m := &d.msg
@@ -304,87 +287,43 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 	}
 }
 
-// track follows the sessions through the requests a worker was handed. A
-// call counts from its INVITE until its BYE, or until the ACK of a final
-// failure (it reuses the INVITE's branch, RFC 3261 17.1.1.3), or, when no
-// 2xx's ACK came (the call failed unseen, or it was not record-routed), no
-// longer than its INVITE may be pending; an answered call counts at most
-// MaxCallDuration. A subscription counts until its Expires. Responses and
-// every other method leave the count alone, so OPTIONS probes are no
-// sessions.
+// track follows the sessions through the requests a worker was handed.
 func (d *Door) track(m *sipscan.Msg, key uint64, now int64) {
-	if !m.IsRequest {
-		return
-	}
-	switch m.Method {
-	case sipscan.Invite:
-		if m.HasToTag {
-			return // a re-INVITE: the call goes on
-		}
-		// A first INVITE, or a new attempt on the same Call-ID after a
-		// challenge: the call is pending again. A retransmission changes
-		// nothing.
-		br := sipscan.CallIDHash(m.Branch)
-		if s, ok := d.sess[key]; ok && s.kind == sipscan.KindCall && s.branch == br {
-			return
-		}
-		d.begin(key, session{kind: sipscan.KindCall, branch: br, until: now + int64(PendingInviteTTL)})
-	case sipscan.Ack:
-		s, ok := d.sess[key]
-		if !ok || s.kind != sipscan.KindCall || !m.HasToTag {
-			return
-		}
-		if !s.answered && sipscan.CallIDHash(m.Branch) == s.branch {
-			d.end(key, s)
-			return
-		}
-		if !s.answered {
-			s.answered = true
-			s.until = now + d.maxCall()
-			d.sess[key] = s
-		}
-	case sipscan.Bye:
-		if s, ok := d.sess[key]; ok {
-			d.end(key, s)
-		}
-	case sipscan.Subscribe:
-		s, ok := d.sess[key]
-		switch {
-		case m.Expires == 0:
-			if ok {
-				d.end(key, s) // an unsubscribe, or a one-time fetch
-			}
-		case !m.HasToTag && !ok:
-			exp := int64(defaultSubscription)
-			if m.Expires > 0 {
-				exp = int64(m.Expires) * int64(time.Second)
-			}
-			d.begin(key, session{kind: sipscan.KindSubscription, until: now + exp})
-		case ok && s.kind == sipscan.KindSubscription && m.Expires > 0:
-			s.until = now + int64(m.Expires)*int64(time.Second)
-			d.sess[key] = s
-		}
+	if d.Sessions.Track(m, key, now) && d.OnUnknownEnd != nil {
+		d.OnUnknownEnd(key)
 	}
 }
 
-func (d *Door) maxCall() int64 {
-	if v := d.MaxCallDuration.Load(); v > 0 {
-		return v
-	}
-	return int64(DefaultMaxCallDuration)
+// EndSession ends the call of key at the door's next datagram or sweep: its
+// BYE was seen elsewhere (over another transport). Safe for concurrent use.
+func (d *Door) EndSession(key uint64) { d.ends.push(key) }
+
+func (d *Door) endSession(key uint64) { d.Sessions.End(key) }
+
+// endInbox holds the ends other goroutines pass to the door; waiting lets
+// the door look without a lock at every datagram.
+type endInbox struct {
+	mu      sync.Mutex
+	keys    []uint64
+	waiting atomic.Bool
 }
 
-func (d *Door) begin(key uint64, s session) {
-	if old, ok := d.sess[key]; ok {
-		d.Stats.Sessions[old.kind].Add(-1)
-	}
-	d.sess[key] = s
-	d.Stats.Sessions[s.kind].Add(1)
+func (e *endInbox) push(key uint64) {
+	e.mu.Lock()
+	e.keys = append(e.keys, key)
+	e.waiting.Store(true)
+	e.mu.Unlock()
 }
 
-func (d *Door) end(key uint64, s session) {
-	delete(d.sess, key)
-	d.Stats.Sessions[s.kind].Add(-1)
+func (e *endInbox) take(fn func(uint64)) {
+	e.mu.Lock()
+	keys := e.keys
+	e.keys = nil
+	e.waiting.Store(false)
+	e.mu.Unlock()
+	for _, k := range keys {
+		fn(k)
+	}
 }
 
 func (d *Door) sendReply(req []byte, code, retryAfter int) {
@@ -413,11 +352,7 @@ func (d *Door) expire(now int64) {
 			d.unbind(k, e)
 		}
 	}
-	for k, s := range d.sess {
-		if now >= s.until {
-			d.end(k, s)
-		}
-	}
+	d.Sessions.Expire(now)
 	for k, q := range d.queued {
 		if !q.w.Waiting(q.seq) {
 			delete(d.queued, k)

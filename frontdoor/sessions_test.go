@@ -96,24 +96,54 @@ func TestSessionsCounted(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, nil, nil)
-			d.MaxCallDuration.Store(int64(2 * time.Hour))
+			d.Sessions.MaxCallDuration.Store(int64(2 * time.Hour))
 			for i, s := range tc.steps {
 				msg := s.msg
 				if msg == nil {
 					msg = []byte("\r\n\r\n")
 				}
 				d.Handle(frame(msg), src, t0+int64(s.at))
-				calls := d.Stats.Sessions[sipscan.KindCall].Load()
-				subs := d.Stats.Sessions[sipscan.KindSubscription].Load()
+				calls := d.Sessions.Counts[sipscan.KindCall].Load()
+				subs := d.Sessions.Counts[sipscan.KindSubscription].Load()
 				if calls != s.calls || subs != s.subscribe {
 					t.Fatalf("step %d at %v: want %d calls and %d subscriptions, have %d and %d",
 						i, s.at, s.calls, s.subscribe, calls, subs)
 				}
 			}
-			if n := d.Stats.Sessions[sipscan.KindOther].Load() + d.Stats.Sessions[sipscan.KindRegistration].Load(); n != 0 {
+			if n := d.Sessions.Counts[sipscan.KindOther].Load() + d.Sessions.Counts[sipscan.KindRegistration].Load(); n != 0 {
 				t.Fatalf("want no session of another kind, have %d", n)
 			}
 		})
+	}
+}
+
+// A call that began where the door did not see it (over TCP) and ends with
+// a BYE at the door is passed on; one that began at the door and ended
+// elsewhere is ended at the door's next datagram.
+func TestSessionEndsAcrossTables(t *testing.T) {
+	g := startGroup(t, 1)
+	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, nil, nil)
+	var unknown []uint64
+	d.OnUnknownEnd = func(key uint64) { unknown = append(unknown, key) }
+	now := time.Now().UnixNano()
+	d.Handle(frame(request("BYE", "elsewhere", "b1", "bob", 2, -1)), src, now)
+	if len(unknown) != 1 || unknown[0] != sipscan.CallIDHash([]byte("elsewhere")) {
+		t.Fatalf("a BYE of a call the door did not see: want it passed on, have %v", unknown)
+	}
+	d.Handle(frame(request("INVITE", "here", "i1", "", 1, -1)), src, now)
+	d.Handle(frame(request("ACK", "here", "a1", "bob", 1, -1)), src, now)
+	done := make(chan struct{})
+	go func() { d.EndSession(sipscan.CallIDHash([]byte("here"))); close(done) }()
+	<-done
+	if n := d.Sessions.Counts[sipscan.KindCall].Load(); n != 1 {
+		t.Fatalf("before the door's next datagram: want the call counted, have %d", n)
+	}
+	d.Handle(frame([]byte("\r\n\r\n")), src, now)
+	if n := d.Sessions.Counts[sipscan.KindCall].Load(); n != 0 || d.Sessions.Len() != 0 {
+		t.Fatalf("ended elsewhere: want 0 calls, have %d (%d held)", n, d.Sessions.Len())
+	}
+	if len(unknown) != 1 {
+		t.Fatalf("an end passed in is not passed on again: have %v", unknown)
 	}
 }
 
@@ -188,7 +218,7 @@ func TestDoorMemory(t *testing.T) {
 			}
 		}
 		up := heapInUse()
-		if c := d.Stats.Sessions[sipscan.KindCall].Load(); c != n {
+		if c := d.Sessions.Counts[sipscan.KindCall].Load(); c != n {
 			t.Fatalf("%s: want %d calls in progress, have %d", name, n, c)
 		}
 		for i := range n {
@@ -203,9 +233,9 @@ func TestDoorMemory(t *testing.T) {
 		now += int64(PendingInviteTTL) + int64(time.Minute) // past every affinity
 		d.Handle(frame([]byte("\r\n\r\n")), src, now)
 		end := heapInUse()
-		if len(d.aff)+len(d.sess)+len(d.queued) != 0 {
+		if len(d.aff)+d.Sessions.Len()+len(d.queued) != 0 {
 			t.Fatalf("%s: after the calls: want nothing kept, have %d affinity entries, %d sessions, %d queued requests",
-				name, len(d.aff), len(d.sess), len(d.queued))
+				name, len(d.aff), d.Sessions.Len(), len(d.queued))
 		}
 		return float64(up-base) / n, float64(end-base) / n
 	}

@@ -43,3 +43,42 @@ func ParseAdmitAnswer(b []byte) (reason byte, retryAfter int, err error) {
 	}
 	return b[0], int(binary.BigEndian.Uint16(b[1:])), nil
 }
+
+// Such a worker also notes (Env.Note) each request it reads that moves a
+// session on — a new INVITE or SUBSCRIBE it admitted, an ACK, a BYE, a
+// SUBSCRIBE's refresh — so that sessions count alike on every transport:
+// sessionMagic, the method, flags (1: the To has a tag), Expires (int32,
+// -1 when absent), the branch's length (uvarint), the branch, the Call-ID.
+const sessionMagic = "SES1"
+
+// SessionNote encodes a session note.
+func SessionNote(method byte, toTag bool, expires int32, branch, callID []byte) []byte {
+	b := make([]byte, 0, len(sessionMagic)+2+4+binary.MaxVarintLen64+len(branch)+len(callID))
+	b = append(b, sessionMagic...)
+	var flags byte
+	if toTag {
+		flags = 1
+	}
+	b = append(b, method, flags)
+	b = binary.BigEndian.AppendUint32(b, uint32(expires))
+	b = binary.AppendUvarint(b, uint64(len(branch)))
+	b = append(b, branch...)
+	return append(b, callID...)
+}
+
+// ParseSessionNote decodes SessionNote; ok is false for another note or a
+// malformed one.
+func ParseSessionNote(b []byte) (method byte, toTag bool, expires int32, branch, callID []byte, ok bool) {
+	if len(b) < len(sessionMagic)+6 || string(b[:len(sessionMagic)]) != sessionMagic {
+		return 0, false, 0, nil, nil, false
+	}
+	b = b[len(sessionMagic):]
+	method, toTag, expires = b[0], b[1]&1 != 0, int32(binary.BigEndian.Uint32(b[2:6]))
+	b = b[6:]
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) {
+		return 0, false, 0, nil, nil, false
+	}
+	b = b[k:]
+	return method, toTag, expires, b[:n], b[n:], true
+}

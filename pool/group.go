@@ -47,6 +47,9 @@ type GroupOptions struct {
 	// OnCall answers a worker's request (Env.Call). It runs on the worker's
 	// control reader, so one worker's calls are answered in order.
 	OnCall func(w *Worker, req []byte) []byte
+	// OnNote receives a worker's note (Env.Note), on the worker's control
+	// reader, in order with its calls.
+	OnNote func(w *Worker, note []byte)
 }
 
 // Group is a set of worker processes that share one kind of work.
@@ -252,6 +255,10 @@ func (g *Group) readControl(w *Worker, readyTimer *time.Timer) {
 				ans = ans[:9]
 			}
 			w.p.ctl.Write(ans)
+		case ctlNote:
+			if g.opts.OnNote != nil {
+				g.opts.OnNote(w, buf[1:n])
+			}
 		case ctlDrained:
 			// Nothing it holds needs more messages: end its work. Frames
 			// already queued are still handled before the end frame.

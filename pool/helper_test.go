@@ -66,6 +66,11 @@ func (h *testHandler) HandleMessage(m *Message) {
 		runtime.GC()
 	}
 	data := m.Data
+	if h.mode == "note" {
+		if err := h.env.Note(data); err != nil {
+			data = []byte(err.Error())
+		}
+	}
 	if h.mode == "call" {
 		ans, err := h.env.Call(data)
 		if err != nil {

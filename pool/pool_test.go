@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -278,6 +279,35 @@ func TestWorkerCallsSupervisor(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		if !got[700+i] && !(i < 10 && got[70+i]) {
 			t.Fatalf("want answer 7%d, have %v", i, got)
+		}
+	}
+}
+
+// A worker tells the supervisor what needs no answer with Env.Note, in
+// order.
+func TestWorkerNotesSupervisor(t *testing.T) {
+	var mu sync.Mutex
+	var notes []string
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("note", 0),
+		OnNote: func(w *Worker, note []byte) {
+			mu.Lock()
+			notes = append(notes, string(note))
+			mu.Unlock()
+		}})
+	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	w := fx.g.Routable()[0]
+	for i := 0; i < 20; i++ {
+		if err := fx.send(w, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fx.receive(20, 10*time.Second)
+	waitFor(t, "20 notes", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(notes) == 20 })
+	mu.Lock()
+	defer mu.Unlock()
+	for i, n := range notes {
+		if n != strconv.Itoa(i) {
+			t.Fatalf("want the notes in order 0..19, have %q", notes)
 		}
 	}
 }

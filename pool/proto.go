@@ -45,6 +45,7 @@ const (
 	ctlDrained = 'd'
 	ctlCall    = 'c' // worker → supervisor request: id (8 bytes), payload
 	ctlAnswer  = 'a' // supervisor → worker answer: id (8 bytes), payload
+	ctlNote    = 'n' // worker → supervisor, no answer: payload
 )
 
 // maxCall bounds a request or an answer on the control channel.

@@ -63,6 +63,10 @@ type Env struct {
 	Late func(readAt int64) bool
 	// RefusedLate counts a request refused for having waited too long.
 	RefusedLate func()
+
+	// Note tells the supervisor something that needs no answer (see
+	// GroupOptions.OnNote), without waiting for it. Safe for concurrent use.
+	Note func(note []byte) error
 }
 
 // Message is one SIP datagram handed to a worker. Data is valid only during
@@ -180,6 +184,13 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 	env.RefusedLate = func() { w.stats.add(offStaleRefused, 1) }
 	calls := newCaller(ctl)
 	env.Call = calls.call
+	env.Note = func(note []byte) error {
+		if len(note) > maxCall {
+			return errors.New("note too large")
+		}
+		_, err := ctl.Write(append([]byte{ctlNote}, note...))
+		return err
+	}
 	h, err := newHandler(env)
 	if err != nil {
 		return fmt.Errorf("start handler: %w", err)

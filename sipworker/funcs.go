@@ -51,6 +51,17 @@ func admitFor(env *pool.Env, logger *slog.Logger) func(sipscan.Method, []byte) (
 	}
 }
 
+// noteFor passes session notes to the supervisor, when the worker has one.
+// A note that cannot be written costs the count one session, not the call.
+func noteFor(env *pool.Env) func(sipscan.Method, bool, int32, []byte, []byte) {
+	if env.Note == nil {
+		return nil
+	}
+	return func(m sipscan.Method, toTag bool, expires int32, branch, callID []byte) {
+		env.Note(pool.SessionNote(byte(m), toTag, expires, branch, callID))
+	}
+}
+
 // funcImpl runs one script function; its result is the condition value.
 type funcImpl func(c *msgCtx, args []*script.Literal) bool
 

@@ -237,3 +237,34 @@ func (w *Worker) late(req *sip.Request, src source) bool {
 		[]string{"Retry-After: " + strconv.Itoa(w.opt.RetryAfter.Draw())})
 	return true
 }
+
+// noteSession tells the supervisor of a request read from a connection
+// that starts, moves on or ends a session, so that it counts sessions over
+// TCP as the front door counts those over UDP (frontdoor/sessions).
+func (w *Worker) noteSession(req *sip.Request) {
+	if w.opt.NoteSession == nil {
+		return
+	}
+	var m sipscan.Method
+	switch req.Method {
+	case sip.INVITE:
+		m = sipscan.Invite
+	case sip.ACK:
+		m = sipscan.Ack
+	case sip.BYE:
+		m = sipscan.Bye
+	case sip.SUBSCRIBE:
+		m = sipscan.Subscribe
+	default:
+		return
+	}
+	_, toTag := param(req.To().Params, "tag")
+	expires := int32(-1)
+	if h := headerValue(req, "Expires"); h != "" {
+		if n, err := strconv.ParseInt(h, 10, 32); err == nil && n >= 0 {
+			expires = int32(n)
+		}
+	}
+	branch, _ := req.Via().Params.Get("branch")
+	w.opt.NoteSession(m, toTag, expires, []byte(branch), []byte(*req.CallID()))
+}

@@ -60,6 +60,10 @@ type Options struct {
 	// RefusedLate counts the requests refused for it.
 	Late        func(readAt int64) bool
 	RefusedLate func()
+	// NoteSession, when set, tells the supervisor of each request read from
+	// a connection that moves a session on, for the session count
+	// (pool.SessionNote); the door counts those that come over UDP.
+	NoteSession func(method sipscan.Method, toTag bool, expires int32, branch, callID []byte)
 	// RetryAfter is what the worker's own refusals send, as the door's do.
 	RetryAfter config.RetryAfter
 
@@ -152,6 +156,8 @@ func New(env *pool.Env) (pool.Handler, error) {
 		Submit:  env.Submit,
 		Admit:   admitFor(env, logger),
 		Late:    env.Late,
+
+		NoteSession: noteFor(env),
 
 		RefusedLate: env.RefusedLate,
 		RetryAfter:  cfg.RetryAfter,
@@ -389,8 +395,11 @@ func (w *Worker) onRequest(req *sip.Request, src source) {
 	if src.direct && !w.takeDirect(req, src) {
 		return
 	}
-	if src.conn != nil && (w.late(req, src) || !w.admit(req, src)) {
-		return
+	if src.conn != nil {
+		if w.late(req, src) || !w.admit(req, src) {
+			return
+		}
+		w.noteSession(req)
 	}
 	c := w.newCtx(req, nil, src)
 	c.run(w.opt.Script.Routes[""])

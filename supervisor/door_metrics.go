@@ -33,7 +33,7 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 		admitted:   d("admitted_sessions_total", "New sessions admitted, by kind.", "kind"),
 		dropped:    d("datagrams_dropped_total", "Datagrams no worker could take, and stateless replies the socket would not send, by reason.", "reason"),
 		aff:        d("affinity_callids", "Call-IDs currently bound to a worker."),
-		sessions:   d("sessions", "Calls and subscriptions in progress that came in through this socket, by kind.", "kind"),
+		sessions:   d("sessions", "Calls and subscriptions in progress that came in through this socket (for the TCP group, over connections), by kind.", "kind"),
 		absorbed:   d("retransmissions_absorbed_total", "Retransmitted requests dropped because the original still waited in a worker's queue."),
 		stale: prometheus.NewDesc("sipvisor_pool_stale_requests_dropped_total",
 			"Requests a worker dropped unhandled for having waited longer than max_queue_wait.", []string{"group"}, nil),
@@ -62,6 +62,9 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 					ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue,
 						float64(gr.refusedConn[r].Load()), gr.g.Name(), r.String())
 				}
+				for _, k := range []sipscan.Kind{sipscan.KindCall, sipscan.KindSubscription} {
+					ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(c.s.conns.count(k)), gr.g.Name(), k.String())
+				}
 			}
 			continue
 		}
@@ -89,7 +92,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.dropped, st.ReplyFailed.Load(), "reply_failed")
 		ch <- prometheus.MustNewConstMetric(c.aff, prometheus.GaugeValue, float64(st.Affinity.Load()), g)
 		for _, k := range []sipscan.Kind{sipscan.KindCall, sipscan.KindSubscription} {
-			ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(st.Sessions[k].Load()), g, k.String())
+			ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(gr.door.Sessions.Counts[k].Load()), g, k.String())
 		}
 	}
 }

@@ -37,7 +37,8 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 		func(m *sipscan.Msg, newSession bool) *pool.Worker { return s.pick(gr, newSession) },
 		s.admission(gr),
 		u.reply)
-	door.MaxCallDuration.Store(int64(s.config().Limits.MaxCallDuration))
+	door.Sessions.MaxCallDuration.Store(int64(s.config().Limits.MaxCallDuration))
+	door.OnUnknownEnd = s.conns.end
 	u.door = door
 	gr.door = door
 	return u

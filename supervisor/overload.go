@@ -127,9 +127,11 @@ func (o *overload) sessions() (total int64, byKind [4]int64) {
 			continue
 		}
 		for k := range byKind {
-			byKind[k] += gr.door.Stats.Sessions[k].Load()
+			byKind[k] += gr.door.Sessions.Counts[k].Load()
 		}
 	}
+	byKind[sipscan.KindCall] += o.s.conns.count(sipscan.KindCall)
+	byKind[sipscan.KindSubscription] += o.s.conns.count(sipscan.KindSubscription)
 	byKind[sipscan.KindRegistration] = o.s.regCount.Load()
 	for k, v := range byKind {
 		if sipscan.Kind(k) != sipscan.KindOther {
@@ -139,12 +141,25 @@ func (o *overload) sessions() (total int64, byKind [4]int64) {
 	return total, byKind
 }
 
+// groupSessions is the sessions in progress that came in through a group:
+// its door's, or for the TCP group those over connections. ok is false for
+// a group that takes none (timers).
+func (o *overload) groupSessions(gr *groupRun) (n int64, ok bool) {
+	switch {
+	case gr.door != nil:
+		return doorSessions(gr.door), true
+	case gr.g.Kind() == pool.KindTCP:
+		return o.s.conns.total(), true
+	}
+	return 0, false
+}
+
 // doorSessions is the sessions in progress that came in through one door:
 // what the per-group and per-socket limits count.
 func doorSessions(d *frontdoor.Door) int64 {
 	var n int64
-	for k := range d.Stats.Sessions {
-		n += d.Stats.Sessions[k].Load()
+	for k := range d.Sessions.Counts {
+		n += d.Sessions.Counts[k].Load()
 	}
 	return n
 }
@@ -262,9 +277,10 @@ func (o *overload) admit(gr *groupRun, m *sipscan.Msg) frontdoor.Refusal {
 		} else {
 			for _, g := range o.s.udp {
 				if g.door != nil {
-					n += g.door.Stats.Sessions[kind].Load()
+					n += g.door.Sessions.Counts[kind].Load()
 				}
 			}
+			n += o.s.conns.count(kind)
 		}
 		if n >= lim {
 			return frontdoor.RefuseLimit
@@ -275,8 +291,7 @@ func (o *overload) admit(gr *groupRun, m *sipscan.Msg) frontdoor.Refusal {
 			return frontdoor.RefuseLimit
 		}
 	}
-	if gr.door != nil {
-		own := doorSessions(gr.door)
+	if own, ok := o.groupSessions(gr); ok {
 		if lim := o.maxPerGroup.Load(); lim > 0 && own >= lim {
 			return frontdoor.RefuseLimit
 		}

@@ -104,8 +104,9 @@ func (s *Supervisor) doReload() error {
 	for _, gr := range s.groups {
 		gr.g.SetMaxQueueWait(cfg.Limits.MaxQueueWait)
 		if gr.door != nil {
-			gr.door.MaxCallDuration.Store(int64(cfg.Limits.MaxCallDuration))
+			gr.door.Sessions.MaxCallDuration.Store(int64(cfg.Limits.MaxCallDuration))
 		}
+		s.conns.t.MaxCallDuration.Store(int64(cfg.Limits.MaxCallDuration))
 	}
 	timers := !sameTimers(s.config(), cfg)
 	s.cfg.Store(cfg)

@@ -94,6 +94,8 @@ type Supervisor struct {
 	// locations holds the registrations, outside every worker, so that
 	// scaling down or a crash never loses one.
 	locations location.Store
+	// conns counts the sessions that come in over connections.
+	conns *connSessions
 
 	// cpuProfiling is set while the supervisor's own CPU profile is taken;
 	// profileWait bounds the wait for a worker's profile (nanoseconds; tests
@@ -173,6 +175,8 @@ func New(o Options) (*Supervisor, error) {
 	s.profileWait.Store(int64(defaultProfileWait))
 	s.params = ctl.NewParams()
 	s.locations = location.NewMemory()
+	s.conns = newConnSessions(s.frontDoors)
+	s.conns.t.MaxCallDuration.Store(int64(o.Config.Limits.MaxCallDuration))
 	s.m = newMetrics(s.reg)
 	s.pm = pool.NewMetrics(s.reg)
 	s.reg.MustRegister(newDoorCollector(s), newWorkerCollector(s))
@@ -404,6 +408,7 @@ func (s *Supervisor) makeGroups() {
 			MemoryLimit: cfg.Workers.MemoryLimit, Logger: s.opts.Logger, Metrics: s.pm,
 			OnExit: func(w *pool.Worker, reason string) { s.workerExited(name, w, reason) },
 			OnCall: s.answerCall,
+			OnNote: func(w *pool.Worker, note []byte) { s.conns.note(note, time.Now()) },
 		})
 		gr.g.SetMaxQueueWait(cfg.Limits.MaxQueueWait)
 		gr.toRamping = s.ss.handed.WithLabelValues(name, "true")
@@ -528,6 +533,7 @@ func (s *Supervisor) cycleLoop(ctx context.Context) error {
 func (s *Supervisor) runCycle(now time.Time) {
 	start := time.Now()
 	s.locations.Expire(now)
+	s.conns.expire(now)
 	s.refreshRegistrations()
 	s.ov.sample(now)
 	s.mu.Lock()
@@ -654,6 +660,17 @@ func (s *Supervisor) answerAdmit(w *pool.Worker, method sipscan.Method, callID [
 		gr.refusedConn[r].Add(1)
 	}
 	return pool.AdmitAnswer(byte(r), retry)
+}
+
+// frontDoors are the UDP front doors.
+func (s *Supervisor) frontDoors() []*frontdoor.Door {
+	var out []*frontdoor.Door
+	for _, gr := range s.groupRuns() {
+		if gr.door != nil {
+			out = append(out, gr.door)
+		}
+	}
+	return out
 }
 
 // groupOf is the group a worker belongs to.

@@ -1,0 +1,35 @@
+package pool
+
+import (
+	"bytes"
+	"testing"
+)
+
+func TestSessionNoteRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		method  byte
+		toTag   bool
+		expires int32
+		branch  string
+		callID  string
+	}{
+		{1, false, -1, "z9hG4bK-1", "a@b"},
+		{7, true, 3600, "", "only-call-id"},
+		{3, true, 0, "z9hG4bK-" + string(bytes.Repeat([]byte("x"), 300)), ""},
+	} {
+		note := SessionNote(c.method, c.toTag, c.expires, []byte(c.branch), []byte(c.callID))
+		m, tt, e, br, id, ok := ParseSessionNote(note)
+		if !ok || m != c.method || tt != c.toTag || e != c.expires || string(br) != c.branch || string(id) != c.callID {
+			t.Fatalf("round trip of %+v: have %d %v %d %q %q %v", c, m, tt, e, br, id, ok)
+		}
+		// Every truncation is refused or parses to a prefix, never panics.
+		for i := range note {
+			if _, _, _, br, _, ok := ParseSessionNote(note[:i]); ok && len(br) != len(c.branch) {
+				t.Fatalf("truncated at %d: a branch of %d bytes read as %d", i, len(c.branch), len(br))
+			}
+		}
+	}
+	if _, _, _, _, _, ok := ParseSessionNote(AdmitRequest(1, []byte("x"))); ok {
+		t.Fatal("an admission request read as a session note")
+	}
+}
