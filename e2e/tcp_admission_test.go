@@ -95,11 +95,17 @@ func (u *tcpUA) final(callID, method string) ovResp {
 // It returns the final response and, for a 2xx, the dialog's To.
 func (u *tcpUA) invite(callID string) (ovResp, string) {
 	u.t.Helper()
-	u.send("INVITE", callID, 1, "<sip:bob@example.com>")
+	return u.inviteTo("bob", callID)
+}
+
+// inviteTo is invite for user@ the server.
+func (u *tcpUA) inviteTo(user, callID string) (ovResp, string) {
+	u.t.Helper()
+	u.sendTo(user, "INVITE", callID, 1, "<sip:bob@example.com>")
 	m := u.final(callID, "INVITE")
 	to := "<sip:bob@example.com>;tag=" + m.toTag()
 	if m.code/100 == 2 {
-		u.send("ACK", callID, 1, to)
+		u.sendTo(user, "ACK", callID, 1, to)
 	}
 	return m, to
 }

@@ -203,7 +203,9 @@ func (g *Group) spawnLocked() (*Worker, error) {
 	id := g.nextID
 	o := g.opts
 	t0 := time.Now()
-	p, err := start(o.Command, o.Name, id, o.ConfigPath, o.MemoryLimit, o.Sockets, o.SocketNames)
+	cmd := o.Command
+	cmd.Env = append(cmd.Env[:len(cmd.Env):len(cmd.Env)], EnvKind+"="+string(o.Kind))
+	p, err := start(cmd, o.Name, id, o.ConfigPath, o.MemoryLimit, o.Sockets, o.SocketNames)
 	if err != nil {
 		return nil, fmt.Errorf("spawn worker for %s: %w", o.Name, err)
 	}

@@ -9,6 +9,7 @@ import (
 const (
 	EnvCookie   = "SIPVISOR_WORKER"
 	EnvGroup    = "SIPVISOR_GROUP"
+	EnvKind     = "SIPVISOR_KIND"
 	EnvWorkerID = "SIPVISOR_WORKER_ID"
 	EnvSockets  = "SIPVISOR_SOCKETS"
 	EnvConfig   = "SIPVISOR_CONFIG"

@@ -25,7 +25,9 @@ var ErrNotChild = errors.New("sipvisor worker processes are started by the sipvi
 
 // Env is what a worker is given by its supervisor.
 type Env struct {
-	Group  string
+	Group string
+	// Kind is the group's kind: what work the worker gets.
+	Kind   Kind
 	ID     int
 	Config string
 	// Sockets are the supervisor's UDP SIP sockets, to send from; Message.Socket
@@ -136,7 +138,7 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 		return ErrNotChild
 	}
 	id, _ := strconv.Atoi(os.Getenv(EnvWorkerID))
-	env := &Env{Group: os.Getenv(EnvGroup), ID: id, Config: os.Getenv(EnvConfig)}
+	env := &Env{Group: os.Getenv(EnvGroup), Kind: Kind(os.Getenv(EnvKind)), ID: id, Config: os.Getenv(EnvConfig)}
 	if logger == nil {
 		logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}

@@ -162,7 +162,11 @@ func New(env *pool.Env) (pool.Handler, error) {
 		RefusedLate: env.RefusedLate,
 		RetryAfter:  cfg.RetryAfter,
 	}
-	if cfg.Workers.ReplySockets && env.OpenReplySockets != nil && len(env.Sockets) > 0 {
+	// A TCP worker's relays over UDP always leave from reply sockets: no
+	// front door knows its transactions, so a response that came to the
+	// SIP socket would reach a UDP worker that holds nothing of the call
+	// (the callee's 180 and 200 of a TCP caller's call were lost so).
+	if (cfg.Workers.ReplySockets || env.Kind == pool.KindTCP) && env.OpenReplySockets != nil && len(env.Sockets) > 0 {
 		rs, err := env.OpenReplySockets()
 		if err != nil {
 			return nil, err
