@@ -105,6 +105,7 @@ type loader struct {
 	first   *script.Pos           // first socket line, for "no main route"
 	groups  []groupRef
 	udpAt   []udpRef
+	tlsAt   *script.Pos // the first tls: socket
 
 	profiles map[string]script.Pos            // lower-case name → where defined
 	routes   map[string]map[string]script.Pos // block kind → name → where defined
@@ -561,16 +562,19 @@ func (l *loader) socket(g *globalAST, raw string, vp script.Pos) {
 	}
 	proto, rest, ok := strings.Cut(raw, ":")
 	if !ok || rest == "" {
-		l.errorf(vp, "%s wants udp:IP:PORT or tcp:IP:PORT, have %q", g.Name.Val, raw)
+		l.errorf(vp, "%s wants udp:IP:PORT, tcp:IP:PORT or tls:IP:PORT, have %q", g.Name.Val, raw)
 		return
 	}
 	proto = strings.ToLower(proto)
-	if proto != "udp" && proto != "tcp" {
-		l.errorf(vp, "protocol %q is not supported; want udp or tcp", proto)
+	if proto != "udp" && proto != "tcp" && proto != "tls" {
+		l.errorf(vp, "protocol %q is not supported; want udp, tcp or tls", proto)
 		return
 	}
 	hostOff := len(proto) + 1
 	host, port := rest, "5060"
+	if proto == "tls" {
+		port = "5061" // RFC 3261 19.1.2
+	}
 	portOff := -1
 	if strings.HasPrefix(rest, "[") {
 		end := strings.Index(rest, "]")
@@ -606,8 +610,8 @@ func (l *loader) socket(g *globalAST, raw string, vp script.Pos) {
 		mp := pos(m.Pos)
 		switch m.Key {
 		case "use_workers":
-			if proto == "tcp" {
-				l.errorf(mp, "use_workers applies to UDP sockets; all TCP sockets share tcp_workers")
+			if proto != "udp" {
+				l.errorf(mp, "use_workers applies to UDP sockets; all TCP and TLS sockets share tcp_workers")
 				good = false
 				continue
 			}
@@ -619,8 +623,8 @@ func (l *loader) socket(g *globalAST, raw string, vp script.Pos) {
 			}
 			sock.Workers = n
 		case "use_auto_scaling_profile":
-			if proto == "tcp" {
-				l.errorf(mp, "a TCP socket cannot have its own profile; all TCP sockets share one group: use tcp_workers = N use_auto_scaling_profile NAME")
+			if proto != "udp" {
+				l.errorf(mp, "a TCP or TLS socket cannot have its own profile; all TCP and TLS sockets share one group: use tcp_workers = N use_auto_scaling_profile NAME")
 				good = false
 				continue
 			}
@@ -635,8 +639,14 @@ func (l *loader) socket(g *globalAST, raw string, vp script.Pos) {
 	}
 	if pn != 0 {
 		for _, o := range l.cfg.Sockets {
-			if o.Proto == sock.Proto && o.Host == sock.Host && o.Port == sock.Port {
-				l.errorf(vp, "socket %s:%s is listed twice", proto, net.JoinHostPort(sock.Host, port))
+			// TCP and TLS listen on one kind of socket: they cannot share a port.
+			sameKind := o.Proto == sock.Proto || o.Proto != "udp" && sock.Proto != "udp"
+			if sameKind && o.Host == sock.Host && o.Port == sock.Port {
+				if o.Proto != sock.Proto {
+					l.errorf(vp, "socket %s:%s takes the port of %s:%s; TCP and TLS need a port each", proto, net.JoinHostPort(sock.Host, port), o.Proto, net.JoinHostPort(o.Host, port))
+				} else {
+					l.errorf(vp, "socket %s:%s is listed twice", proto, net.JoinHostPort(sock.Host, port))
+				}
 				return
 			}
 		}
@@ -650,7 +660,32 @@ func (l *loader) socket(g *globalAST, raw string, vp script.Pos) {
 	if l.first == nil {
 		l.first = &vp
 	}
+	if proto == "tls" && l.tlsAt == nil {
+		l.tlsAt = &vp
+	}
 	l.cfg.Sockets = append(l.cfg.Sockets, sock)
+}
+
+// checkTLS reads the certificates now, so that a missing or broken file is
+// an error at load (and at a reload, which then keeps the running config)
+// rather than a failed handshake later.
+func (l *loader) checkTLS() {
+	c := l.cfg
+	var err error
+	switch {
+	case l.tlsAt != nil:
+		_, err = c.TLS.ServerConfig()
+	case c.TLS.Certificate != "" || c.TLS.CAList != "":
+		_, err = c.TLS.ClientConfig()
+	}
+	if err == nil {
+		return
+	}
+	p, ok := l.posOf("tls_certificate", "tls_private_key", "tls_ca_list", "tls_verify_client")
+	if !ok && l.tlsAt != nil {
+		p = *l.tlsAt
+	}
+	l.errorf(p, "%v", err)
 }
 
 // parseHostPort checks IP:PORT and gives it back in canonical form.
@@ -683,6 +718,7 @@ func (l *loader) posOf(names ...string) (script.Pos, bool) {
 
 func (l *loader) crossChecks() {
 	c := l.cfg
+	l.checkTLS()
 	for _, w := range []struct {
 		mon string
 		wm  Watermark

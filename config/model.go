@@ -63,6 +63,9 @@ type Config struct {
 	// RetryAfter: retry_after = SECONDS or MIN-MAX, sent with every 503 that
 	// admission control answers.
 	RetryAfter RetryAfter `json:"retry_after"`
+	// TLS holds the certificates of the tls: sockets and of connections
+	// opened to TLS next hops.
+	TLS TLS `json:"tls"`
 
 	// LogLevel: log_level = debug|info|warn|error (default info).
 	LogLevel string `json:"log_level"`
@@ -80,7 +83,7 @@ type Config struct {
 
 // Socket is one socket= (or listen=) line.
 type Socket struct {
-	Proto string `json:"proto"` // "udp" or "tcp"
+	Proto string `json:"proto"` // "udp", "tcp" or "tls"
 	Host  string `json:"host"`
 	Port  int    `json:"port"`
 	// Workers: use_workers N; 0 means udp_workers applies.

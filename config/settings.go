@@ -91,6 +91,17 @@ var settings = []setting{
 	{Name: "worker_reply_sockets", Kind: kindBool, Default: "no", Doc: "Each worker relays requests over UDP from a socket of its own (the SIP socket's address, a port the kernel picks) and names it in its Via, so their responses come straight to it instead of through the supervisor: about half of a proxied call's datagrams skip a hop. Record-Route still names the SIP socket, and a request outside a dialog sent to a reply socket gets a 403, so none skips the front door's admission control. Off by default, as peers and firewalls then see responses sent to a port other than the SIP port; new workers follow a reload. TCP workers use reply sockets for what they relay over UDP whatever this says: no front door knows their transactions, so their responses could reach them no other way.",
 		set: func(c *Config, v value) { c.Workers.ReplySockets = v.b }},
 
+	{Name: "tls_certificate", Kind: kindString, Doc: "PEM file of the certificate (and its chain) that tls: sockets present; required with a tls: socket. A relative path is from the working directory. Re-read on a reload; connections already up keep theirs.",
+		set: func(c *Config, v value) { c.TLS.Certificate = v.s }},
+	{Name: "tls_private_key", Kind: kindString, Doc: "PEM file of the certificate's private key; required with a tls: socket.",
+		set: func(c *Config, v value) { c.TLS.PrivateKey = v.s }},
+	{Name: "tls_ca_list", Kind: kindString, Doc: "PEM file of the certificate authorities that client certificates (tls_verify_client) and TLS next hops (tls_verify_server) are checked against; without it, next hops are checked against the system's roots.",
+		set: func(c *Config, v value) { c.TLS.CAList = v.s }},
+	{Name: "tls_verify_client", Kind: kindBool, Default: "no", Doc: "Require a client certificate signed by tls_ca_list on tls: sockets (mutual TLS, as trunks often use).",
+		set: func(c *Config, v value) { c.TLS.VerifyClient = v.b }},
+	{Name: "tls_verify_server", Kind: kindBool, Default: "yes", Doc: "Check the certificate of a TLS next hop against tls_ca_list (or the system's roots) and the host it was reached by; no only for tests.",
+		set: func(c *Config, v value) { c.TLS.VerifyServer = v.b }},
+
 	{Name: "http_listen", Kind: kindHostPort, Default: "127.0.0.1:8888", Doc: "Address of the control, metrics and health HTTP server.",
 		set: func(c *Config, v value) { c.HTTPListen = v.s }},
 	{Name: "http_token", Kind: kindString, Doc: "Bearer token the control API requires; mandatory when http_listen is not a loopback address.",

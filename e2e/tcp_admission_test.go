@@ -20,6 +20,8 @@ type tcpUA struct {
 	r     *bufio.Reader
 	local string
 	port  int
+	// transport is the Via's and the Request-URI's: TCP unless set.
+	transport string
 }
 
 func newTCPUA(t *testing.T, sipPort int) *tcpUA {
@@ -40,11 +42,15 @@ func (u *tcpUA) send(method, callID string, cseq int, to string, extra ...string
 // sendTo sends a request for user@ the server.
 func (u *tcpUA) sendTo(user, method, callID string, cseq int, to string, extra ...string) {
 	u.t.Helper()
+	tr := u.transport
+	if tr == "" {
+		tr = "TCP"
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s sip:%s@127.0.0.1:%d;transport=tcp SIP/2.0\r\n", method, user, u.port)
-	fmt.Fprintf(&b, "Via: SIP/2.0/TCP %s;branch=z9hG4bK-%s\r\nMax-Forwards: 70\r\n", u.local, ovID())
+	fmt.Fprintf(&b, "%s sip:%s@127.0.0.1:%d;transport=%s SIP/2.0\r\n", method, user, u.port, strings.ToLower(tr))
+	fmt.Fprintf(&b, "Via: SIP/2.0/%s %s;branch=z9hG4bK-%s\r\nMax-Forwards: 70\r\n", tr, u.local, ovID())
 	fmt.Fprintf(&b, "From: <sip:alice@example.com>;tag=%s\r\nTo: %s\r\nCall-ID: %s\r\n", callID[:8], to, callID)
-	fmt.Fprintf(&b, "CSeq: %d %s\r\nContact: <sip:alice@%s;transport=tcp>\r\n", cseq, method, u.local)
+	fmt.Fprintf(&b, "CSeq: %d %s\r\nContact: <sip:alice@%s;transport=%s>\r\n", cseq, method, u.local, strings.ToLower(tr))
 	for _, h := range extra {
 		b.WriteString(h + "\r\n")
 	}

@@ -18,7 +18,7 @@ import (
 
 // Addr is a SIP socket address such as udp:127.0.0.1:5060.
 type Addr struct {
-	Proto string // "udp" or "tcp"
+	Proto string // "udp", "tcp" or "tls"
 	Host  string
 	Port  int
 }
@@ -35,8 +35,8 @@ func ParseAddr(s string) (Addr, error) {
 		return Addr{}, fmt.Errorf("socket %q: want proto:host:port", s)
 	}
 	proto = strings.ToLower(proto)
-	if proto != "udp" && proto != "tcp" {
-		return Addr{}, fmt.Errorf("socket %q: protocol %q is not udp or tcp", s, proto)
+	if proto != "udp" && proto != "tcp" && proto != "tls" {
+		return Addr{}, fmt.Errorf("socket %q: protocol %q is not udp, tcp or tls", s, proto)
 	}
 	host, port, err := net.SplitHostPort(rest)
 	if err != nil {
@@ -55,7 +55,8 @@ type Socket struct {
 	// (differs when the configured port is 0).
 	Addr  Addr
 	Bound Addr
-	// Exactly one of UDP and TCP is set.
+	// Exactly one of UDP and TCP is set; a TLS socket listens on TCP (the
+	// worker that takes a connection does the handshake).
 	UDP *net.UDPConn
 	TCP *net.TCPListener
 }
@@ -91,7 +92,7 @@ func Bind(addrs []Addr) ([]*Socket, error) {
 			_ = c.SetWriteBuffer(ReadBuffer)
 			s.UDP = c
 			s.Bound = boundAddr("udp", c.LocalAddr())
-		case "tcp":
+		case "tcp", "tls":
 			ta, err := net.ResolveTCPAddr("tcp", hp)
 			if err != nil {
 				return fail(fmt.Errorf("bind %s: %w", a, err))
@@ -101,7 +102,7 @@ func Bind(addrs []Addr) ([]*Socket, error) {
 				return fail(fmt.Errorf("bind %s: %w", a, err))
 			}
 			s.TCP = l
-			s.Bound = boundAddr("tcp", l.Addr())
+			s.Bound = boundAddr(a.Proto, l.Addr())
 		default:
 			return fail(fmt.Errorf("bind %s: unknown protocol", a))
 		}

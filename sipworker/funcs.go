@@ -151,8 +151,8 @@ func (c *msgCtx) target() (dest, error) {
 	if err != nil {
 		return d, err
 	}
-	if d.proto == "tcp" {
-		if d.conn, err = c.w.connTo(d.addr); err != nil {
+	if stream(d.proto) {
+		if d.conn, err = c.w.connTo(d.addr, d.proto); err != nil {
 			return d, err
 		}
 	}
@@ -236,8 +236,8 @@ func (c *msgCtx) addRecordRoute(d dest) {
 	out, outProto := c.w.localFor(d)
 	rr := func(a netip.AddrPort, proto string) sip.Header {
 		u := sip.Uri{Scheme: "sip", Host: a.Addr().String(), Port: int(a.Port()), UriParams: sip.HeaderParams{{K: "lr"}}}
-		if proto == "TCP" {
-			u.UriParams.Add("transport", "tcp")
+		if proto != "UDP" {
+			u.UriParams.Add("transport", strings.ToLower(proto))
 		}
 		return &sip.RecordRouteHeader{Address: u}
 	}

@@ -3,6 +3,8 @@ package sipworker
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -20,8 +22,13 @@ import (
 // message boundary is cut off.
 const maxTCPMessage = 64 << 10
 
-// tcpConn is a TCP connection this worker reads: one the supervisor handed
-// over (inbound) or one it opened to a next hop. Writes happen on the loop.
+// tlsHandshakeTimeout bounds a TLS handshake, ours or a peer's: a peer that
+// connects and never finishes costs a goroutine and a descriptor this long.
+const tlsHandshakeTimeout = 10 * time.Second
+
+// tcpConn is a TCP or TLS connection this worker reads: one the supervisor
+// handed over (inbound) or one it opened to a next hop. Writes happen on the
+// loop.
 type tcpConn struct {
 	c      net.Conn
 	remote netip.AddrPort
@@ -30,6 +37,26 @@ type tcpConn struct {
 	// address is the one to advertise.
 	inbound bool
 	closed  bool
+	secure  bool // TLS
+}
+
+// stream reports whether messages of proto travel over a connection.
+func stream(proto string) bool { return proto == "tcp" || proto == "tls" }
+
+// proto is the connection's transport as dest names it.
+func (c *tcpConn) proto() string {
+	if c.secure {
+		return "tls"
+	}
+	return "tcp"
+}
+
+// transport is the connection's transport as a Via names it.
+func (c *tcpConn) transport() string {
+	if c.secure {
+		return "TLS"
+	}
+	return "TCP"
 }
 
 func (c *tcpConn) write(b []byte) error {
@@ -54,11 +81,20 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 // messages are read on a goroutine and handled on the loop, and replies go
 // back on it.
 func (w *Worker) HandleConn(c net.Conn) {
-	w.adopt(c, true)
+	// A connection to a tls: socket starts with the TLS handshake, which
+	// its reader does.
+	local := addrPortOf(c.LocalAddr())
+	for _, l := range w.tlsListen {
+		if l == local && w.tlsServer != nil {
+			w.adopt(tls.Server(c, w.tlsServer), true, true)
+			return
+		}
+	}
+	w.adopt(c, true, false)
 }
 
-func (w *Worker) adopt(c net.Conn, inbound bool) *tcpConn {
-	tc := &tcpConn{c: c, remote: addrPortOf(c.RemoteAddr()), local: addrPortOf(c.LocalAddr()), inbound: inbound}
+func (w *Worker) adopt(c net.Conn, inbound, secure bool) *tcpConn {
+	tc := &tcpConn{c: c, remote: addrPortOf(c.RemoteAddr()), local: addrPortOf(c.LocalAddr()), inbound: inbound, secure: secure}
 	if inbound {
 		w.self = appendUnique(w.self, tc.local)
 	}
@@ -79,6 +115,19 @@ func appendUnique(list []netip.AddrPort, a netip.AddrPort) []netip.AddrPort {
 // readConn frames SIP messages on a stream (RFC 3261 18.3: Content-Length
 // marks the end) and submits each to the loop.
 func (w *Worker) readConn(tc *tcpConn) {
+	if t, ok := tc.c.(*tls.Conn); ok && tc.inbound {
+		ctx, cancel := context.WithTimeout(context.Background(), tlsHandshakeTimeout)
+		err := t.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			w.opt.Submit(func() {
+				w.Stats.TLSHandshakeFailures++
+				w.log.Info("tls handshake failed", "peer", tc.remote.String(), "error", err)
+				w.closeConn(tc)
+			})
+			return
+		}
+	}
 	r := bufio.NewReaderSize(tc.c, 8<<10)
 	for {
 		msg, err := readStreamMessage(r)
@@ -93,7 +142,7 @@ func (w *Worker) readConn(tc *tcpConn) {
 		}
 		at := time.Now().UnixNano()
 		w.opt.Submit(func() {
-			w.handle(msg, source{proto: "tcp", addr: tc.remote, sock: -1, conn: tc, readAt: at})
+			w.handle(msg, source{proto: tc.proto(), addr: tc.remote, sock: -1, conn: tc, readAt: at})
 		})
 	}
 }
@@ -155,17 +204,38 @@ func readStreamMessage(r *bufio.Reader) ([]byte, error) {
 	return buf, nil
 }
 
-// connTo returns a connection to addr: one already open (either way), or a
-// new one. Dialing blocks the loop for at most DialTimeout.
-func (w *Worker) connTo(addr netip.AddrPort) (*tcpConn, error) {
-	if c, ok := w.conns[addr]; ok && !c.closed {
+// connTo returns a connection of proto ("tcp" or "tls") to addr: one
+// already open (either way), or a new one. Dialing, and the TLS handshake,
+// block the loop for at most DialTimeout.
+func (w *Worker) connTo(addr netip.AddrPort, proto string) (*tcpConn, error) {
+	secure := proto == "tls"
+	if c, ok := w.conns[addr]; ok && !c.closed && c.secure == secure {
 		return c, nil
 	}
 	c, err := net.DialTimeout("tcp", addr.String(), w.opt.DialTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}
-	return w.adopt(c, false), nil
+	if !secure {
+		return w.adopt(c, false, false), nil
+	}
+	if w.tlsClient == nil {
+		if w.tlsClient, err = w.opt.TLS.ClientConfig(); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	conf := w.tlsClient.Clone()
+	conf.ServerName = addr.Addr().String()
+	t := tls.Client(c, conf)
+	ctx, cancel := context.WithTimeout(context.Background(), w.opt.DialTimeout)
+	defer cancel()
+	if err := t.HandshakeContext(ctx); err != nil {
+		c.Close()
+		w.Stats.TLSHandshakeFailures++
+		return nil, fmt.Errorf("tls to %s: %w", addr, err)
+	}
+	return w.adopt(t, false, true), nil
 }
 
 // tcpAdvertised is the address to put in Via and Record-Route for a TCP
@@ -174,7 +244,11 @@ func (w *Worker) tcpAdvertised(c *tcpConn) netip.AddrPort {
 	if c.inbound {
 		return c.local
 	}
-	for _, l := range w.tcpListen {
+	listen := w.tcpListen
+	if c.secure {
+		listen = w.tlsListen
+	}
+	for _, l := range listen {
 		if l.Port() != 0 {
 			return l
 		}

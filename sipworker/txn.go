@@ -328,7 +328,7 @@ func serialize(m sip.Message) []byte {
 // connection the request came on, else to received/rport, else to sent-by.
 func (w *Worker) viaDest(v *sip.ViaHeader, src source) dest {
 	if src.conn != nil && !src.conn.closed {
-		return dest{proto: "tcp", addr: src.addr, conn: src.conn, sock: -1}
+		return dest{proto: src.conn.proto(), addr: src.addr, conn: src.conn, sock: -1}
 	}
 	host := v.Host
 	if r, ok := v.Params.Get("received"); ok && r != "" {
@@ -344,8 +344,11 @@ func (w *Worker) viaDest(v *sip.ViaHeader, src source) dest {
 		port = 5060
 	}
 	d := dest{proto: "udp", sock: src.sock}
-	if strings.EqualFold(v.Transport, "TCP") {
+	switch {
+	case strings.EqualFold(v.Transport, "TCP"):
 		d.proto = "tcp"
+	case strings.EqualFold(v.Transport, "TLS"):
+		d.proto = "tls"
 	}
 	if ip, err := hostIP(host); err == nil {
 		d.addr = netipAddrPort(ip, port)
@@ -510,7 +513,7 @@ func (w *Worker) withVia(req *sip.Request, d *dest) ([]byte, string) {
 		d.reply = true
 	}
 	branch := w.newBranch()
-	if d.proto == "tcp" && req.ContentLength() == nil {
+	if stream(d.proto) && req.ContentLength() == nil {
 		cl := sip.ContentLengthHeader(len(req.Body()))
 		req.AppendHeader(&cl)
 	}
@@ -557,8 +560,8 @@ func appendVia(via []byte, proto string, local netip.AddrPort, branch string) []
 }
 
 func (w *Worker) localFor(d dest) (netip.AddrPort, string) {
-	if d.proto == "tcp" && d.conn != nil {
-		return w.tcpAdvertised(d.conn), "TCP"
+	if stream(d.proto) && d.conn != nil {
+		return w.tcpAdvertised(d.conn), d.conn.transport()
 	}
 	return w.local(source{proto: "udp", sock: d.sock})
 }
@@ -615,7 +618,7 @@ func (w *Worker) endClientTx(ct *clientTx) {
 func (w *Worker) linger(ct *clientTx, state txState) {
 	ct.state = state
 	d := w.opt.Linger
-	if ct.dst.proto == "tcp" {
+	if stream(ct.dst.proto) {
 		d = 0
 	}
 	w.schedule(ct, time.Now().Add(d))
@@ -918,8 +921,8 @@ func (w *Worker) forwardResponse(res *sip.Response) {
 		return
 	}
 	d := w.viaDest(next, source{sock: -1})
-	if d.proto == "tcp" {
-		c, err := w.connTo(d.addr)
+	if stream(d.proto) {
+		c, err := w.connTo(d.addr, d.proto)
 		if err != nil {
 			return
 		}

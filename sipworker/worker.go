@@ -3,6 +3,7 @@ package sipworker
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -66,6 +67,8 @@ type Options struct {
 	NoteSession func(method sipscan.Method, toTag bool, expires int32, branch, callID []byte)
 	// RetryAfter is what the worker's own refusals send, as the door's do.
 	RetryAfter config.RetryAfter
+	// TLS holds the certificates of tls: sockets and TLS next hops.
+	TLS config.TLS
 
 	// T1, T2 and T4 are RFC 3261's timer bases (500ms, 4s, 5s).
 	T1, T2, T4 time.Duration
@@ -95,7 +98,12 @@ type Worker struct {
 	udpLocal  []netip.AddrPort
 	replyPort []uint16 // of the reply sockets, by socket index
 	tcpListen []netip.AddrPort
-	self      []netip.AddrPort
+	tlsListen []netip.AddrPort
+	// tlsServer and tlsClient are the TLS configurations of the tls:
+	// sockets and of connections to TLS next hops, nil without TLS
+	// settings; a reload replaces them for new connections.
+	tlsServer, tlsClient *tls.Config
+	self                 []netip.AddrPort
 
 	stx    map[string]*serverTx
 	ackIdx map[string]*serverTx
@@ -128,6 +136,9 @@ type Stats struct {
 	// Late counts requests over TCP refused for having waited longer than
 	// max_queue_wait.
 	Late uint64
+	// TLSHandshakeFailures counts TLS handshakes, in either direction, that
+	// failed or timed out.
+	TLSHandshakeFailures uint64
 }
 
 // New builds the handler of a worker process from what the supervisor
@@ -161,6 +172,7 @@ func New(env *pool.Env) (pool.Handler, error) {
 
 		RefusedLate: env.RefusedLate,
 		RetryAfter:  cfg.RetryAfter,
+		TLS:         cfg.TLS,
 	}
 	// A TCP worker's relays over UDP always leave from reply sockets: no
 	// front door knows its transactions, so a response that came to the
@@ -246,8 +258,17 @@ func NewWorker(opt Options) (*Worker, error) {
 		if s.Proto == "tcp" {
 			w.tcpListen = append(w.tcpListen, ap)
 		}
+		if s.Proto == "tls" {
+			w.tlsListen = append(w.tlsListen, ap)
+		}
 		if s.Port != 0 {
 			w.self = append(w.self, ap)
+		}
+	}
+	if len(w.tlsListen) > 0 {
+		var err error
+		if w.tlsServer, err = opt.TLS.ServerConfig(); err != nil {
+			return nil, fmt.Errorf("sipworker: %w", err)
 		}
 	}
 	return w, nil
@@ -267,6 +288,16 @@ func (w *Worker) Reload(path string) error {
 	if err != nil {
 		return err
 	}
+	if len(w.tlsListen) > 0 {
+		// New certificates for new connections; those up keep theirs.
+		srv, err := cfg.TLS.ServerConfig()
+		if err != nil {
+			return err
+		}
+		w.tlsServer = srv
+	}
+	w.tlsClient = nil
+	w.opt.TLS = cfg.TLS
 	w.opt.Script = cfg.Script
 	w.opt.RetryAfter = cfg.RetryAfter
 	// The cache is keyed by the old script's literals.
@@ -319,7 +350,7 @@ type source struct {
 // in on.
 func (w *Worker) local(s source) (netip.AddrPort, string) {
 	if s.conn != nil {
-		return w.tcpAdvertised(s.conn), "TCP"
+		return w.tcpAdvertised(s.conn), s.conn.transport()
 	}
 	if s.sock >= 0 && s.sock < len(w.udpLocal) {
 		return w.udpLocal[s.sock], "UDP"
@@ -419,9 +450,9 @@ type dest struct {
 }
 
 func (w *Worker) send(d *dest, b []byte) error {
-	if d.proto == "tcp" {
+	if stream(d.proto) {
 		if d.conn == nil || d.conn.closed {
-			c, err := w.connTo(d.addr)
+			c, err := w.connTo(d.addr, d.proto)
 			if err != nil {
 				w.Stats.SendErrors++
 				return err
@@ -459,15 +490,27 @@ func (w *Worker) send(d *dest, b []byte) error {
 }
 
 // resolve turns a URI into a destination. Hosts are IP addresses or names
-// resolved once here; the transport parameter picks TCP.
+// resolved once here; the transport parameter picks TCP or TLS, and a sips:
+// URI asks for TLS (RFC 3261 19.1, 26.2).
 func (w *Worker) resolve(u *sip.Uri, sock int) (dest, error) {
 	d := dest{proto: "udp", sock: sock}
-	if t, ok := u.UriParams.Get("transport"); ok && strings.EqualFold(t, "tcp") {
-		d.proto = "tcp"
+	if t, ok := u.UriParams.Get("transport"); ok {
+		switch {
+		case strings.EqualFold(t, "tcp"):
+			d.proto = "tcp"
+		case strings.EqualFold(t, "tls"):
+			d.proto = "tls"
+		}
+	}
+	if strings.EqualFold(u.Scheme, "sips") {
+		d.proto = "tls"
 	}
 	port := u.Port
 	if port == 0 {
 		port = 5060
+		if d.proto == "tls" {
+			port = 5061
+		}
 	}
 	ip, err := hostIP(u.Host)
 	if err != nil {

@@ -344,7 +344,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return s.timerLoop(ctx) }, func(error) { cancel() })
 	}
-	s.log.Info("sipvisor running", "sockets", s.names, "http", s.HTTPAddr(), "groups", len(s.groups))
+	all := make([]string, len(s.sockets))
+	for i, sk := range s.sockets {
+		all[i] = sk.Name()
+	}
+	s.log.Info("sipvisor running", "sockets", all, "http", s.HTTPAddr(), "groups", len(s.groups))
 	err := g.Run()
 
 	s.log.Info("stopping: draining workers; new sessions are refused, calls in progress go on")
@@ -451,7 +455,7 @@ func (s *Supervisor) makeGroups() {
 		udpIndex++
 	}
 	for _, sk := range cfg.Sockets {
-		if sk.Proto == "tcp" {
+		if sk.Proto == "tcp" || sk.Proto == "tls" {
 			s.tcp = mk("tcp", pool.KindTCP, max(cfg.TCPWorkers.Workers, 1), cfg.TCPWorkers.Profile)
 			break
 		}
