@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -215,8 +216,8 @@ func TestMainExitCodesAndCSV(t *testing.T) {
 	if code := Main(context.Background(), args, &out, &errb); code != ExitFailed {
 		t.Errorf("2 of 10 rejected, no budget: want exit %d, have %d\n%s%s", ExitFailed, code, out.String(), errb.String())
 	}
-	if !strings.Contains(out.String(), "503+Retry-After 2") {
-		t.Errorf("summary: want 503+Retry-After 2, have\n%s", out.String())
+	if !strings.Contains(out.String(), "503+Retry-After 2") || !strings.Contains(out.String(), "failed by  503 Service Unavailable (Retry-After) 2\n") {
+		t.Errorf("summary: want 503+Retry-After 2 and the status line, have\n%s", out.String())
 	}
 	out.Reset()
 	if code := Main(context.Background(), append(args, "--max-failed", "2"), &out, &errb); code != ExitOK {
@@ -237,6 +238,18 @@ func TestMainExitCodesAndCSV(t *testing.T) {
 	last := recs[len(recs)-1]
 	if last[19] != "10" || last[20] != "8" || last[21] != "2" {
 		t.Errorf("csv totals: want 10 8 2, have %v %v %v", last[19], last[20], last[21])
+	}
+	byReason := 0
+	for _, r := range recs[1:] {
+		if v, ok := strings.CutPrefix(r[25], "503 Service Unavailable (Retry-After)="); ok {
+			n, _ := strconv.Atoi(v)
+			byReason += n
+		} else if r[25] != "" {
+			t.Errorf("csv failed_by_reason: want only 503s, have %q", r[25])
+		}
+	}
+	if byReason != 2 {
+		t.Errorf("csv failed_by_reason: want 2 refusals over the rows, have %d", byReason)
 	}
 	if b, err := os.ReadFile(svg); err != nil || !bytes.Contains(b, []byte("<svg")) {
 		t.Errorf("plot: want an SVG file, have %v", err)

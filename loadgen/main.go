@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -30,11 +32,44 @@ const (
 // config is everything the command line says; Options is the part Run needs.
 type config struct {
 	Options
-	csv       string
-	plot      string
-	metrics   string
-	maxFailed int64
-	quiet     bool
+	csv          string
+	plot         string
+	metrics      string
+	maxFailed    int64
+	quiet        bool
+	sf           string // -sf: the XML scenario file
+	sd           string // -sd: print this built-in scenario and exit
+	traceMsg     string // -trace_msg log file, "" for none
+	traceErr     string // -trace_err log file
+	timeoutError bool
+}
+
+// listFlag collects a flag given several times (-inf a.csv -inf b.csv).
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error {
+	*l = append(*l, s)
+	return nil
+}
+
+// pairArgs takes SIPp's two-value flags (-key NAME VALUE) out of args,
+// since the flag package gives a flag one value.
+func pairArgs(args []string) (rest []string, keys map[string]string, err error) {
+	keys = map[string]string{}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "-key" || a == "--key" {
+			if i+2 >= len(args) {
+				return nil, nil, fmt.Errorf("%w: %s wants a name and a value", ErrUsage, a)
+			}
+			keys[args[i+1]] = args[i+2]
+			i += 2
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return rest, keys, nil
 }
 
 // durationFlag reads a SIPp time value: a bare number in a default unit.
@@ -61,6 +96,10 @@ func (f durationFlag) Set(s string) error {
 
 func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	cfg := &config{}
+	args, keys, err := pairArgs(args)
+	if err != nil {
+		return nil, err
+	}
 	o := &cfg.Options
 	fs := flag.NewFlagSet("sipload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -104,6 +143,23 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.metrics, "metrics", "", "serve sipload's own Prometheus metrics on this address (such as 127.0.0.1:9099) during the run")
 	fs.Int64Var(&cfg.maxFailed, "max-failed", 0, "failure budget: exit 0 only if at most this many calls failed")
 	fs.BoolVar(&cfg.quiet, "q", false, "no live status line")
+	fs.StringVar(&cfg.sf, "sf", "", "run this SIPp XML scenario file (see docs/SIPLOAD.md for what is supported)")
+	fs.StringVar(&cfg.sd, "sd", "", "print built-in scenario NAME (uac, uas, register, options) as an XML scenario and exit")
+	var inf listFlag
+	fs.Var(&inf, "inf", "CSV file for [fieldN] (first line SEQUENTIAL or RANDOM); may be repeated")
+	fs.StringVar(&o.Rsa, "rsa", "", "send to this host:port instead of the target ([remote_ip] stays the target)")
+	fs.StringVar(&o.AuthUser, "au", "", "user name answering a 401/407 challenge with [authentication] (default -s)")
+	fs.StringVar(&o.AuthPass, "ap", "", "password answering a 401/407 challenge (default \"password\")")
+	var traceMsg, traceErr bool
+	fs.BoolVar(&traceMsg, "trace_msg", false, "log every message sent and received to <scenario>_<pid>_messages.log")
+	fs.BoolVar(&traceErr, "trace_err", false, "log unexpected messages and failed calls to <scenario>_<pid>_errors.log")
+	fs.StringVar(&cfg.traceMsg, "message_file", "", "file for -trace_msg")
+	fs.StringVar(&cfg.traceErr, "error_file", "", "file for -trace_err")
+	fs.IntVar(&o.MaxRetrans, "max_retrans", 0, "UDP retransmissions before a call fails (default 5 for INVITE, 9 for others)")
+	fs.BoolVar(&cfg.timeoutError, "timeout_error", false, "exit 1 when -timeout ends the run")
+	fs.BoolVar(&o.AutoAnswer, "aa", false, "answer INFO, NOTIFY, OPTIONS and UPDATE the scenario does not expect with 200")
+	fs.StringVar(&o.CidStr, "cid_str", "", "Call-ID format of -sf calls: %u call number, %p pid, %s local IP (default %u-%p@%s)")
+	fs.IntVar(&o.BaseCSeq, "base_cseq", 0, "first [cseq] of each -sf call (default 1)")
 	// Accepted so SIPp command lines run unchanged: rows are always written
 	// every second, and sipload never reads stdin. -fd still sets SIPp's
 	// default -rate_interval.
@@ -132,6 +188,45 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.Inf = inf
+	if cfg.sd != "" {
+		return cfg, nil
+	}
+	if cfg.sf != "" {
+		if set["sn"] {
+			return nil, fmt.Errorf("%w: -sf and -sn both name a scenario; give one", ErrUsage)
+		}
+		sc, err := LoadScenario(cfg.sf, keys)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		}
+		o.XML = sc
+		if sc.uas {
+			o.Scenario = "uas"
+		}
+	}
+	logName := func(suffix string) string {
+		base := "sipload_" + o.Scenario
+		if cfg.sf != "" {
+			base = strings.TrimSuffix(filepath.Base(cfg.sf), ".xml")
+		}
+		return base + "_" + strconv.Itoa(os.Getpid()) + suffix
+	}
+	if traceMsg && cfg.traceMsg == "" {
+		cfg.traceMsg = logName("_messages.log")
+	}
+	if !traceMsg {
+		cfg.traceMsg = ""
+	}
+	if traceErr && cfg.traceErr == "" {
+		cfg.traceErr = logName("_errors.log")
+	}
+	if !traceErr {
+		cfg.traceErr = ""
+	}
+	if set["recv_timeout"] {
+		o.xmlRecvTimeout = o.RecvTimeout
+	}
 	if o.Scenario == "uas" && !set["p"] {
 		o.LocalPort = 5060
 	}
@@ -182,6 +277,32 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sipload: %v\n", err)
 		return ExitUsage
 	}
+	if cfg.sd != "" {
+		b, err := BuiltinXML(cfg.sd)
+		if err != nil {
+			fmt.Fprintf(stderr, "sipload: %v\n", err)
+			return ExitUsage
+		}
+		stdout.Write(b)
+		return ExitOK
+	}
+	for _, t := range []struct {
+		name string
+		w    *io.Writer
+	}{{cfg.traceMsg, &cfg.Options.TraceMsg}, {cfg.traceErr, &cfg.Options.TraceErr}} {
+		if t.name == "" {
+			continue
+		}
+		f, err := os.Create(t.name)
+		if err != nil {
+			fmt.Fprintf(stderr, "sipload: %v\n", err)
+			return ExitError
+		}
+		bw := bufio.NewWriterSize(f, 64<<10)
+		defer f.Close()
+		defer bw.Flush()
+		*t.w = bw
+	}
 	var csvw *csvWriter
 	if cfg.csv != "" {
 		f, err := os.Create(cfg.csv)
@@ -213,7 +334,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sipload: metrics on http://%s/metrics\n", ln.Addr())
 	}
 	o.OnListen = func(a netip.AddrPort) {
-		fmt.Fprintf(stderr, "sipload: %s on %s/%s", o.Scenario, a, strings.ToUpper(map[string]string{"u1": "udp", "t1": "tcp"}[o.Transport]))
+		name := o.Scenario
+		if o.XML != nil {
+			name = o.XML.File
+		}
+		fmt.Fprintf(stderr, "sipload: %s on %s/%s", name, a, strings.ToUpper(map[string]string{"u1": "udp", "t1": "tcp"}[o.Transport]))
 		if o.Target != "" {
 			fmt.Fprintf(stderr, " -> %s", o.Target)
 		}
@@ -248,6 +373,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case st.Failed > cfg.maxFailed:
+		return ExitFailed
+	case cfg.timeoutError && st.TimedOut:
+		fmt.Fprintf(stderr, "sipload: -timeout %v reached (-timeout_error)\n", o.Timeout)
 		return ExitFailed
 	case o.Scenario != "uas" && st.Succeeded == 0 && st.Offered > 0:
 		return ExitNoCalls

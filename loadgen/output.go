@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -19,7 +20,31 @@ var csvColumns = []string{
 	"retransmissions", "retrans_received", "limited", "unexpected", "send_errors", "active",
 	"setup_p50_ms", "setup_p90_ms", "setup_p99_ms",
 	"offered_total", "succeeded_total", "failed_total",
-	"gen_lag_ms", "gen_cpu_pct", "rcvbuf_drops",
+	"gen_lag_ms", "gen_cpu_pct", "rcvbuf_drops", "failed_by_reason",
+}
+
+// failureList writes failures by name, most first: "404 Not Found=3;timeout=1".
+func failureList(m map[string]int64, kv, sep string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(sep)
+		}
+		b.WriteString(k)
+		b.WriteString(kv)
+		b.WriteString(strconv.FormatInt(m[k], 10))
+	}
+	return b.String()
 }
 
 type csvWriter struct {
@@ -74,6 +99,10 @@ func (c *csvWriter) write(r Row) {
 	f(ms(r.GenLag), 3)
 	f(r.GenCPU, 1)
 	i(r.RcvbufDrops)
+	if len(r.Failures) > 0 {
+		b = append(b, cell(failureList(r.Failures, "=", ";"))...)
+	}
+	b = append(b, ',')
 	for _, g := range r.Groups {
 		if math.IsNaN(g.Load) {
 			b = append(b, ',')
@@ -146,6 +175,9 @@ func writeSummary(w io.Writer, o *Options, st Stats) {
 		st.Offered, st.Succeeded, st.Failed, st.Aborted, rate)
 	fmt.Fprintf(w, "  failures   timeout %d  4xx %d  5xx %d  503+Retry-After %d  other %d\n",
 		st.FailedTimeout, st.Failed4xx, st.Failed5xx, st.Failed503RetryAfter, st.FailedOther)
+	if len(st.Failures) > 0 {
+		fmt.Fprintf(w, "  failed by  %s\n", failureList(st.Failures, " ", ", "))
+	}
 	fmt.Fprintf(w, "  messages   retransmitted %d  duplicates received %d  unexpected %d  send errors %d  limited by -l %d\n",
 		st.Retransmissions, st.RetransReceived, st.Unexpected, st.SendErrors, st.Limited)
 	if o.Scenario != "uas" {

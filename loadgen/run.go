@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -36,6 +37,23 @@ type Options struct {
 	Expires     int           // register: Expires value, default 3600
 	RejectEvery int           // uas: answer every Nth INVITE with 503 and Retry-After (0: never)
 	Scrape      string        // --scrape: Prometheus URL read each second
+	// XML, if set, is the SIPp scenario (-sf) run instead of Scenario.
+	XML        *Scenario
+	Rsa        string    // -rsa host:port: send there instead of Target
+	Inf        []string  // -inf CSV files for [fieldN]
+	AuthUser   string    // -au; default -s
+	AuthPass   string    // -ap; default "password"
+	MaxRetrans int       // -max_retrans: UDP retransmissions before a call fails (0: 5 for INVITE, 9 others)
+	AutoAnswer bool      // -aa: answer unexpected INFO, NOTIFY, OPTIONS, UPDATE with 200
+	CidStr     string    // -cid_str: Call-ID format, default %u-%p@%s
+	BaseCSeq   int       // -base_cseq: first [cseq] of a call (default 1)
+	TraceMsg   io.Writer // -trace_msg: every message sent and received
+	TraceErr   io.Writer // -trace_err: unexpected messages and why calls failed
+	injections []*injection
+	trace      *tracer
+	// xmlRecvTimeout is -recv_timeout as given: without it a scenario's
+	// recv waits as long as SIPp's does (retransmissions aside), forever.
+	xmlRecvTimeout time.Duration
 	// Metrics, if set, counts this run's outcomes and response times.
 	Metrics *Metrics
 	// OnListen, if set, is called with the local address once bound.
@@ -51,13 +69,18 @@ type Stats struct {
 	SetupP50 time.Duration
 	SetupP90 time.Duration
 	SetupP99 time.Duration
+	// Failures are the failed calls by status line ("404 Not Found") or
+	// reason ("timeout").
+	Failures map[string]int64
 	// Aborted calls were still in flight when the run was stopped by -timeout
 	// or a signal; they are neither successes nor failures.
 	Aborted int64
 	MaxLag  time.Duration
 	MaxCPU  float64 // sipload's busiest second, in % of one core
-	Drops   int64
-	Rows    []Row
+	// TimedOut: -timeout ended the run.
+	TimedOut bool
+	Drops    int64
+	Rows     []Row
 	// Warnings say when sipload itself could not keep up, so that a
 	// generator bottleneck is never read as the server's.
 	Warnings []string
@@ -70,6 +93,15 @@ const lagWarn = 50 * time.Millisecond
 var ErrUsage = errors.New("usage")
 
 func (o *Options) defaults() error {
+	if o.XML != nil {
+		o.Scenario = "uac"
+		if o.XML.uas {
+			o.Scenario = "uas"
+		}
+		if o.XML.usesInf && len(o.Inf) == 0 {
+			return fmt.Errorf("%w: %s uses [fieldN]: give its values with -inf FILE", ErrUsage, o.XML.File)
+		}
+	}
 	if o.Scenario == "" {
 		o.Scenario = "uac"
 	}
@@ -181,6 +213,25 @@ type core struct {
 	scr            *scraper
 	secStart       time.Duration
 	met            *runMetrics
+	secFails       failTally
+	totFails       failTally
+	keyBuf         []byte
+	timedOut       bool
+}
+
+// failed counts a failed call of this second under reason r and, by name,
+// under key (a status line, or what went wrong).
+func (c *core) failed(r failReason, key string) {
+	c.sec.fail(r)
+	c.keyBuf = append(c.keyBuf[:0], key...)
+	c.secFails.add(c.keyBuf, 1)
+}
+
+// failedResp counts a call failed by the final response m.
+func (c *core) failedResp(m *msg) {
+	c.sec.fail(reasonOf(m.status, m.retryAfter))
+	c.keyBuf = statusKey(c.keyBuf[:0], m)
+	c.secFails.add(c.keyBuf, 1)
 }
 
 // setup records one successful request's response time.
@@ -206,17 +257,32 @@ func (c *core) send(b []byte, to peer) bool {
 // Run executes one scenario until its schedule, -m or -timeout ends it, or
 // ctx is cancelled, and returns what happened.
 func Run(ctx context.Context, o Options) (Stats, error) {
+	o.xmlRecvTimeout = o.RecvTimeout
 	if err := o.defaults(); err != nil {
 		return Stats{}, err
+	}
+	for _, f := range o.Inf {
+		in, err := loadInjection(f)
+		if err != nil {
+			return Stats{}, fmt.Errorf("%w: -inf: %v", ErrUsage, err)
+		}
+		o.injections = append(o.injections, in)
+	}
+	if o.TraceMsg != nil || o.TraceErr != nil {
+		o.trace = &tracer{msgs: o.TraceMsg, errs: o.TraceErr}
 	}
 	if o.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
 	}
-	c := &core{o: &o, in: make(chan *packet, 4096), errc: make(chan error, 16)}
+	c := &core{o: &o, in: make(chan *packet, 4096), errc: make(chan error, 16), secFails: failTally{}, totFails: failTally{}}
 	c.sink = &sink{in: c.in, errc: c.errc, quit: make(chan struct{})}
-	c.met = o.Metrics.forRun(map[string]string{"uac": "INVITE", "uas": "INVITE", "register": "REGISTER", "options": "OPTIONS"}[o.Scenario])
+	method := map[string]string{"uac": "INVITE", "uas": "INVITE", "register": "REGISTER", "options": "OPTIONS"}[o.Scenario]
+	if o.XML != nil {
+		method = o.XML.firstMethod()
+	}
+	c.met = o.Metrics.forRun(method)
 	if err := c.open(); err != nil {
 		return Stats{}, err
 	}
@@ -238,14 +304,16 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 		}
 	}
 	var r role
-	switch o.Scenario {
-	case "uas":
+	switch {
+	case o.XML != nil:
+		r = newXRole(c)
+	case o.Scenario == "uas":
 		r = newUAS(c)
 	default:
 		r = newUAC(c)
 	}
 	err := c.loop(ctx, r)
-	st := Stats{Counts: c.tot, Elapsed: c.now(), Rows: c.rows, MaxLag: c.maxLag, Drops: c.dropsLast - c.dropsBase}
+	st := Stats{Counts: c.tot, Elapsed: c.now(), Rows: c.rows, MaxLag: c.maxLag, Drops: c.dropsLast - c.dropsBase, Failures: c.totFails.snapshot(), TimedOut: c.timedOut}
 	for _, r := range c.rows {
 		if r.Elapsed-(r.Elapsed.Truncate(time.Second)) == 0 && r.GenCPU > st.MaxCPU {
 			st.MaxCPU = r.GenCPU // whole seconds only: a short last one is noise
@@ -277,13 +345,23 @@ func (c *core) open() error {
 	o := c.o
 	ip := o.LocalIP
 	var target netip.AddrPort
-	if o.Scenario != "uas" {
+	var sendTo netip.AddrPort
+	if o.Scenario != "uas" || o.Target != "" {
 		ua, err := net.ResolveUDPAddr("udp", o.Target)
 		if err != nil {
 			return fmt.Errorf("resolve target %s: %w", o.Target, err)
 		}
 		target = ua.AddrPort()
 		target = netip.AddrPortFrom(target.Addr().Unmap(), target.Port())
+		sendTo = target
+		if o.Rsa != "" {
+			ra, err := net.ResolveUDPAddr("udp", o.Rsa)
+			if err != nil {
+				return fmt.Errorf("resolve -rsa %s: %w", o.Rsa, err)
+			}
+			sendTo = netip.AddrPortFrom(ra.AddrPort().Addr().Unmap(), ra.AddrPort().Port())
+			ua = ra
+		}
 		if ip == "" {
 			// The address the kernel would send from is the one the server
 			// can reply to.
@@ -303,12 +381,12 @@ func (c *core) open() error {
 	case o.Scenario == "uas":
 		c.tr, err = listenTCP(ip, o.LocalPort, c.sink)
 	default:
-		c.tr, err = dialTCP(ip, target.String(), c.sink)
+		c.tr, err = dialTCP(ip, sendTo.String(), c.sink)
 	}
 	if err != nil {
 		return err
 	}
-	c.target = peer{ap: target}
+	c.target = peer{ap: sendTo}
 	la := c.tr.localAddr()
 	tp := "UDP"
 	if o.Transport == "t1" {
@@ -382,6 +460,7 @@ func (c *core) loop(ctx context.Context, r role) error {
 		case <-ctx.Done():
 			c.emit(r, c.now())
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				c.timedOut = true
 				return nil
 			}
 			return ctx.Err()
@@ -424,6 +503,12 @@ func (c *core) emit(r role, end time.Duration) {
 	}
 	c.tot.add(&c.sec)
 	c.met.add(&c.sec)
+	row.Failures = c.secFails.snapshot()
+	for k, v := range row.Failures {
+		c.keyBuf = append(c.keyBuf[:0], k...)
+		c.totFails.add(c.keyBuf, v)
+	}
+	clear(c.secFails)
 	row.Total = c.tot
 	c.total.merge(&c.secHist)
 	if c.secLag > c.maxLag {

@@ -14,6 +14,7 @@ type msg struct {
 	raw        []byte
 	isResp     bool
 	status     int
+	reason     []byte // reason phrase of a response
 	method     []byte // request method
 	ruri       []byte
 	callID     []byte
@@ -56,6 +57,9 @@ func (m *msg) scan(b []byte) error {
 			return fmt.Errorf("line 1: bad status code in %q", clip(first))
 		}
 		m.status = code
+		if len(first) > 12 {
+			m.reason = first[12:]
+		}
 	} else {
 		sp1 := bytes.IndexByte(first, ' ')
 		sp2 := bytes.LastIndexByte(first, ' ')

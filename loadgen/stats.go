@@ -1,7 +1,9 @@
 package loadgen
 
 import (
+	"bytes"
 	"math/bits"
+	"strconv"
 	"time"
 )
 
@@ -55,7 +57,19 @@ const (
 	fail5xx
 	fail503RetryAfter
 	failOther
+	failSend       // counted as other
+	failUnexpected // a request the scenario did not expect; counted as other
+	failRetrans    // -max_retrans retransmissions unanswered; counted as timeout
 )
+
+// failName is the by-name tally's entry for failures without a response.
+var failName = map[failReason]string{
+	failTimeout:    "timeout",
+	failOther:      "other",
+	failSend:       "send error",
+	failUnexpected: "unexpected message",
+	failRetrans:    "max retransmissions",
+}
 
 func reasonOf(status int, retryAfter bool) failReason {
 	switch {
@@ -69,10 +83,60 @@ func reasonOf(status int, retryAfter bool) failReason {
 	return failOther
 }
 
+// maxFailKeys bounds the distinct failure names a run tallies, so a peer
+// that makes up reason phrases cannot grow the table without end.
+const maxFailKeys = 64
+
+// failTally counts failures by name: a response's status line ("404 Not
+// Found"), or what went wrong ("timeout"). Values are pointers so that
+// counting an existing name is a lookup without allocation.
+type failTally map[string]*int64
+
+func (f failTally) add(key []byte, n int64) {
+	if p := f[string(key)]; p != nil {
+		*p += n
+		return
+	}
+	if len(f) >= maxFailKeys {
+		key = []byte("other")
+		if p := f["other"]; p != nil {
+			*p += n
+			return
+		}
+	}
+	v := n
+	f[string(key)] = &v
+}
+
+// snapshot copies the tally, nil when empty.
+func (f failTally) snapshot() map[string]int64 {
+	if len(f) == 0 {
+		return nil
+	}
+	m := make(map[string]int64, len(f))
+	for k, v := range f {
+		m[k] = *v
+	}
+	return m
+}
+
+// statusKey appends the name a failure response is tallied under.
+func statusKey(b []byte, m *msg) []byte {
+	b = strconv.AppendInt(b, int64(m.status), 10)
+	if r := bytes.TrimSpace(m.reason); len(r) > 0 {
+		b = append(b, ' ')
+		b = append(b, r[:min(len(r), 40)]...)
+	}
+	if m.status == 503 && m.retryAfter {
+		b = append(b, " (Retry-After)"...)
+	}
+	return b
+}
+
 func (c *Counts) fail(r failReason) {
 	c.Failed++
 	switch r {
-	case failTimeout:
+	case failTimeout, failRetrans:
 		c.FailedTimeout++
 	case fail4xx:
 		c.Failed4xx++
@@ -104,6 +168,9 @@ type Row struct {
 	// its receive buffer was full: lost by the generator, not the server.
 	RcvbufDrops int64
 	Groups      []GroupSample // from --scrape, in a fixed order for the run
+	// Failures are this second's failed calls by status line or reason;
+	// nil when none failed.
+	Failures map[string]int64
 }
 
 // GroupSample is a worker group's state read from the server's metrics.

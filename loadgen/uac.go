@@ -24,6 +24,7 @@ type call struct {
 	rtx    time.Duration // current retransmission interval
 	gen    uint32        // bumped when a transaction ends, voiding its timers
 	noRtx  bool          // a provisional stopped INVITE retransmissions
+	x      *xstate       // -sf: the call's place in its XML scenario
 }
 
 const (
@@ -156,7 +157,7 @@ func (u *uac) startCall(now time.Duration) {
 	u.calls[cl.callID] = cl
 	u.sec.Offered++
 	if !u.send(b, u.target) {
-		u.finish(cl, failOther, false)
+		u.finish(cl, nil, failSend, false)
 		return
 	}
 	u.armTxn(cl, now)
@@ -170,11 +171,16 @@ func (u *uac) armTxn(cl *call, now time.Duration) {
 	u.arm(now+u.o.RecvTimeout, cl, tTimeout)
 }
 
-func (u *uac) finish(cl *call, r failReason, ok bool) {
-	if ok {
+// finish ends a call: a success, a failure for the final response m, or
+// (m nil) a failure for reason r.
+func (u *uac) finish(cl *call, m *msg, r failReason, ok bool) {
+	switch {
+	case ok:
 		u.sec.Succeeded++
-	} else {
-		u.sec.fail(r)
+	case m != nil:
+		u.failedResp(m)
+	default:
+		u.failed(r, failName[r])
 	}
 	cl.gen++
 	cl.state = sDone
@@ -201,7 +207,7 @@ func (u *uac) fire(t timer, now time.Duration) {
 		// push retransmissions past the transaction timeout.
 		u.arm(t.at+cl.rtx, cl, tRetrans)
 	case tTimeout:
-		u.finish(cl, failTimeout, false)
+		u.finish(cl, nil, failTimeout, false)
 	case tBye:
 		u.sendBye(cl, now)
 	}
@@ -215,7 +221,7 @@ func (u *uac) sendBye(cl *call, now time.Duration) {
 	cl.noRtx = false
 	cl.req = u.ep.bye(cl.req[:0], cl)
 	if !u.send(cl.req, u.target) {
-		u.finish(cl, failOther, false)
+		u.finish(cl, nil, failSend, false)
 		return
 	}
 	u.armTxn(cl, now)
@@ -250,7 +256,7 @@ func (u *uac) handle(m *msg, _ peer, now time.Duration) {
 		if m.status >= 300 {
 			u.out = u.ep.ack(u.out[:0], cl, false)
 			u.send(u.out, u.target)
-			u.finish(cl, reasonOf(m.status, m.retryAfter), false)
+			u.finish(cl, m, 0, false)
 			return
 		}
 		u.setup(now - cl.sent)
@@ -281,7 +287,7 @@ func (u *uac) handle(m *msg, _ peer, now time.Duration) {
 		if m.status < 200 {
 			return
 		}
-		u.finish(cl, reasonOf(m.status, m.retryAfter), m.status < 300)
+		u.finish(cl, m, 0, m.status < 300)
 	case cl.state == sReq && m.cseqNum == cl.cseq && !isInvite:
 		if m.status < 200 {
 			return
@@ -289,7 +295,7 @@ func (u *uac) handle(m *msg, _ peer, now time.Duration) {
 		if m.status < 300 {
 			u.setup(now - cl.sent)
 		}
-		u.finish(cl, reasonOf(m.status, m.retryAfter), m.status < 300)
+		u.finish(cl, m, 0, m.status < 300)
 	default:
 		u.sec.RetransReceived++
 	}

@@ -84,7 +84,7 @@ func (u *uas) handle(m *msg, from peer, now time.Duration) {
 		if u.o.RejectEvery > 0 && u.n%int64(u.o.RejectEvery) == 0 {
 			cl.state = uRejected
 			cl.req = u.ep.response(nil, m, 503, "Service Unavailable", tag, false, "Retry-After: 5\r\n", nil)
-			u.sec.fail(fail503RetryAfter)
+			u.failed(fail503RetryAfter, "503 Service Unavailable (Retry-After)")
 		} else {
 			cl.state = uWaitAck
 			u.out = u.ep.response(u.out[:0], m, 180, "Ringing", tag, true, "", nil)
@@ -171,7 +171,7 @@ func (u *uas) fire(t timer, now time.Duration) {
 			return
 		}
 		if cl.state == uWaitAck {
-			u.sec.fail(failTimeout)
+			u.failed(failTimeout, "timeout (no ACK)")
 		}
 		u.end(cl)
 	}
