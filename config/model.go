@@ -66,6 +66,8 @@ type Config struct {
 	// TLS holds the certificates of the tls: sockets and of connections
 	// opened to TLS next hops.
 	TLS TLS `json:"tls"`
+	// Conn holds the bounds on TCP and TLS connections.
+	Conn ConnLimits `json:"connections"`
 
 	// LogLevel: log_level = debug|info|warn|error (default info).
 	LogLevel string `json:"log_level"`
@@ -156,6 +158,18 @@ type Limits struct {
 	QueueAdmission float64 `json:"queue_admission_threshold"`
 	// QueueDelay: queue_delay_admission, 0 = no limiting.
 	QueueDelay time.Duration `json:"queue_delay_admission"`
+}
+
+// ConnLimits bound what a TCP or TLS connection may cost: tcp_max_connections,
+// tcp_max_connections_per_ip (0 = no limit), tcp_connection_lifetime (idle),
+// tcp_message_timeout (from a message's first byte to its last) and
+// tls_handshake_timeout.
+type ConnLimits struct {
+	Max              int           `json:"max"`
+	MaxPerIP         int           `json:"max_per_ip"`
+	Lifetime         time.Duration `json:"lifetime"`
+	MessageTimeout   time.Duration `json:"message_timeout"`
+	HandshakeTimeout time.Duration `json:"handshake_timeout"`
 }
 
 // SlowStart holds the ramp-in of new workers: slow_start_mode (off, manual,

@@ -264,8 +264,13 @@ func TestTLS(t *testing.T) {
 		t.Error("a TLS 1.1 client completed a handshake")
 	}
 
-	// A reload takes a new certificate for new connections; the one up
-	// carries on.
+	// A reload takes a new certificate for new connections; the call up
+	// over the connection made before it completes.
+	upID := ovID() + "@tls-up"
+	m, upDlg := ua.inviteTo("bob-tls", upID)
+	if m.code != 200 {
+		t.Fatalf("a TLS call before the reload: want 200, have %d\n%s", m.code, m.raw)
+	}
 	pki.issue("server", "sipvisor two", 4)
 	if out, err := s.ctl("reload"); err != nil {
 		t.Fatalf("ctl reload: %v: %s", err, out)
@@ -280,6 +285,10 @@ func TestTLS(t *testing.T) {
 			t.Fatalf("after the reload: want new connections to see the new certificate (last error %v)", err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	ua.sendTo("bob-tls", "BYE", upID, 2, upDlg)
+	if bye := ua.final(upID, "BYE"); bye.code != 200 {
+		t.Fatalf("the call up across the reload: BYE: want 200, have %d\n%s", bye.code, bye.raw)
 	}
 	call("bob-udp")
 }

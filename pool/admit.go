@@ -3,6 +3,7 @@ package pool
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
 )
 
 // A worker that reads its own connections (TCP) asks the supervisor about
@@ -81,4 +82,27 @@ func ParseSessionNote(b []byte) (method byte, toTag bool, expires int32, branch,
 	}
 	b = b[k:]
 	return method, toTag, expires, b[:n], b[n:], true
+}
+
+// A worker notes each connection it was handed that ends, with why, so that
+// the supervisor's connection limits count only those still open:
+// closedMagic, the reason, a zero byte, the remote address.
+const closedMagic = "CLS1"
+
+// ConnClosedNote encodes a closed connection's note.
+func ConnClosedNote(reason, remote string) []byte {
+	b := make([]byte, 0, len(closedMagic)+len(reason)+1+len(remote))
+	b = append(b, closedMagic...)
+	b = append(b, reason...)
+	b = append(b, 0)
+	return append(b, remote...)
+}
+
+// ParseConnClosedNote decodes ConnClosedNote; ok is false for another note.
+func ParseConnClosedNote(b []byte) (reason, remote string, ok bool) {
+	if len(b) < len(closedMagic) || string(b[:len(closedMagic)]) != closedMagic {
+		return "", "", false
+	}
+	r, a, found := strings.Cut(string(b[len(closedMagic):]), "\x00")
+	return r, a, found
 }

@@ -33,3 +33,16 @@ func TestSessionNoteRoundTrip(t *testing.T) {
 		t.Fatal("an admission request read as a session note")
 	}
 }
+
+func TestConnClosedNote(t *testing.T) {
+	r, a, ok := ParseConnClosedNote(ConnClosedNote("idle", "127.0.0.1:5060"))
+	if !ok || r != "idle" || a != "127.0.0.1:5060" {
+		t.Fatalf("round trip: have %q %q %v", r, a, ok)
+	}
+	if _, _, ok := ParseConnClosedNote(SessionNote(1, false, -1, nil, []byte("x"))); ok {
+		t.Fatal("a session note read as a closed connection's")
+	}
+	if _, _, ok := ParseConnClosedNote([]byte("CLS1idle")); ok {
+		t.Fatal("a note without its separator read as whole")
+	}
+}

@@ -62,6 +62,14 @@ func noteFor(env *pool.Env) func(sipscan.Method, bool, int32, []byte, []byte) {
 	}
 }
 
+// closedFor tells the supervisor of the connections that end.
+func closedFor(env *pool.Env) func(reason, remote string) {
+	if env.Note == nil {
+		return nil
+	}
+	return func(reason, remote string) { env.Note(pool.ConnClosedNote(reason, remote)) }
+}
+
 // funcImpl runs one script function; its result is the condition value.
 type funcImpl func(c *msgCtx, args []*script.Literal) bool
 

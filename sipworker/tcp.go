@@ -11,20 +11,18 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/emiago/sipgo/sip"
 
+	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/sipscan"
 )
 
 // maxTCPMessage bounds one framed message: a peer that sends more without a
 // message boundary is cut off.
 const maxTCPMessage = 64 << 10
-
-// tlsHandshakeTimeout bounds a TLS handshake, ours or a peer's: a peer that
-// connects and never finishes costs a goroutine and a descriptor this long.
-const tlsHandshakeTimeout = 10 * time.Second
 
 // tcpConn is a TCP or TLS connection this worker reads: one the supervisor
 // handed over (inbound) or one it opened to a next hop. Writes happen on the
@@ -38,6 +36,11 @@ type tcpConn struct {
 	inbound bool
 	closed  bool
 	secure  bool // TLS
+	// lastWrite is when the loop last wrote (unix ns): a connection we only
+	// write to is not idle.
+	lastWrite atomic.Int64
+	// The bounds in force when the connection came (config.ConnLimits).
+	limits config.ConnLimits
 }
 
 // stream reports whether messages of proto travel over a connection.
@@ -63,7 +66,9 @@ func (c *tcpConn) write(b []byte) error {
 	if c.closed {
 		return errors.New("tcp connection closed")
 	}
-	c.c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	now := time.Now()
+	c.lastWrite.Store(now.UnixNano())
+	c.c.SetWriteDeadline(now.Add(2 * time.Second))
 	_, err := c.c.Write(b)
 	return err
 }
@@ -94,7 +99,8 @@ func (w *Worker) HandleConn(c net.Conn) {
 }
 
 func (w *Worker) adopt(c net.Conn, inbound, secure bool) *tcpConn {
-	tc := &tcpConn{c: c, remote: addrPortOf(c.RemoteAddr()), local: addrPortOf(c.LocalAddr()), inbound: inbound, secure: secure}
+	tc := &tcpConn{c: c, remote: addrPortOf(c.RemoteAddr()), local: addrPortOf(c.LocalAddr()), inbound: inbound, secure: secure,
+		limits: w.opt.Conn}
 	if inbound {
 		w.self = appendUnique(w.self, tc.local)
 	}
@@ -112,32 +118,87 @@ func appendUnique(list []netip.AddrPort, a netip.AddrPort) []netip.AddrPort {
 	return append(list, a)
 }
 
+// Why a connection ended, as the supervisor counts it.
+const (
+	closedByPeer      = "peer"            // the peer closed it, or it broke
+	closedIdle        = "idle"            // tcp_connection_lifetime passed without a byte
+	closedSlowMessage = "message_timeout" // a message took longer than tcp_message_timeout
+	closedHandshake   = "handshake"       // the TLS handshake failed or timed out
+	closedBadMessage  = "malformed"       // not SIP framing, or over the size bound
+)
+
 // readConn frames SIP messages on a stream (RFC 3261 18.3: Content-Length
-// marks the end) and submits each to the loop.
+// marks the end) and submits each to the loop. What a peer may cost is
+// bounded in time: the TLS handshake, the wait between messages (idle), and
+// each message from its first byte to its last, so that one trickling
+// bytes (slowloris) or never finishing a handshake is closed.
 func (w *Worker) readConn(tc *tcpConn) {
+	lim := tc.limits
 	if t, ok := tc.c.(*tls.Conn); ok && tc.inbound {
-		ctx, cancel := context.WithTimeout(context.Background(), tlsHandshakeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), orDefault(lim.HandshakeTimeout, 10*time.Second))
 		err := t.HandshakeContext(ctx)
 		cancel()
 		if err != nil {
 			w.opt.Submit(func() {
 				w.Stats.TLSHandshakeFailures++
 				w.log.Info("tls handshake failed", "peer", tc.remote.String(), "error", err)
-				w.closeConn(tc)
+				w.closeConn(tc, closedHandshake)
 			})
 			return
 		}
 	}
+	lifetime, msgTimeout := orDefault(lim.Lifetime, 120*time.Second), orDefault(lim.MessageTimeout, 20*time.Second)
 	r := bufio.NewReaderSize(tc.c, 8<<10)
+	crlf := 0
 	for {
+		// Between messages: idle until a byte comes, unless the loop
+		// writes on the connection meanwhile.
+		tc.c.SetReadDeadline(time.Now().Add(lifetime))
+		b, err := r.Peek(1)
+		if err != nil {
+			if isTimeout(err) {
+				if last := tc.lastWrite.Load(); time.Since(time.Unix(0, last)) < lifetime {
+					continue
+				}
+				w.opt.Submit(func() { w.closeConn(tc, closedIdle) })
+				return
+			}
+			w.opt.Submit(func() { w.closeConn(tc, closedByPeer) })
+			return
+		}
+		// RFC 5626 keep-alives between messages: a double CRLF ping gets a
+		// CRLF pong, and keeps the connection from being idle.
+		if b[0] == '\r' || b[0] == '\n' {
+			r.ReadByte()
+			if b[0] == '\n' {
+				if crlf++; crlf == 2 {
+					crlf = 0
+					w.opt.Submit(func() {
+						if !tc.closed {
+							tc.write([]byte("\r\n"))
+						}
+					})
+				}
+			}
+			continue
+		}
+		crlf = 0
+		tc.c.SetReadDeadline(time.Now().Add(msgTimeout))
 		msg, err := readStreamMessage(r)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				w.opt.Submit(func() {
-					w.log.Debug("tcp connection dropped", "peer", tc.remote.String(), "error", err)
-				})
+			reason := closedBadMessage
+			switch {
+			case isTimeout(err):
+				reason = closedSlowMessage
+			case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+				reason = closedByPeer
 			}
-			w.opt.Submit(func() { w.closeConn(tc) })
+			w.opt.Submit(func() {
+				if reason != closedByPeer {
+					w.log.Info("tcp connection closed", "peer", tc.remote.String(), "reason", reason, "error", err)
+				}
+				w.closeConn(tc, reason)
+			})
 			return
 		}
 		at := time.Now().UnixNano()
@@ -147,7 +208,21 @@ func (w *Worker) readConn(tc *tcpConn) {
 	}
 }
 
-func (w *Worker) closeConn(tc *tcpConn) {
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// closeConn closes a connection and, for one the supervisor handed over,
+// tells it why, so that its connection limits count only those open.
+func (w *Worker) closeConn(tc *tcpConn, reason string) {
 	if tc.closed {
 		return
 	}
@@ -155,6 +230,9 @@ func (w *Worker) closeConn(tc *tcpConn) {
 	tc.c.Close()
 	if w.conns[tc.remote] == tc {
 		delete(w.conns, tc.remote)
+	}
+	if tc.inbound && w.opt.ConnClosed != nil {
+		w.opt.ConnClosed(reason, tc.remote.String())
 	}
 }
 
@@ -228,7 +306,7 @@ func (w *Worker) connTo(addr netip.AddrPort, proto string) (*tcpConn, error) {
 	conf := w.tlsClient.Clone()
 	conf.ServerName = addr.Addr().String()
 	t := tls.Client(c, conf)
-	ctx, cancel := context.WithTimeout(context.Background(), w.opt.DialTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), min(w.opt.DialTimeout, orDefault(w.opt.Conn.HandshakeTimeout, 10*time.Second)))
 	defer cancel()
 	if err := t.HandshakeContext(ctx); err != nil {
 		c.Close()

@@ -69,6 +69,12 @@ type Options struct {
 	RetryAfter config.RetryAfter
 	// TLS holds the certificates of tls: sockets and TLS next hops.
 	TLS config.TLS
+	// Conn bounds what a connection may cost in time; zero fields take
+	// Kamailio's defaults.
+	Conn config.ConnLimits
+	// ConnClosed, when set, is told of each connection the supervisor
+	// handed over that ends, and why.
+	ConnClosed func(reason, remote string)
 
 	// T1, T2 and T4 are RFC 3261's timer bases (500ms, 4s, 5s).
 	T1, T2, T4 time.Duration
@@ -173,6 +179,8 @@ func New(env *pool.Env) (pool.Handler, error) {
 		RefusedLate: env.RefusedLate,
 		RetryAfter:  cfg.RetryAfter,
 		TLS:         cfg.TLS,
+		Conn:        cfg.Conn,
+		ConnClosed:  closedFor(env),
 	}
 	// A TCP worker's relays over UDP always leave from reply sockets: no
 	// front door knows its transactions, so a response that came to the
@@ -298,6 +306,7 @@ func (w *Worker) Reload(path string) error {
 	}
 	w.tlsClient = nil
 	w.opt.TLS = cfg.TLS
+	w.opt.Conn = cfg.Conn
 	w.opt.Script = cfg.Script
 	w.opt.RetryAfter = cfg.RetryAfter
 	// The cache is keyed by the old script's literals.

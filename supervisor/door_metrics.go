@@ -63,7 +63,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 						float64(gr.refusedConn[r].Load()), gr.g.Name(), r.String())
 				}
 				for _, k := range []sipscan.Kind{sipscan.KindCall, sipscan.KindSubscription} {
-					ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(c.s.conns.count(k)), gr.g.Name(), k.String())
+					ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(c.s.connSess.count(k)), gr.g.Name(), k.String())
 				}
 			}
 			continue

@@ -38,7 +38,7 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 		s.admission(gr),
 		u.reply)
 	door.Sessions.MaxCallDuration.Store(int64(s.config().Limits.MaxCallDuration))
-	door.OnUnknownEnd = s.conns.end
+	door.OnUnknownEnd = s.connSess.end
 	u.door = door
 	gr.door = door
 	return u
@@ -121,13 +121,24 @@ func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		ap := c.RemoteAddr().(*net.TCPAddr).AddrPort()
+		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		lim := s.config().Conn
+		if reason := s.conns.admit(ap, lim.Max, lim.MaxPerIP); reason != "" {
+			s.m.dropped.WithLabelValues("tcp", reason).Inc()
+			c.Close()
+			continue
+		}
 		w := s.tcp.g.Pick()
 		if w == nil {
+			s.conns.release(ap)
 			s.m.dropped.WithLabelValues("tcp", "no_worker").Inc()
 			c.Close()
 			continue
 		}
+		s.conns.handed(w, ap)
 		if err := w.SendConn(c); err != nil {
+			s.conns.ended(w, ap, "not_handed")
 			s.m.dropped.WithLabelValues("tcp", "queue_full").Inc()
 			c.Close()
 		}

@@ -130,8 +130,8 @@ func (o *overload) sessions() (total int64, byKind [4]int64) {
 			byKind[k] += gr.door.Sessions.Counts[k].Load()
 		}
 	}
-	byKind[sipscan.KindCall] += o.s.conns.count(sipscan.KindCall)
-	byKind[sipscan.KindSubscription] += o.s.conns.count(sipscan.KindSubscription)
+	byKind[sipscan.KindCall] += o.s.connSess.count(sipscan.KindCall)
+	byKind[sipscan.KindSubscription] += o.s.connSess.count(sipscan.KindSubscription)
 	byKind[sipscan.KindRegistration] = o.s.regCount.Load()
 	for k, v := range byKind {
 		if sipscan.Kind(k) != sipscan.KindOther {
@@ -149,7 +149,7 @@ func (o *overload) groupSessions(gr *groupRun) (n int64, ok bool) {
 	case gr.door != nil:
 		return doorSessions(gr.door), true
 	case gr.g.Kind() == pool.KindTCP:
-		return o.s.conns.total(), true
+		return o.s.connSess.total(), true
 	}
 	return 0, false
 }
@@ -280,7 +280,7 @@ func (o *overload) admit(gr *groupRun, m *sipscan.Msg) frontdoor.Refusal {
 					n += g.door.Sessions.Counts[kind].Load()
 				}
 			}
-			n += o.s.conns.count(kind)
+			n += o.s.connSess.count(kind)
 		}
 		if n >= lim {
 			return frontdoor.RefuseLimit

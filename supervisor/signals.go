@@ -106,7 +106,7 @@ func (s *Supervisor) doReload() error {
 		if gr.door != nil {
 			gr.door.Sessions.MaxCallDuration.Store(int64(cfg.Limits.MaxCallDuration))
 		}
-		s.conns.t.MaxCallDuration.Store(int64(cfg.Limits.MaxCallDuration))
+		s.connSess.t.MaxCallDuration.Store(int64(cfg.Limits.MaxCallDuration))
 	}
 	timers := !sameTimers(s.config(), cfg)
 	s.cfg.Store(cfg)

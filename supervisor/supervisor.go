@@ -94,8 +94,10 @@ type Supervisor struct {
 	// locations holds the registrations, outside every worker, so that
 	// scaling down or a crash never loses one.
 	locations location.Store
-	// conns counts the sessions that come in over connections.
-	conns *connSessions
+	// connSess counts the sessions that come in over connections, conns
+	// the connections themselves.
+	connSess *connSessions
+	conns    *connCounts
 
 	// cpuProfiling is set while the supervisor's own CPU profile is taken;
 	// profileWait bounds the wait for a worker's profile (nanoseconds; tests
@@ -175,9 +177,10 @@ func New(o Options) (*Supervisor, error) {
 	s.profileWait.Store(int64(defaultProfileWait))
 	s.params = ctl.NewParams()
 	s.locations = location.NewMemory()
-	s.conns = newConnSessions(s.frontDoors)
-	s.conns.t.MaxCallDuration.Store(int64(o.Config.Limits.MaxCallDuration))
+	s.connSess = newConnSessions(s.frontDoors)
+	s.connSess.t.MaxCallDuration.Store(int64(o.Config.Limits.MaxCallDuration))
 	s.m = newMetrics(s.reg)
+	s.conns = newConnCounts(s.reg)
 	s.pm = pool.NewMetrics(s.reg)
 	s.reg.MustRegister(newDoorCollector(s), newWorkerCollector(s))
 	s.ov = newOverload(s, o.Config)
@@ -412,7 +415,11 @@ func (s *Supervisor) makeGroups() {
 			MemoryLimit: cfg.Workers.MemoryLimit, Logger: s.opts.Logger, Metrics: s.pm,
 			OnExit: func(w *pool.Worker, reason string) { s.workerExited(name, w, reason) },
 			OnCall: s.answerCall,
-			OnNote: func(w *pool.Worker, note []byte) { s.conns.note(note, time.Now()) },
+			OnNote: func(w *pool.Worker, note []byte) {
+				if !s.conns.closedNote(w, note) {
+					s.connSess.note(note, time.Now())
+				}
+			},
 		})
 		gr.g.SetMaxQueueWait(cfg.Limits.MaxQueueWait)
 		gr.toRamping = s.ss.handed.WithLabelValues(name, "true")
@@ -506,6 +513,7 @@ func (s *Supervisor) stopGroups() {
 
 func (s *Supervisor) workerExited(group string, w *pool.Worker, reason string) {
 	s.ov.workerExited(group, reason, time.Now())
+	s.conns.workerGone(w)
 	s.mu.Lock()
 	if gr := s.byName[group]; gr != nil {
 		delete(gr.workers, w.ID)
@@ -537,7 +545,7 @@ func (s *Supervisor) cycleLoop(ctx context.Context) error {
 func (s *Supervisor) runCycle(now time.Time) {
 	start := time.Now()
 	s.locations.Expire(now)
-	s.conns.expire(now)
+	s.connSess.expire(now)
 	s.refreshRegistrations()
 	s.ov.sample(now)
 	s.mu.Lock()
