@@ -100,6 +100,7 @@ func (b backend) Stats() ctl.Stats {
 		}
 		st.Counters["malformed"] += float64(bad)
 		st.Counters["retransmissions_absorbed"] += float64(d.Absorbed.Load())
+		st.Counters["probes_refused"] += float64(d.ProbesRefused.Load())
 		st.Counters["stale_dropped"] += float64(gr.g.Stale())
 	}
 	return st

@@ -15,7 +15,7 @@ type doorCollector struct {
 	received, forwarded, keepalives, replied   *prometheus.Desc
 	ownAcks                                    *prometheus.Desc
 	malformed, refused, admitted, dropped, aff *prometheus.Desc
-	sessions, absorbed, stale                  *prometheus.Desc
+	sessions, absorbed, stale, probesRefused   *prometheus.Desc
 }
 
 func newDoorCollector(s *Supervisor) *doorCollector {
@@ -37,11 +37,12 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 		absorbed:   d("retransmissions_absorbed_total", "Retransmitted requests dropped because the original still waited in a worker's queue."),
 		stale: prometheus.NewDesc("sipvisor_pool_stale_requests_dropped_total",
 			"Requests a worker dropped unhandled for having waited longer than max_queue_wait.", []string{"group"}, nil),
+		probesRefused: d("probes_refused_total", "OPTIONS probes of the server itself answered 503 while it refused every new session (suspended or stopping)."),
 	}
 }
 
 func (c *doorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale} {
+	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale, c.probesRefused} {
 		ch <- d
 	}
 }
@@ -70,6 +71,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.replied, st.Replied.Load())
 		counter(c.ownAcks, st.OwnAcks.Load())
 		counter(c.absorbed, st.Absorbed.Load())
+		counter(c.probesRefused, st.ProbesRefused.Load())
 		for i := 1; i < int(sipscan.NumErrors); i++ {
 			counter(c.malformed, st.Malformed[i].Load(), sipscan.Error(i).String())
 		}

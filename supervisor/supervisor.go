@@ -654,6 +654,13 @@ func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
 // answerAdmit decides about a new session that a worker read from its own
 // connection: the front door's decision, for the worker's group.
 func (s *Supervisor) answerAdmit(w *pool.Worker, method sipscan.Method, callID []byte) []byte {
+	if method == sipscan.Options {
+		// Workers ask about an OPTIONS only for a probe of the server.
+		if refuse, retry := s.probeRefused(); refuse {
+			return pool.AdmitAnswer(byte(frontdoor.RefuseSuspended), retry)
+		}
+		return pool.AdmitAnswer(byte(frontdoor.RefuseNone), 0)
+	}
 	gr := s.groupOf(w)
 	if gr == nil {
 		return pool.AdmitAnswer(byte(frontdoor.RefuseNone), 0)
