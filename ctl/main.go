@@ -183,6 +183,9 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 		body, _ := json.Marshal(map[string]string{"value": args[1]})
 		return cmd.call(ctx, http.MethodPost, "set/"+escapePath(path), body, &r, func() error {
 			_, err := fmt.Fprintf(cmd.stdout, "%s: %s -> %s\n", r.Path, fmtAny(r.Old), fmtAny(r.Value))
+			if err == nil && r.Note != "" {
+				_, err = fmt.Fprintf(cmd.stdout, "(%s)\n", r.Note)
+			}
 			return err
 		})
 	case "suspend", "resume":
@@ -195,10 +198,8 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 		if err := want(0, 0, "no arguments"); err != nil {
 			return err
 		}
-		return cmd.call(ctx, http.MethodPost, "reload", nil, nil, func() error {
-			_, err := fmt.Fprintln(cmd.stdout, "reloaded")
-			return err
-		})
+		var r ReloadResult
+		return cmd.call(ctx, http.MethodPost, "reload", nil, &r, func() error { return writeReload(cmd.stdout, r) })
 	case "resource-monitor":
 		if err := want(0, 0, "no arguments"); err != nil {
 			return err
