@@ -571,8 +571,10 @@ func (s *Supervisor) stepGroup(gr *groupRun, now time.Time) {
 	gr.last, gr.sampled = load, true
 	gr.views.Add(load)
 	if gr.profile == nil {
+		s.m.maxWorkers.DeleteLabelValues(gr.g.Name())
 		return
 	}
+	s.m.maxWorkers.WithLabelValues(gr.g.Name()).Set(float64(gr.profile.UpTo))
 	gr.hist.Add(load)
 	gr.vals = gr.hist.Values(gr.vals)
 	live := gr.g.Live()
