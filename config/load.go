@@ -90,6 +90,7 @@ func load(name string, src []byte, read func(string) ([]byte, error)) (*Config, 
 	}
 	l.cfg.File = name
 	l.cfg.sources = l.sources
+	l.cfg.At = l.setAt
 	return l.cfg, nil
 }
 
@@ -603,7 +604,7 @@ func (l *loader) socket(g *globalAST, raw string, vp script.Pos) {
 		l.errorf(at(portOff), "port %q is out of range 0..65535", port)
 		return
 	}
-	sock := Socket{Proto: proto, Host: ip.String(), Port: pn}
+	sock := Socket{Proto: proto, Host: ip.String(), Port: pn, At: vp}
 	good := true
 	var profAt script.Pos
 	for _, m := range g.Mods {

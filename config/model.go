@@ -75,6 +75,10 @@ type Config struct {
 	// Params holds every global `name = value` line as written, for the script
 	// and for diagnostics.
 	Params map[string]string `json:"-"`
+	// At is where each global setting set in the file was set (its value),
+	// by name, so that a reload can point at the lines it cannot apply.
+	// Sockets and profiles keep their own positions.
+	At map[string]script.Pos `json:"-"`
 
 	// Script holds the routing blocks.
 	Script *script.Script `json:"script"`
@@ -92,6 +96,8 @@ type Socket struct {
 	Workers int `json:"workers,omitempty"`
 	// Profile: use_auto_scaling_profile NAME (udp only), lower-case; "" for none.
 	Profile string `json:"profile,omitempty"`
+	// At is where the socket line's address is.
+	At script.Pos `json:"-"`
 }
 
 // Group is the initial worker count and optional scaling profile of a group.

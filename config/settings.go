@@ -67,7 +67,7 @@ type setting struct {
 // settings is in the order the reference lists them.
 var settings = []setting{
 	{Name: "include_file", Kind: kindInclude, Doc: "Read another config file here; a relative path is relative to the including file. Cycles are an error."},
-	{Name: "log_level", Kind: kindEnum, Default: "info", Enum: []string{"debug", "info", "warn", "error"}, Doc: "Least severe level that is logged.",
+	{Name: "log_level", Kind: kindEnum, Default: "info", Enum: []string{"debug", "info", "warn", "error"}, Doc: "Least severe level that is logged; `sipvisor -log.level` overrides it, and a reload applies it.",
 		set: func(c *Config, v value) { c.LogLevel = v.s }},
 
 	{Name: "socket", Kind: kindSocket, Doc: "A SIP socket, `udp:IP:PORT` or `tcp:IP:PORT` (port 0 picks a free one; default port 5060), with optional `use_workers N` and, for UDP, `use_auto_scaling_profile NAME`. Each UDP socket is a worker group of its own; all TCP sockets share the tcp_workers group."},
@@ -368,3 +368,6 @@ func formatBytes(n int64) string {
 	}
 	return strconv.FormatInt(n, 10)
 }
+
+// SettingNames lists every global setting, in the reference's order.
+func SettingNames() []string { return settingNames() }

@@ -163,14 +163,15 @@ func (b *testBackend) ResourceMonitor() []Resource {
 	}
 }
 
-func (b *testBackend) Reload() error {
+func (b *testBackend) Reload() (ReloadResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.reloadErr != nil {
-		return b.reloadErr
+		return ReloadResult{}, b.reloadErr
 	}
 	b.reloads++
-	return nil
+	return ReloadResult{Changed: []string{"max_calls", "throttle_rtt_threshold"},
+		RestartNeeded: []string{"sipvisor.cfg:4: socket udp:127.0.0.1:5062 added: it is bound at the next restart"}}, nil
 }
 
 var testNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)

@@ -293,3 +293,21 @@ func writeBindings(w io.Writer, bs []Binding, now time.Time) error {
 	}
 	return t.Flush()
 }
+
+// writeReload prints what a reload did: the settings that changed, and each
+// change that takes a restart as FILE:LINE, the form an editor jumps to.
+func writeReload(w io.Writer, r ReloadResult) error {
+	b := &strings.Builder{}
+	b.WriteString("reloaded\n")
+	if len(r.Changed) > 0 {
+		fmt.Fprintf(b, "changed: %s\n", strings.Join(r.Changed, ", "))
+	}
+	if len(r.RestartNeeded) > 0 {
+		b.WriteString("not applied, these take a restart:\n")
+		for _, l := range r.RestartNeeded {
+			fmt.Fprintf(b, "  %s\n", l)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

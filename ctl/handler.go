@@ -27,7 +27,7 @@ const maxBody = 64 << 10
 //	POST /mi/suspend            Stats after suspending
 //	POST /mi/resume             Stats after resuming
 //	GET  /mi/resource-monitor   []Resource
-//	POST /mi/reload             {"reloaded": true}
+//	POST /mi/reload             ReloadResult
 //	GET  /mi/ul                 []Binding; ?aor= keeps one address of record
 //
 // Errors are {"error": "..."} with 400 (bad value or refused change), 401
@@ -54,6 +54,35 @@ type SetResult struct {
 	Path  string `json:"path"`
 	Old   any    `json:"old"`
 	Value any    `json:"value"`
+	// Setting is the config file's name for the setting, and Note says
+	// that the change lasts until the next restart or reload unless the
+	// file says the same.
+	Setting string `json:"setting"`
+	Note    string `json:"note"`
+}
+
+// ReloadResult answers POST /mi/reload.
+type ReloadResult struct {
+	Reloaded bool `json:"reloaded"`
+	// Changed names the settings whose new value took effect.
+	Changed []string `json:"changed"`
+	// RestartNeeded lists, as FILE:LINE: what, each change that takes a
+	// restart; the running value stays until then.
+	RestartNeeded []string `json:"restart_needed"`
+}
+
+// configName is the config file's name of a live setting's path:
+// suspend_watermarks/heap_usage/high is suspend_heap_usage_high,
+// limits/max_calls is max_calls, throttle/rtt_threshold is
+// throttle_rtt_threshold.
+func configName(path string) string {
+	if m, ok := strings.CutPrefix(path, "suspend_watermarks/"); ok {
+		return "suspend_" + strings.ReplaceAll(m, "/", "_")
+	}
+	if l, ok := strings.CutPrefix(path, "limits/"); ok {
+		return l
+	}
+	return strings.ReplaceAll(path, "/", "_")
 }
 
 // apiError is the body of every error answer.
@@ -104,20 +133,28 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var err error
+		var rr ReloadResult
 		switch cmd {
 		case "suspend":
 			err = h.b.Suspend()
 		case "resume":
 			err = h.b.Resume()
 		case "reload":
-			err = h.b.Reload()
+			rr, err = h.b.Reload()
 		}
 		if err != nil {
 			writeError(w, http.StatusBadRequest, cmd+": "+err.Error())
 			return
 		}
 		if cmd == "reload" {
-			writeJSON(w, http.StatusOK, map[string]bool{"reloaded": true})
+			rr.Reloaded = true
+			if rr.Changed == nil {
+				rr.Changed = []string{}
+			}
+			if rr.RestartNeeded == nil {
+				rr.RestartNeeded = []string{}
+			}
+			writeJSON(w, http.StatusOK, rr)
 			return
 		}
 		writeJSON(w, http.StatusOK, h.b.Stats())
@@ -209,7 +246,9 @@ func (h *handler) set(w http.ResponseWriter, r *http.Request, path string) {
 	if k, _ := p.Kind(path); k == Bool {
 		was = old != 0
 	}
-	writeJSON(w, http.StatusOK, SetResult{Path: clean(path), Old: was, Value: v})
+	name := configName(clean(path))
+	writeJSON(w, http.StatusOK, SetResult{Path: clean(path), Old: was, Value: v, Setting: name,
+		Note: "lasts until the next restart or reload; to keep it, set " + name + " in the config file"})
 }
 
 // setValue finds the new value of a set: ?value=, or the body as a JSON

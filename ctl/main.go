@@ -32,6 +32,8 @@ commands:
   resume                 end a suspension made by suspend
   resource-monitor       monitors and limits, * beside each over its threshold
   reload                 re-read the config file (as SIGHUP)
+  wait-ready             wait until sipvisor takes new calls (/readyz), at
+                         most -timeout: for scripts that start it
   ul show [AOR]          registered bindings
   pprof PROFILE [-worker ID [-group NAME]] [-seconds N] [-o FILE]
                          save a profile of the supervisor, or of a worker
@@ -87,7 +89,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c := &client{base: base, token: *token, http: &http.Client{Timeout: *timeout}}
-	cmd := &command{c: c, stdout: stdout, json: *asJSON}
+	cmd := &command{c: c, stdout: stdout, json: *asJSON, timeout: *timeout}
 	if err := cmd.run(ctx, words); err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {
@@ -132,9 +134,10 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 type command struct {
-	c      *client
-	stdout io.Writer
-	json   bool
+	c       *client
+	stdout  io.Writer
+	json    bool
+	timeout time.Duration
 }
 
 func (cmd *command) run(ctx context.Context, words []string) error {
@@ -180,6 +183,9 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 		body, _ := json.Marshal(map[string]string{"value": args[1]})
 		return cmd.call(ctx, http.MethodPost, "set/"+escapePath(path), body, &r, func() error {
 			_, err := fmt.Fprintf(cmd.stdout, "%s: %s -> %s\n", r.Path, fmtAny(r.Old), fmtAny(r.Value))
+			if err == nil && r.Note != "" {
+				_, err = fmt.Fprintf(cmd.stdout, "(%s)\n", r.Note)
+			}
 			return err
 		})
 	case "suspend", "resume":
@@ -192,10 +198,8 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 		if err := want(0, 0, "no arguments"); err != nil {
 			return err
 		}
-		return cmd.call(ctx, http.MethodPost, "reload", nil, nil, func() error {
-			_, err := fmt.Fprintln(cmd.stdout, "reloaded")
-			return err
-		})
+		var r ReloadResult
+		return cmd.call(ctx, http.MethodPost, "reload", nil, &r, func() error { return writeReload(cmd.stdout, r) })
 	case "resource-monitor":
 		if err := want(0, 0, "no arguments"); err != nil {
 			return err
@@ -204,6 +208,11 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 		return cmd.call(ctx, http.MethodGet, "resource-monitor", nil, &rs, func() error { return writeResources(cmd.stdout, rs) })
 	case "pprof":
 		return cmd.pprof(ctx, args)
+	case "wait-ready":
+		if err := want(0, 0, "no arguments"); err != nil {
+			return err
+		}
+		return cmd.waitReady(ctx)
 	case "ul":
 		if len(args) == 0 || args[0] != "show" || len(args) > 2 {
 			return usageError{"ul: want ul show [AOR]"}
@@ -216,10 +225,43 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 		return cmd.call(ctx, http.MethodGet, q, nil, &bs, func() error { return writeBindings(cmd.stdout, bs, now()) })
 	}
 	msg := fmt.Sprintf("unknown command %q", name)
-	if s := didYouMean(name, append(slices.Clone(endpoints), "pprof")); s != "" {
+	if s := didYouMean(name, append(slices.Clone(endpoints), "pprof", "wait-ready")); s != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	return usageError{msg}
+}
+
+// waitReady polls /readyz until it answers 200, for up to the -timeout:
+// a script that starts sipvisor in the background waits with it until the
+// workers are up, where a request sent at once would be refused.
+func (cmd *command) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, cmd.timeout)
+	defer cancel()
+	last := "no answer yet"
+	for {
+		resp, err := cmd.c.send(ctx, http.MethodGet, "/readyz", nil)
+		if err == nil {
+			raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				_, err := fmt.Fprintln(cmd.stdout, "ready")
+				return err
+			}
+			var r struct{ Reason string }
+			if json.Unmarshal(raw, &r) == nil && r.Reason != "" {
+				last = r.Reason
+			} else {
+				last = resp.Status
+			}
+		} else if ctx.Err() == nil {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready after %s: %s", cmd.timeout, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // now is the clock `ul show` measures expiry against; tests fix it.

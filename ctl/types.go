@@ -24,8 +24,9 @@ type Backend interface {
 	// ResourceMonitor lists every monitor and limit with its thresholds.
 	ResourceMonitor() []Resource
 	// Reload re-reads the config file as SIGHUP does; an error leaves the old
-	// config running.
-	Reload() error
+	// config running. It says which settings changed and which lines take a
+	// restart.
+	Reload() (ReloadResult, error)
 	// Locations lists the registrar's bindings.
 	Locations() []Binding
 }

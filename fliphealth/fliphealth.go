@@ -40,11 +40,10 @@ const maxKept = 1024
 // Tracker records status flips per component. It is safe for concurrent use:
 // the cycle loop observes while the health endpoint asks.
 type Tracker struct {
+	mu        sync.Mutex
 	window    time.Duration
 	threshold int
-
-	mu    sync.Mutex
-	comps map[string]*history
+	comps     map[string]*history
 }
 
 type history struct {
@@ -65,11 +64,34 @@ func New(window time.Duration, threshold int) *Tracker {
 }
 
 // Window is the time a flip counts for.
-func (t *Tracker) Window() time.Duration { return t.window }
+func (t *Tracker) Window() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.window
+}
 
 // Threshold is the flip count within the window that makes a component
 // unhealthy.
-func (t *Tracker) Threshold() int { return t.threshold }
+func (t *Tracker) Threshold() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.threshold
+}
+
+// Set changes the window and the threshold, as New takes them (a config
+// reload). The flips recorded stay and are weighed by the new values: a
+// shorter window stops counting the older ones.
+func (t *Tracker) Set(window time.Duration, threshold int) {
+	if window <= 0 {
+		window = DefaultWindow
+	}
+	if threshold <= 0 {
+		threshold = DefaultThreshold
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.window, t.threshold = window, threshold
+}
 
 // Observe reports the current status of a component. A status that differs from
 // the previous one for the same component is a flip and is recorded at now; the

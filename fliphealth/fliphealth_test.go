@@ -231,3 +231,25 @@ func ExampleTracker() {
 	// false relay flipped 10 times in 30m0s (threshold 10)
 	// true
 }
+
+func TestSet(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tr := New(time.Hour, 10)
+	for i := 0; i < 3; i++ {
+		tr.Observe("c", i%2 == 0, t0.Add(time.Duration(i)*time.Minute))
+	}
+	if ok, _ := tr.Healthy(t0.Add(3 * time.Minute)); !ok {
+		t.Fatal("want healthy at 2 flips of 10")
+	}
+	tr.Set(time.Hour, 2)
+	if ok, _ := tr.Healthy(t0.Add(3 * time.Minute)); ok {
+		t.Fatal("want unhealthy at 2 flips once the threshold is 2")
+	}
+	tr.Set(90*time.Second, 2)
+	if ok, _ := tr.Healthy(t0.Add(3 * time.Minute)); !ok {
+		t.Fatal("want healthy once the window holds only 1 flip")
+	}
+	if tr.Window() != 90*time.Second || tr.Threshold() != 2 {
+		t.Fatalf("want 1m30s and 2, have %v and %d", tr.Window(), tr.Threshold())
+	}
+}

@@ -98,6 +98,11 @@ type Door struct {
 	// see begin (one that came in over another transport); it runs on the
 	// door's goroutine.
 	OnUnknownEnd func(key uint64)
+	// Probe, when set, decides about a probe of the server itself (see
+	// IsProbe) before any worker sees it: refuse answers it 503 with
+	// Retry-After retryAfter. A probe that is not refused goes to a worker
+	// like any request, so that the script answers it.
+	Probe func(now int64) (refuse bool, retryAfter int)
 
 	msg    sipscan.Msg
 	limits sipscan.Limits
@@ -147,6 +152,9 @@ type Stats struct {
 	Malformed [sipscan.NumErrors]atomic.Uint64
 	// Refused counts refused new sessions, by reason.
 	Refused [NumRefusals]atomic.Uint64
+	// ProbesRefused counts probes of the server itself answered 503
+	// (Door.Probe).
+	ProbesRefused atomic.Uint64
 	// Dropped counts datagrams no worker could take: no worker (a response
 	// or in-dialog message with none ready) or a full queue.
 	DroppedNoWorker  atomic.Uint64
@@ -243,6 +251,13 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 		d.Stats.OwnAcks.Add(1)
 		return
 	}
+	if d.Probe != nil && IsProbe(m) {
+		if refuse, retry := d.Probe(now); refuse {
+			d.Stats.ProbesRefused.Add(1)
+			d.sendReply(dgram, 503, retry)
+			return
+		}
+	}
 	newSession := m.NewSession(d.OptionalNewSessions)
 	if newSession && d.admit != nil {
 		if r, retry := d.admit(m, now); r != RefuseNone {
@@ -292,6 +307,45 @@ func (d *Door) track(m *sipscan.Msg, key uint64, now int64) {
 	if d.Sessions.Track(m, key, now) && d.OnUnknownEnd != nil {
 		d.OnUnknownEnd(key)
 	}
+}
+
+// IsProbe reports whether m is a keepalive probe of the server itself: an
+// OPTIONS outside a dialog whose Request-URI names no user, such as
+// sip:10.0.0.1:5060. Kamailio's dispatcher and OpenSIPS's load_balancer
+// probe their destinations this way, and mark one that answers 503 as
+// down, so new calls go to another node. An OPTIONS to a user
+// (sip:alice@host) is a request to relay, not a probe. A user part is the
+// only place a SIP URI may hold an unescaped "@".
+func IsProbe(m *sipscan.Msg) bool {
+	if !m.IsRequest || m.Method != sipscan.Options || m.HasToTag {
+		return false
+	}
+	u := m.RequestURI
+	if !hasPrefixFold(u, "sip:") && !hasPrefixFold(u, "sips:") {
+		return false
+	}
+	for _, c := range u {
+		if c == '@' {
+			return false
+		}
+	}
+	return true
+}
+
+func hasPrefixFold(b []byte, prefix string) bool {
+	if len(b) < len(prefix) {
+		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != prefix[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // EndSession ends the call of key at the door's next datagram or sweep: its

@@ -118,6 +118,21 @@ func (g *Group) SetMaxQueueWait(d time.Duration) {
 // MaxQueueWait is the bound SetMaxQueueWait set.
 func (g *Group) MaxQueueWait() time.Duration { return time.Duration(g.maxWait.Load()) }
 
+// SetWorkerLimits changes the ready timeout, the drain timeout and the Go
+// memory limit (after a reload): a worker started from now on gets them,
+// and a drain that starts from now on is bounded by the new timeout.
+func (g *Group) SetWorkerLimits(ready, drain time.Duration, memoryLimit int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if ready > 0 {
+		g.opts.ReadyTimeout = ready
+	}
+	if drain > 0 {
+		g.opts.DrainTimeout = drain
+	}
+	g.opts.MemoryLimit = memoryLimit
+}
+
 // Stale is how many requests the group's workers, live and gone, dropped
 // or refused for having waited longer than MaxQueueWait (Worker.Stale).
 func (g *Group) Stale() (dropped, refused uint64) {

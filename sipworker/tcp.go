@@ -354,6 +354,14 @@ func (w *Worker) admit(req *sip.Request, src source) bool {
 		m = sipscan.Register
 	case sip.SUBSCRIBE:
 		m = sipscan.Subscribe
+	case sip.OPTIONS:
+		// A probe of the server itself (no user part), answered 503
+		// while the server refuses every new session, as the front door
+		// answers one over UDP.
+		if req.Recipient.User != "" {
+			return true
+		}
+		m = sipscan.Options
 	default:
 		return true
 	}

@@ -103,6 +103,7 @@ func (b backend) Stats() ctl.Stats {
 		}
 		st.Counters["malformed"] += float64(bad)
 		st.Counters["retransmissions_absorbed"] += float64(d.Absorbed.Load())
+		st.Counters["probes_refused"] += float64(d.ProbesRefused.Load())
 	}
 	return st
 }
@@ -118,7 +119,14 @@ func (b backend) Resume() error { return b.s.ov.resumeManually(time.Now()) }
 
 func (b backend) ResourceMonitor() []ctl.Resource { return b.s.ov.resources() }
 
-func (b backend) Reload() error { return b.s.Reload() }
+func (b backend) Reload() (ctl.ReloadResult, error) {
+	p, err := b.s.Reload()
+	r := ctl.ReloadResult{Reloaded: err == nil, Changed: p.Changed}
+	for _, l := range p.Restart {
+		r.RestartNeeded = append(r.RestartNeeded, l.String())
+	}
+	return r, err
+}
 
 func (b backend) Locations() []ctl.Binding {
 	var out []ctl.Binding

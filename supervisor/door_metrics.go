@@ -16,6 +16,7 @@ type doorCollector struct {
 	ownAcks                                    *prometheus.Desc
 	malformed, refused, admitted, dropped, aff *prometheus.Desc
 	sessions, absorbed, stale, staleRefused    *prometheus.Desc
+	probesRefused                              *prometheus.Desc
 }
 
 func newDoorCollector(s *Supervisor) *doorCollector {
@@ -39,11 +40,12 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 			"Requests a worker dropped unhandled for having waited longer than max_queue_wait.", []string{"group"}, nil),
 		staleRefused: prometheus.NewDesc("sipvisor_pool_stale_requests_refused_total",
 			"Requests read from a connection that a worker refused with 503 for having waited longer than max_queue_wait.", []string{"group"}, nil),
+		probesRefused: d("probes_refused_total", "OPTIONS probes of the server itself answered 503 while it refused every new session (suspended or stopping)."),
 	}
 }
 
 func (c *doorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale, c.staleRefused} {
+	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale, c.staleRefused, c.probesRefused} {
 		ch <- d
 	}
 }
@@ -78,6 +80,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.replied, st.Replied.Load())
 		counter(c.ownAcks, st.OwnAcks.Load())
 		counter(c.absorbed, st.Absorbed.Load())
+		counter(c.probesRefused, st.ProbesRefused.Load())
 		for i := 1; i < int(sipscan.NumErrors); i++ {
 			counter(c.malformed, st.Malformed[i].Load(), sipscan.Error(i).String())
 		}

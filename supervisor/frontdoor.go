@@ -39,6 +39,7 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 		u.reply)
 	door.Sessions.MaxCallDuration.Store(int64(s.config().Limits.MaxCallDuration))
 	door.OnUnknownEnd = s.connSess.end
+	door.Probe = func(int64) (bool, int) { return s.probeRefused() }
 	u.door = door
 	gr.door = door
 	return u
@@ -143,6 +144,23 @@ func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
 			c.Close()
 		}
 	}
+}
+
+// probeRefused says whether a keepalive probe of the server (an OPTIONS
+// with no user part, frontdoor.IsProbe) is answered 503, and with which
+// Retry-After: while the server refuses every new session, suspended or
+// draining to stop, so that a dispatcher in front that probes it sends new
+// calls elsewhere. The limits, queue admission and the throttle refuse only
+// some sessions and leave probes alone: a node marked down for them would
+// move all its traffic onto its peers, the overload with it. The answer
+// comes from the door for every config, at the moment INVITEs are refused,
+// rather than from the script, which runs in a worker that knows the
+// server's state only by asking.
+func (s *Supervisor) probeRefused() (bool, int) {
+	if s.ov.suspended.Load() || s.stopping.Load() {
+		return true, s.retryAfter()
+	}
+	return false, 0
 }
 
 // admission is the admission decision for new sessions on a group.

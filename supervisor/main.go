@@ -44,7 +44,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	file := fs.String("f", "", "config `file` (opensips.cfg style); the built-in config when empty")
 	check := fs.Bool("c", false, "check the config and exit: prints ok, or every problem as FILE:LINE:COL: message")
 	printDefault := fs.Bool("print-default-config", false, "print the built-in config and exit")
-	level := fs.String("log.level", "info", "log `level`: debug, info, warn, error")
+	level := fs.String("log.level", "", "log `level`: debug, info, warn, error (default: the config's log_level, info)")
 	format := fs.String("log.format", "text", "log `format`: text or json")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
@@ -77,12 +77,21 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		printConfigErrors(stderr, err)
 		return 1
 	}
-	logger, err := newLogger(stderr, *level, *format)
+	// The flag wins over the file; without it, a reload applies the file's
+	// log_level.
+	lv := *level
+	if lv == "" {
+		lv = cfg.LogLevel
+	}
+	logger, levelVar, err := newLogger(stderr, lv, *format)
 	if err != nil {
 		fmt.Fprintln(stderr, "sipvisor:", err)
 		return 2
 	}
-	s, err := New(Options{Config: cfg, ConfigPath: *file, Logger: logger})
+	if *level != "" {
+		levelVar = nil
+	}
+	s, err := New(Options{Config: cfg, ConfigPath: *file, Logger: logger, LogLevel: levelVar})
 	if err != nil {
 		fmt.Fprintln(stderr, "sipvisor:", err)
 		return 1
@@ -113,19 +122,24 @@ func printConfigErrors(w io.Writer, err error) {
 	fmt.Fprintln(w, err)
 }
 
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+func newLogger(w io.Writer, level, format string) (*slog.Logger, *slog.LevelVar, error) {
+	if level == "" {
+		level = "info"
+	}
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("-log.level %q: want debug, info, warn or error", level)
+		return nil, nil, fmt.Errorf("-log.level %q: want debug, info, warn or error", level)
 	}
-	o := &slog.HandlerOptions{Level: l}
+	lv := new(slog.LevelVar)
+	lv.Set(l)
+	o := &slog.HandlerOptions{Level: lv}
 	switch strings.ToLower(format) {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, o)), nil
+		return slog.New(slog.NewTextHandler(w, o)), lv, nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, o)), nil
+		return slog.New(slog.NewJSONHandler(w, o)), lv, nil
 	}
-	return nil, fmt.Errorf("-log.format %q: want text or json", format)
+	return nil, nil, fmt.Errorf("-log.format %q: want text or json", format)
 }
 
 var _ = os.Stdout

@@ -19,6 +19,7 @@ type metrics struct {
 	reloadOK       prometheus.Gauge
 	reloads        *prometheus.CounterVec
 	timerJobs      *prometheus.CounterVec
+	maxWorkers     *prometheus.GaugeVec
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -58,6 +59,11 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		Help: "timer_route runs handed to the timer group (sent) or not (skipped: no worker could take one).",
 	}, []string{"result"})
 	reg.MustRegister(m.timerJobs)
+	m.maxWorkers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "sipvisor", Subsystem: "profile", Name: "max_workers",
+		Help: "The most workers a scaling group's profile lets it have (scale up to N); only groups with a profile.",
+	}, []string{"group"})
+	reg.MustRegister(m.maxWorkers)
 	m.reloadOK.Set(1)
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "sipvisor", Name: "build_info", Help: "Build information; always 1.",

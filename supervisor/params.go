@@ -99,6 +99,17 @@ func (s *Supervisor) registerParams() {
 			return nil
 		}, ctl.Seconds)
 
+	// Intervals change with the file and a reload (their loops are reset
+	// then); they are shown here so that a reload can be seen to apply.
+	fixed := func(path, setting string, get func() time.Duration) {
+		p.Register(path, func() float64 { return get().Seconds() },
+			func(float64) error {
+				return fmt.Errorf("%s changes with the config file: set %s there and reload", path, setting)
+			}, ctl.Seconds)
+	}
+	fixed("auto_scaling/cycle", "auto_scaling_cycle", func() time.Duration { return s.config().AutoScalingCycle })
+	fixed("throttle/echo_interval", "echo_interval", func() time.Duration { return s.config().Throttle.EchoInterval })
+
 	// The throttle's settings apply to every group; a change starts each
 	// group's throttle afresh.
 	thr := func(path string, kind ctl.Kind, get func(c config.Throttle) float64, set func(c *config.Throttle, v float64) error) {

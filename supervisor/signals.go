@@ -2,11 +2,16 @@ package supervisor
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/sipscan"
+	"github.com/sipvisor/sipvisor/watermark"
 )
 
 var sigTERM os.Signal = syscall.SIGTERM
@@ -20,51 +25,67 @@ func (s *Supervisor) hupLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-c:
-			if err := s.doReload(); err != nil {
+			if _, err := s.doReload(); err != nil {
 				s.log.Error("reload failed, keeping the running config", "error", err)
 			}
 		case reply := <-s.reload:
-			reply <- s.doReload()
+			p, err := s.doReload()
+			reply <- reloadReply{p, err}
 		}
 	}
 }
 
-// Reload re-reads the config file; see doReload.
-func (s *Supervisor) Reload() error {
-	reply := make(chan error, 1)
-	s.reload <- reply
-	return <-reply
+type reloadReply struct {
+	plan reloadPlan
+	err  error
 }
 
-// doReload re-reads the config file. What can change live: the groups'
-// profiles (a group whose profile changes starts its history afresh) and the
-// script and settings the workers load, which the UDP and timer groups take
-// at once: each of their workers is renewed (a new one started from the new
-// snapshot, the old one drained once it is ready), so new calls see the new
-// script while the calls in progress finish on the workers that hold them,
-// as OpenSIPS's reload_routes applies new routes in every process. TCP
-// workers are not renewed, since draining one waits for its clients to
-// close their connections: each loads the new script in place and keeps its
-// connections and transactions (its other settings change only when a TCP
-// worker starts). A file that fails to load leaves the running config in
-// place, as CoreDNS's reload does.
-func (s *Supervisor) doReload() error {
+// Reload re-reads the config file; see doReload. It returns the settings
+// that changed and the lines that take a restart.
+func (s *Supervisor) Reload() (reloadPlan, error) {
+	reply := make(chan reloadReply, 1)
+	s.reload <- reply
+	r := <-reply
+	return r.plan, r.err
+}
+
+// doReload re-reads the config file and applies every setting that can
+// change while sipvisor runs; planReload says which. What a setting set
+// with ctl set held gives way to the file's value. A change that takes a
+// restart (a socket, the control address, a group's starting size) is
+// logged with its FILE:LINE, and the value in force stays until then, while
+// the rest applies.
+//
+// The groups' profiles change at once (a group whose profile changes
+// starts its history afresh, as does every group when auto_scaling_cycle
+// changes). The script and settings the workers load reach the UDP and
+// timer groups at once: each of their workers is renewed (a new one started
+// from the new snapshot, the old one drained once it is ready), so new
+// calls see the new script while the calls in progress finish on the
+// workers that hold them, as OpenSIPS's reload_routes applies new routes in
+// every process. TCP workers are not renewed, since draining one waits for
+// its clients to close their connections: each loads the new script in
+// place and keeps its connections and transactions (its other settings
+// change only when a TCP worker starts). A file that fails to load leaves
+// the running config in place, as CoreDNS's reload does.
+func (s *Supervisor) doReload() (reloadPlan, error) {
 	if s.opts.ConfigPath == "" {
 		s.log.Info("reload: running the built-in config, nothing to re-read")
-		return nil
+		return reloadPlan{}, nil
 	}
 	cfg, err := config.LoadFile(s.opts.ConfigPath)
 	if err != nil {
 		s.m.reloadOK.Set(0)
 		s.m.reloads.WithLabelValues("failure").Inc()
-		return err
+		return reloadPlan{}, err
 	}
+	plan := planReload(s.inForce(), cfg)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err := s.writeSnapshot(cfg); err != nil {
+		s.mu.Unlock()
 		s.m.reloadOK.Set(0)
 		s.m.reloads.WithLabelValues("failure").Inc()
-		return err
+		return reloadPlan{}, err
 	}
 	for _, gr := range s.groups {
 		name := gr.g.Name()
@@ -76,48 +97,54 @@ func (s *Supervisor) doReload() error {
 			prof = cfg.TimerWorkers.Profile
 		default:
 			prof = cfg.UDPWorkers.Profile
-			for i, sk := range s.config().Sockets {
-				if sk.Proto == "udp" && s.sockets[i].Name() == name && i < len(cfg.Sockets) && cfg.Sockets[i].Profile != "" {
-					prof = cfg.Sockets[i].Profile
-				}
+			if sk, ok := s.socketInFile(name, cfg); ok && sk.Profile != "" {
+				prof = sk.Profile
 			}
 		}
-		var next *profileRef
+		var np *profileRef
 		if prof != "" {
 			p := cfg.Profiles[prof]
-			next = &p
+			np = &p
 		}
-		if !sameProfile(gr.profile, next) {
-			gr.profile = next
-			if next != nil {
-				gr.g.SetCeiling(max(next.UpTo, gr.g.Live()))
+		if !sameProfile(gr.profile, np) {
+			gr.profile = np
+			if np != nil {
+				gr.g.SetCeiling(max(np.UpTo, gr.g.Live()))
 			}
 			s.resetScaling(gr)
 			s.log.Info("reload: group profile changed", "group", name, "profile", prof)
 		}
 	}
-	if !sameSockets(s.config().Sockets, cfg.Sockets) {
-		s.log.Warn("reload: sockets changed in the file; they change only on a restart", "file", s.opts.ConfigPath)
-	}
-	// Limits apply at once; values set with ctl set give way to the file's.
-	s.ov.setLimits(cfg.Limits)
-	for _, gr := range s.groups {
-		gr.g.SetMaxQueueWait(cfg.Limits.MaxQueueWait)
-		if gr.door != nil {
-			gr.door.Sessions.MaxCallDuration.Store(int64(cfg.Limits.MaxCallDuration))
-		}
-		s.connSess.t.MaxCallDuration.Store(int64(cfg.Limits.MaxCallDuration))
-	}
-	timers := !sameTimers(s.config(), cfg)
+	s.mu.Unlock()
+	// What takes a restart keeps its running value in the config in force;
+	// workers still load the file as written (the snapshot), taking their
+	// sockets from the supervisor whatever it says.
+	old := s.config()
+	cfg.Sockets = old.Sockets
+	cfg.HTTPListen, cfg.HTTPToken = old.HTTPListen, old.HTTPToken
+	cfg.UDPWorkers.Workers, cfg.TCPWorkers.Workers, cfg.TimerWorkers.Workers = old.UDPWorkers.Workers, old.TCPWorkers.Workers, old.TimerWorkers.Workers
+	s.applySettings(plan, cfg)
+	timers := !sameTimers(old, cfg)
 	s.cfg.Store(cfg)
+	if plan.changed("auto_scaling_cycle") {
+		s.mu.Lock()
+		for _, gr := range s.groups {
+			s.resetScaling(gr)
+			for id := range gr.workers {
+				delete(gr.workers, id)
+			}
+		}
+		s.mu.Unlock()
+		notify(s.cycleChanged)
+	}
+	if plan.changed("echo_interval") {
+		notify(s.echoChanged)
+	}
 	if timers {
 		s.log.Info("reload: timer_route schedule changed")
-		select {
-		case s.timersChanged <- struct{}{}:
-		default: // one pending is enough: the loop reads the newest config
-		}
+		notify(s.timersChanged)
 	}
-	for _, gr := range s.groups {
+	for _, gr := range s.groupRuns() {
 		if gr.g.Kind() == "tcp" {
 			if n := gr.g.ReloadInPlace(); n > 0 {
 				s.log.Info("reload: workers reload their script in place", "group", gr.g.Name(), "workers", n)
@@ -128,22 +155,119 @@ func (s *Supervisor) doReload() error {
 			s.log.Info("reload: renewing workers", "group", gr.g.Name(), "workers", n)
 		}
 	}
+	for _, r := range plan.Restart {
+		s.log.Warn("reload: this change takes a restart", "at", r.At.File+":"+strconv.Itoa(r.At.Line), "change", r.Msg)
+	}
 	s.m.reloadOK.Set(1)
 	s.m.reloads.WithLabelValues("success").Inc()
-	s.log.Info("config reloaded", "file", s.opts.ConfigPath)
-	return nil
+	s.log.Info("config reloaded", "file", s.opts.ConfigPath, "changed", plan.Changed, "restart_needed", len(plan.Restart))
+	return plan, nil
 }
 
-func sameSockets(a, b []config.Socket) bool {
-	if len(a) != len(b) {
-		return false
+// notify wakes a loop waiting on c; one pending wake-up is enough, since
+// the loop reads the newest config.
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
 	}
-	for i := range a {
-		if a[i].Proto != b[i].Proto || a[i].Host != b[i].Host || a[i].Port != b[i].Port {
-			return false
+}
+
+// socketInFile finds, in cfg, the socket line of the UDP group called name.
+func (s *Supervisor) socketInFile(name string, cfg *config.Config) (config.Socket, bool) {
+	for i, sk := range s.opts.Config.Sockets {
+		if i >= len(s.sockets) || s.sockets[i].Name() != name {
+			continue
+		}
+		for _, n := range cfg.Sockets {
+			if socketKey(n) == socketKey(sk) {
+				return n, true
+			}
 		}
 	}
-	return true
+	return config.Socket{}, false
+}
+
+// applySettings puts the new config's settings in force: every one that a
+// reload applies, whatever ctl set changed since.
+func (s *Supervisor) applySettings(plan reloadPlan, cfg *config.Config) {
+	o := s.ov
+	o.mu.Lock()
+	o.enabled = cfg.Suspend.Enable
+	o.marks = marksOf(cfg.Suspend)
+	o.publishMarks()
+	thr := o.throttle
+	o.mu.Unlock()
+	want := cfg.Throttle
+	want.EchoInterval = thr.EchoInterval
+	if thr != want {
+		s.setThrottle(want)
+	}
+	o.setLimits(cfg.Limits)
+	s.connSess.t.MaxCallDuration.Store(int64(cfg.Limits.MaxCallDuration))
+	o.flips.Set(cfg.FlipHealth.Window, cfg.FlipHealth.Threshold)
+	for _, gr := range s.groupRuns() {
+		gr.g.SetMaxQueueWait(cfg.Limits.MaxQueueWait)
+		if gr.door != nil {
+			gr.door.Sessions.MaxCallDuration.Store(int64(cfg.Limits.MaxCallDuration))
+		}
+		gr.g.SetWorkerLimits(cfg.Workers.ReadyTimeout, cfg.Workers.DrainTimeout, cfg.Workers.MemoryLimit)
+	}
+	if ss := slowStartConfig(cfg.SlowStart); s.ssCfg.Load() != nil || plan.changed("slow_start_mode") ||
+		plan.changed("slow_start_unit") || plan.changed("slow_start_value") || plan.changed("slow_start_interval") || plan.changed("slow_start_increment") {
+		if err := s.setSlowStart(ss); err != nil {
+			s.log.Warn("reload: slow start settings not applied", "error", err)
+		}
+		s.ssCfg.Store(nil)
+	}
+	if s.opts.LogLevel != nil && plan.changed("log_level") && cfg.LogLevel != "" {
+		var l slog.Level
+		if l.UnmarshalText([]byte(cfg.LogLevel)) == nil {
+			s.opts.LogLevel.Set(l)
+		}
+	}
+}
+
+// inForce is the config in force: the one last loaded, with the values
+// ctl set changed since.
+func (s *Supervisor) inForce() *config.Config {
+	c := *s.config()
+	o := s.ov
+	o.mu.Lock()
+	c.Suspend.Enable = o.enabled
+	w := func(m watermark.Monitor) config.Watermark {
+		return config.Watermark{High: o.marks[m].High, Low: o.marks[m].Low}
+	}
+	c.Suspend.EventQueueUsage = w(watermark.EventQueueUsage)
+	c.Suspend.HeapUsage = w(watermark.HeapUsage)
+	c.Suspend.NumberOfSessions = w(watermark.NumberOfSessions)
+	c.Suspend.SystemMemory = w(watermark.SystemMemoryUsage)
+	echo := c.Throttle.EchoInterval
+	c.Throttle = o.throttle
+	c.Throttle.EchoInterval = echo
+	o.mu.Unlock()
+	c.Limits.MaxSessions = int(o.maxSessions.Load())
+	c.Limits.MaxSessionsPerGroup = int(o.maxPerGroup.Load())
+	c.Limits.MaxSessionsPerSocket = int(o.maxPerSocket.Load())
+	c.Limits.MaxCalls = int(o.maxByKind[sipscan.KindCall].Load())
+	c.Limits.MaxRegistrations = int(o.maxByKind[sipscan.KindRegistration].Load())
+	c.Limits.MaxSubscriptions = int(o.maxByKind[sipscan.KindSubscription].Load())
+	c.Limits.QueueAdmission = o.queueAdmission.Load()
+	c.Limits.QueueDelay = time.Duration(o.queueDelay.Load())
+	if ss := s.ssCfg.Load(); ss != nil {
+		c.SlowStart = config.SlowStart{Mode: string(ss.Mode), Unit: string(ss.Unit), Value: ss.Value, Interval: ss.Interval, Increment: ss.Increment}
+	}
+	return &c
+}
+
+// marksOf is the watermarks of a config.
+func marksOf(c config.Suspend) watermark.Watermarks {
+	return watermark.Watermarks{
+		watermark.EventQueueUsage:   {High: c.EventQueueUsage.High, Low: c.EventQueueUsage.Low},
+		watermark.HeapUsage:         {High: c.HeapUsage.High, Low: c.HeapUsage.Low},
+		watermark.NumberOfSessions:  {High: c.NumberOfSessions.High, Low: c.NumberOfSessions.Low},
+		watermark.SystemMemoryUsage: {High: c.SystemMemory.High, Low: c.SystemMemory.Low},
+	}
 }
 
 func sameTimers(a, b *config.Config) bool {

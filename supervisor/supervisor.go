@@ -40,6 +40,9 @@ type Options struct {
 	// argument "worker".
 	Worker pool.Command
 	Logger *slog.Logger
+	// LogLevel, when set, is the level Logger logs at, which a reload
+	// changes when log_level changes in the file.
+	LogLevel *slog.LevelVar
 	// Registry receives every metric; nil makes a new one.
 	Registry *prometheus.Registry
 }
@@ -73,11 +76,12 @@ type Supervisor struct {
 	timer  *groupRun
 	cycle  int64
 
-	reload chan chan error
+	reload chan chan reloadReply
 	hup    chan os.Signal
 	// timersChanged tells the timer loop that a reload changed the
-	// timer_route schedule.
-	timersChanged chan struct{}
+	// timer_route schedule; cycleChanged and echoChanged tell the cycle and
+	// echo loops that their interval changed.
+	timersChanged, cycleChanged, echoChanged chan struct{}
 
 	ov *overload
 	// stopping is set once the supervisor drains its workers to exit.
@@ -167,8 +171,8 @@ func New(o Options) (*Supervisor, error) {
 		o.Worker = pool.Command{Path: exe, Args: []string{"worker"}}
 	}
 	s := &Supervisor{opts: o, log: o.Logger.With("component", "supervisor"), reg: o.Registry,
-		byName: map[string]*groupRun{}, reload: make(chan chan error), hup: make(chan os.Signal, 1),
-		timersChanged: make(chan struct{}, 1)}
+		byName: map[string]*groupRun{}, reload: make(chan chan reloadReply), hup: make(chan os.Signal, 1),
+		timersChanged: make(chan struct{}, 1), cycleChanged: make(chan struct{}, 1), echoChanged: make(chan struct{}, 1)}
 	// Caught from the start: a SIGHUP before the reload loop runs must not
 	// kill the process (its default action).
 	signal.Notify(s.hup, syscall.SIGHUP)
@@ -537,6 +541,8 @@ func (s *Supervisor) cycleLoop(ctx context.Context) error {
 			return ctx.Err()
 		case now := <-t.C:
 			s.runCycle(now)
+		case <-s.cycleChanged:
+			t.Reset(s.config().AutoScalingCycle)
 		}
 	}
 }
@@ -580,8 +586,10 @@ func (s *Supervisor) stepGroup(gr *groupRun, now time.Time) {
 	gr.last, gr.sampled = load, true
 	gr.views.Add(load)
 	if gr.profile == nil {
+		s.m.maxWorkers.DeleteLabelValues(gr.g.Name())
 		return
 	}
+	s.m.maxWorkers.WithLabelValues(gr.g.Name()).Set(float64(gr.profile.UpTo))
 	gr.hist.Add(load)
 	gr.vals = gr.hist.Values(gr.vals)
 	live := gr.g.Live()
@@ -661,6 +669,13 @@ func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
 // answerAdmit decides about a new session that a worker read from its own
 // connection: the front door's decision, for the worker's group.
 func (s *Supervisor) answerAdmit(w *pool.Worker, method sipscan.Method, callID []byte) []byte {
+	if method == sipscan.Options {
+		// Workers ask about an OPTIONS only for a probe of the server.
+		if refuse, retry := s.probeRefused(); refuse {
+			return pool.AdmitAnswer(byte(frontdoor.RefuseSuspended), retry)
+		}
+		return pool.AdmitAnswer(byte(frontdoor.RefuseNone), 0)
+	}
 	gr := s.groupOf(w)
 	if gr == nil {
 		return pool.AdmitAnswer(byte(frontdoor.RefuseNone), 0)
@@ -705,6 +720,8 @@ func (s *Supervisor) echoLoop(ctx context.Context) error {
 			return ctx.Err()
 		case now := <-t.C:
 			s.ov.echoTick(now)
+		case <-s.echoChanged:
+			t.Reset(s.config().Throttle.EchoInterval)
 		}
 	}
 }

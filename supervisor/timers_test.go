@@ -57,7 +57,7 @@ route { exit; }
 	if err := os.WriteFile(st.path, []byte(cfg("timer_route[slow, 0.05] { exit; }\ntimer_route[fresh, 0.05] { exit; }")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.s.Reload(); err != nil {
+	if _, err := st.s.Reload(); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
 	// Two jobs every 50 ms: 20 jobs within a second or so, not in 100 s.
@@ -67,7 +67,7 @@ route { exit; }
 	if err := os.WriteFile(st.path, []byte(cfg("")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.s.Reload(); err != nil {
+	if _, err := st.s.Reload(); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
 	// Jobs sent every 50 ms would change the count between any two reads

@@ -1,0 +1,197 @@
+package supervisor
+
+import (
+	"fmt"
+	"net"
+	"reflect"
+	"strconv"
+
+	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/script"
+)
+
+// reloadPlan is what a reload does with a new config: the settings whose
+// value changes and that take effect at once, and the lines whose change
+// takes a restart, their old value staying in force meanwhile.
+type reloadPlan struct {
+	// Changed names each setting that a reload applies and whose value
+	// differs from the one in force, in the order of the settings
+	// reference.
+	Changed []string
+	// Restart lists the lines whose change takes a restart.
+	Restart []restartLine
+}
+
+// restartLine is a change a running sipvisor cannot make: a socket to bind
+// or close, a control address, the size a group starts with.
+type restartLine struct {
+	At  script.Pos
+	Msg string
+}
+
+// String is FILE:LINE: message, the form an editor jumps to.
+func (r restartLine) String() string {
+	return r.At.File + ":" + strconv.Itoa(r.At.Line) + ": " + r.Msg
+}
+
+func (p reloadPlan) changed(name string) bool {
+	for _, n := range p.Changed {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// liveSettings are the settings a reload applies at once, each with the
+// value it reads. Profiles and use_auto_scaling_profile are applied per
+// group (doReload), the script by renewing the workers.
+var liveSettings = []struct {
+	name string
+	get  func(c *config.Config) any
+}{
+	{"auto_scaling_cycle", func(c *config.Config) any { return c.AutoScalingCycle }},
+	{"auto_scaling_cooldown", func(c *config.Config) any { return c.AutoScalingCooldown }},
+	{"worker_ready_timeout", func(c *config.Config) any { return c.Workers.ReadyTimeout }},
+	{"worker_drain_timeout", func(c *config.Config) any { return c.Workers.DrainTimeout }},
+	{"worker_memory_limit", func(c *config.Config) any { return c.Workers.MemoryLimit }},
+	{"worker_reply_sockets", func(c *config.Config) any { return c.Workers.ReplySockets }},
+	// Connections: the supervisor reads the limits at each accept; TCP
+	// workers reload in place and give new connections the new timeouts
+	// and certificates, while those up keep theirs.
+	{"tcp_max_connections", func(c *config.Config) any { return c.Conn.Max }},
+	{"tcp_max_connections_per_ip", func(c *config.Config) any { return c.Conn.MaxPerIP }},
+	{"tcp_connection_lifetime", func(c *config.Config) any { return c.Conn.Lifetime }},
+	{"tcp_message_timeout", func(c *config.Config) any { return c.Conn.MessageTimeout }},
+	{"tls_handshake_timeout", func(c *config.Config) any { return c.Conn.HandshakeTimeout }},
+	{"tls_certificate", func(c *config.Config) any { return c.TLS.Certificate }},
+	{"tls_private_key", func(c *config.Config) any { return c.TLS.PrivateKey }},
+	{"tls_ca_list", func(c *config.Config) any { return c.TLS.CAList }},
+	{"tls_verify_client", func(c *config.Config) any { return c.TLS.VerifyClient }},
+	{"tls_verify_server", func(c *config.Config) any { return c.TLS.VerifyServer }},
+	{"suspend_enable", func(c *config.Config) any { return c.Suspend.Enable }},
+	{"suspend_event_queue_usage_high", func(c *config.Config) any { return c.Suspend.EventQueueUsage.High }},
+	{"suspend_event_queue_usage_low", func(c *config.Config) any { return c.Suspend.EventQueueUsage.Low }},
+	{"suspend_heap_usage_high", func(c *config.Config) any { return c.Suspend.HeapUsage.High }},
+	{"suspend_heap_usage_low", func(c *config.Config) any { return c.Suspend.HeapUsage.Low }},
+	{"suspend_number_of_sessions_high", func(c *config.Config) any { return c.Suspend.NumberOfSessions.High }},
+	{"suspend_number_of_sessions_low", func(c *config.Config) any { return c.Suspend.NumberOfSessions.Low }},
+	{"suspend_system_memory_usage_high", func(c *config.Config) any { return c.Suspend.SystemMemory.High }},
+	{"suspend_system_memory_usage_low", func(c *config.Config) any { return c.Suspend.SystemMemory.Low }},
+	{"throttle_enable", func(c *config.Config) any { return c.Throttle.Enable }},
+	{"throttle_rtt_threshold", func(c *config.Config) any { return c.Throttle.RTTThreshold }},
+	{"throttle_count", func(c *config.Config) any { return c.Throttle.Count }},
+	{"throttle_step", func(c *config.Config) any { return c.Throttle.StepPercent }},
+	{"echo_interval", func(c *config.Config) any { return c.Throttle.EchoInterval }},
+	{"max_sessions", func(c *config.Config) any { return c.Limits.MaxSessions }},
+	{"max_sessions_per_group", func(c *config.Config) any { return c.Limits.MaxSessionsPerGroup }},
+	{"max_sessions_per_socket", func(c *config.Config) any { return c.Limits.MaxSessionsPerSocket }},
+	{"max_registrations", func(c *config.Config) any { return c.Limits.MaxRegistrations }},
+	{"max_calls", func(c *config.Config) any { return c.Limits.MaxCalls }},
+	{"max_call_duration", func(c *config.Config) any { return c.Limits.MaxCallDuration }},
+	{"max_subscriptions", func(c *config.Config) any { return c.Limits.MaxSubscriptions }},
+	{"queue_admission_threshold", func(c *config.Config) any { return c.Limits.QueueAdmission }},
+	{"queue_delay_admission", func(c *config.Config) any { return c.Limits.QueueDelay }},
+	{"max_queue_wait", func(c *config.Config) any { return c.Limits.MaxQueueWait }},
+	{"retry_after", func(c *config.Config) any { return c.RetryAfter }},
+	{"slow_start_mode", func(c *config.Config) any { return c.SlowStart.Mode }},
+	{"slow_start_unit", func(c *config.Config) any { return c.SlowStart.Unit }},
+	{"slow_start_value", func(c *config.Config) any { return c.SlowStart.Value }},
+	{"slow_start_interval", func(c *config.Config) any { return c.SlowStart.Interval }},
+	{"slow_start_increment", func(c *config.Config) any { return c.SlowStart.Increment }},
+	{"flip_window", func(c *config.Config) any { return c.FlipHealth.Window }},
+	{"flip_threshold", func(c *config.Config) any { return c.FlipHealth.Threshold }},
+	{"log_level", func(c *config.Config) any { return c.LogLevel }},
+}
+
+// restartSettings are the settings whose change takes a restart: the
+// control address is a socket bound at start-up, the token is part of the
+// control server, and a group's worker count is the size it starts with
+// (a profile scales it from there, and a fixed group keeps its size).
+var restartSettings = []struct {
+	name, why string
+	get       func(c *config.Config) any
+}{
+	{"udp_workers", "the size UDP groups start with", func(c *config.Config) any { return c.UDPWorkers.Workers }},
+	{"tcp_workers", "the size the TCP group starts with", func(c *config.Config) any { return c.TCPWorkers.Workers }},
+	{"timer_workers", "the size the timer group starts with", func(c *config.Config) any { return c.TimerWorkers.Workers }},
+	{"http_listen", "the control address is bound at start-up", func(c *config.Config) any { return c.HTTPListen }},
+	{"http_token", "the control server takes its token at start-up", func(c *config.Config) any { return c.HTTPToken }},
+}
+
+// planReload compares the config in force (the file as loaded, with the
+// values `ctl set` changed since) with a new one. It does no I/O.
+func planReload(cur, next *config.Config) reloadPlan {
+	var p reloadPlan
+	for _, s := range liveSettings {
+		if !reflect.DeepEqual(s.get(cur), s.get(next)) {
+			p.Changed = append(p.Changed, s.name)
+		}
+	}
+	for _, s := range restartSettings {
+		a, b := s.get(cur), s.get(next)
+		if reflect.DeepEqual(a, b) {
+			continue
+		}
+		msg := fmt.Sprintf("%s %v -> %v takes a restart (%s); %v stays in force until then", s.name, shown(a), shown(b), s.why, shown(a))
+		if s.name == "http_token" {
+			msg = "http_token changed: it takes a restart (" + s.why + "); the old token stays in force until then"
+		}
+		p.Restart = append(p.Restart, restartLine{At: settingAt(cur, next, s.name), Msg: msg})
+	}
+	p.Restart = append(p.Restart, socketChanges(cur.Sockets, next.Sockets)...)
+	return p
+}
+
+// shown hides a token's value.
+func shown(v any) any {
+	if s, ok := v.(string); ok && s == "" {
+		return `""`
+	}
+	return v
+}
+
+// settingAt is where a setting is written in the new file, or where it was
+// written in the old one when the new file leaves it out (its default
+// applies).
+func settingAt(cur, next *config.Config, name string) script.Pos {
+	if p, ok := next.At[name]; ok {
+		return p
+	}
+	if p, ok := cur.At[name]; ok {
+		return p
+	}
+	return script.Pos{File: next.File, Line: 1}
+}
+
+func socketKey(s config.Socket) string {
+	return s.Proto + ":" + net.JoinHostPort(s.Host, strconv.Itoa(s.Port))
+}
+
+// socketChanges lists the sockets added, removed, or given another worker
+// count. A socket's profile is no restart matter: doReload applies it.
+func socketChanges(cur, next []config.Socket) []restartLine {
+	var out []restartLine
+	old := map[string]config.Socket{}
+	for _, s := range cur {
+		old[socketKey(s)] = s
+	}
+	seen := map[string]bool{}
+	for _, s := range next {
+		k := socketKey(s)
+		seen[k] = true
+		o, ok := old[k]
+		switch {
+		case !ok:
+			out = append(out, restartLine{At: s.At, Msg: "socket " + k + " added: it is bound at the next restart"})
+		case o.Workers != s.Workers && s.Proto == "udp":
+			out = append(out, restartLine{At: s.At, Msg: fmt.Sprintf("socket %s use_workers %d -> %d takes a restart (the size its group starts with)", k, o.Workers, s.Workers)})
+		}
+	}
+	for _, s := range cur {
+		if k := socketKey(s); !seen[k] {
+			out = append(out, restartLine{At: s.At, Msg: "socket " + k + " is no longer in the file (it was on this line when sipvisor started): it stays bound until the next restart"})
+		}
+	}
+	return out
+}
