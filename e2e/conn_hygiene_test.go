@@ -78,6 +78,9 @@ tcp_max_connections_per_ip = 3`))}
 	closedWithin(t, "no TLS handshake within tls_handshake_timeout 1s", mute, 5*time.Second)
 	t.Logf("slowloris and silent handshake closed within %v", time.Since(start))
 
+	// Each close reaches the supervisor's count in a note of the worker's.
+	s.awaitMetric(0, "sipvisor_frontdoor_connections")
+
 	// A silent connection is closed after tcp_connection_lifetime 2s; one
 	// that sends CRLF keep-alives is not, and gets its pongs.
 	idle := dial(addr)
@@ -94,7 +97,7 @@ tcp_max_connections_per_ip = 3`))}
 	closedWithin(t, "a connection silent past tcp_connection_lifetime 2s", idle, 6*time.Second)
 	served()
 
-	// Per source: three at once.
+	// Per source: three at once (the keep-alive one is still open).
 	s.awaitMetric(1, "sipvisor_frontdoor_connections")
 	extra := []net.Conn{dial(addr), dial(addr)}
 	s.awaitMetric(3, "sipvisor_frontdoor_connections")
