@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"strings"
@@ -105,4 +106,65 @@ func ParseConnClosedNote(b []byte) (reason, remote string, ok bool) {
 	}
 	r, a, found := strings.Cut(string(b[len(closedMagic):]), "\x00")
 	return r, a, found
+}
+
+// A draining worker hands a connection back at a message boundary, with
+// the bytes it had read past that boundary: handOffMagic, the remote
+// address, a zero byte, the bytes.
+const handOffMagic = "HND1"
+
+// HandOffNote encodes a hand-off.
+func HandOffNote(remote string, prefix []byte) []byte {
+	b := make([]byte, 0, len(handOffMagic)+len(remote)+1+len(prefix))
+	b = append(b, handOffMagic...)
+	b = append(b, remote...)
+	b = append(b, 0)
+	return append(b, prefix...)
+}
+
+// ParseHandOffNote decodes HandOffNote; ok is false for another note.
+func ParseHandOffNote(b []byte) (remote string, prefix []byte, ok bool) {
+	if len(b) < len(handOffMagic) || string(b[:len(handOffMagic)]) != handOffMagic {
+		return "", nil, false
+	}
+	b = b[len(handOffMagic):]
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		return "", nil, false
+	}
+	return string(b[:i]), b[i+1:], true
+}
+
+// A worker that reads a response to a transaction another worker holds
+// (a peer that answered to where the call's first request came from, not
+// to the Via) passes it on: forwardMagic, the holder's pid (uvarint), the
+// source address, a zero byte, the message.
+const forwardMagic = "FWD1"
+
+// ForwardNote encodes a message to pass to the worker with pid.
+func ForwardNote(pid int, from string, msg []byte) []byte {
+	b := make([]byte, 0, len(forwardMagic)+binary.MaxVarintLen64+len(from)+1+len(msg))
+	b = append(b, forwardMagic...)
+	b = binary.AppendUvarint(b, uint64(pid))
+	b = append(b, from...)
+	b = append(b, 0)
+	return append(b, msg...)
+}
+
+// ParseForwardNote decodes ForwardNote; ok is false for another note.
+func ParseForwardNote(b []byte) (pid int, from string, msg []byte, ok bool) {
+	if len(b) < len(forwardMagic) || string(b[:len(forwardMagic)]) != forwardMagic {
+		return 0, "", nil, false
+	}
+	b = b[len(forwardMagic):]
+	p, n := binary.Uvarint(b)
+	if n <= 0 || p > 1<<31 {
+		return 0, "", nil, false
+	}
+	b = b[n:]
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		return 0, "", nil, false
+	}
+	return int(p), string(b[:i]), b[i+1:], true
 }

@@ -46,3 +46,15 @@ func TestConnClosedNote(t *testing.T) {
 		t.Fatal("a note without its separator read as whole")
 	}
 }
+
+func TestForwardNote(t *testing.T) {
+	pid, from, msg, ok := ParseForwardNote(ForwardNote(4242, "127.0.0.1:5070", []byte("SIP/2.0 200 OK\r\n\r\n")))
+	if !ok || pid != 4242 || from != "127.0.0.1:5070" || string(msg) != "SIP/2.0 200 OK\r\n\r\n" {
+		t.Fatalf("round trip: have %d %q %q %v", pid, from, msg, ok)
+	}
+	for _, bad := range [][]byte{[]byte("FWD1"), []byte("FWD1\x05127.0.0.1"), HandOffNote("x", nil)} {
+		if _, _, _, ok := ParseForwardNote(bad); ok {
+			t.Errorf("%q read as a forward note", bad)
+		}
+	}
+}

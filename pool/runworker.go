@@ -1,9 +1,11 @@
 package pool
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -94,6 +96,13 @@ type Handler interface {
 	// Held is the number of sessions or transactions the worker still holds;
 	// a draining worker reports drained when it reaches 0.
 	Held() int
+}
+
+// Drainer is a Handler told when its worker starts to drain: a handler
+// that reads connections hands them back (Env.Note, HandOffNote) so that
+// scaling down closes none.
+type Drainer interface {
+	Drain()
 }
 
 // Reloader is a Handler that can take a reloaded config without a restart:
@@ -517,6 +526,11 @@ func (w *workerLoop) handle(f frame) bool {
 			w.env.Logger.Warn("take tcp connection", "error", err)
 			return false
 		}
+		// A connection handed over from a draining worker comes with the
+		// bytes that worker had read past its last message.
+		if len(b) > 1 {
+			c = &prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(append([]byte(nil), b[1:]...)), c)}
+		}
 		w.busy(func() { w.h.HandleConn(c) })
 	case FrameEcho:
 		// Answered at once: the round trip is the time the echo waited in the
@@ -533,6 +547,9 @@ func (w *workerLoop) handle(f frame) bool {
 	case FrameDrain:
 		w.draining = true
 		w.env.Logger.Debug("worker draining")
+		if d, ok := w.h.(Drainer); ok {
+			w.busy(d.Drain)
+		}
 	case FrameReload:
 		if r, ok := w.h.(Reloader); ok {
 			path := string(b[1:])
@@ -602,3 +619,12 @@ func (w *workerLoop) reportHeap(now time.Time) {
 	}
 	w.heapDue = now.Add(heapEvery)
 }
+
+// prefixConn is a connection whose first bytes were read by another
+// process.
+type prefixConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *prefixConn) Read(b []byte) (int, error) { return c.r.Read(b) }

@@ -172,6 +172,15 @@ func (w *Worker) SendConn(c *net.TCPConn) error {
 	return nil
 }
 
+// SendConnFile hands the worker a connection the supervisor holds a copy
+// of, with the bytes another worker read from it past its last message.
+func (w *Worker) SendConnFile(f *os.File, prefix []byte) error {
+	if len(prefix)+1 > maxFrame {
+		return errors.New("hand-off prefix too large")
+	}
+	return w.sendFile(append([]byte{FrameConn}, prefix...), f)
+}
+
 // end sends the end-of-work frame; after it the worker gets nothing more.
 func (w *Worker) end() {
 	w.sendMu.Lock()

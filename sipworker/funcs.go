@@ -70,6 +70,22 @@ func closedFor(env *pool.Env) func(reason, remote string) {
 	return func(reason, remote string) { env.Note(pool.ConnClosedNote(reason, remote)) }
 }
 
+// handOffFor gives connections back to the supervisor.
+func handOffFor(env *pool.Env) func(remote string, prefix []byte) {
+	if env.Note == nil {
+		return nil
+	}
+	return func(remote string, prefix []byte) { env.Note(pool.HandOffNote(remote, prefix)) }
+}
+
+// passFor passes responses to the worker that holds their transaction.
+func passFor(env *pool.Env) func(int, string, []byte) {
+	if env.Note == nil {
+		return nil
+	}
+	return func(pid int, from string, msg []byte) { env.Note(pool.ForwardNote(pid, from, msg)) }
+}
+
 // funcImpl runs one script function; its result is the condition value.
 type funcImpl func(c *msgCtx, args []*script.Literal) bool
 

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,18 @@ type tcpConn struct {
 	lastWrite atomic.Int64
 	// The bounds in force when the connection came (config.ConnLimits).
 	limits config.ConnLimits
+
+	// Hand-off of a draining worker's connection: handoff asks the reader
+	// to stop at the next message boundary; rmu and waiting let Drain
+	// interrupt a reader that waits between messages, and only then.
+	handoff atomic.Bool
+	rmu     sync.Mutex
+	waiting bool
+	// parked: the reader stopped for the hand-off, leaving prefix read
+	// past its last message; the loop hands it over once no request read
+	// from it waits for its final answer here.
+	parked bool
+	prefix []byte
 }
 
 // stream reports whether messages of proto travel over a connection.
@@ -153,9 +166,25 @@ func (w *Worker) readConn(tc *tcpConn) {
 	for {
 		// Between messages: idle until a byte comes, unless the loop
 		// writes on the connection meanwhile.
+		tc.rmu.Lock()
 		tc.c.SetReadDeadline(time.Now().Add(lifetime))
+		if tc.handoff.Load() {
+			tc.rmu.Unlock()
+			prefix, _ := r.Peek(r.Buffered())
+			prefix = append([]byte(nil), prefix...)
+			w.opt.Submit(func() { w.park(tc, prefix) })
+			return
+		}
+		tc.waiting = true
+		tc.rmu.Unlock()
 		b, err := r.Peek(1)
+		tc.rmu.Lock()
+		tc.waiting = false
+		tc.rmu.Unlock()
 		if err != nil {
+			if isTimeout(err) && tc.handoff.Load() {
+				continue
+			}
 			if isTimeout(err) {
 				if last := tc.lastWrite.Load(); time.Since(time.Unix(0, last)) < lifetime {
 					continue
@@ -183,7 +212,11 @@ func (w *Worker) readConn(tc *tcpConn) {
 			continue
 		}
 		crlf = 0
+		// Set under rmu: a Drain that interrupted the wait after Peek
+		// returned loses to this deadline, so no message is cut.
+		tc.rmu.Lock()
 		tc.c.SetReadDeadline(time.Now().Add(msgTimeout))
+		tc.rmu.Unlock()
 		msg, err := readStreamMessage(r)
 		if err != nil {
 			reason := closedBadMessage
@@ -427,4 +460,79 @@ func (w *Worker) noteSession(req *sip.Request) {
 	}
 	branch, _ := req.Via().Params.Get("branch")
 	w.opt.NoteSession(m, toTag, expires, []byte(branch), []byte(*req.CallID()))
+}
+
+// Drain hands the connections clients opened back to the supervisor, for
+// another worker to read, so that scaling the group down closes none
+// (pool.Drainer). Each is handed over at a message boundary, once every
+// request read from it has its final answer; a TLS connection cannot be
+// (its session lives in this process) and is kept until it is idle or the
+// drain times out.
+func (w *Worker) Drain() {
+	w.draining = true
+	if w.opt.HandOff == nil {
+		return
+	}
+	for _, tc := range w.conns {
+		if !tc.inbound || tc.secure || tc.closed {
+			continue
+		}
+		tc.rmu.Lock()
+		tc.handoff.Store(true)
+		if tc.waiting {
+			tc.c.SetReadDeadline(time.Now())
+		}
+		tc.rmu.Unlock()
+	}
+}
+
+// park takes a connection whose reader stopped for the hand-off.
+func (w *Worker) park(tc *tcpConn, prefix []byte) {
+	if tc.closed {
+		return
+	}
+	tc.parked, tc.prefix = true, prefix
+	w.handOffParked()
+}
+
+// handOffParked hands over the parked connections whose requests all have
+// their final answers; the others wait for a later tick.
+func (w *Worker) handOffParked() {
+	for _, tc := range w.conns {
+		if !tc.parked || tc.closed {
+			continue
+		}
+		waiting := false
+		for _, st := range w.stx {
+			if st.src.conn == tc && st.state == stTrying {
+				waiting = true
+				break
+			}
+		}
+		if waiting {
+			continue
+		}
+		tc.closed = true
+		delete(w.conns, tc.remote)
+		w.opt.HandOff(tc.remote.String(), tc.prefix)
+		// The supervisor's copy keeps the connection open for the next
+		// worker: this closes only ours.
+		tc.c.Close()
+		w.Stats.HandedOff++
+	}
+}
+
+// heldConns is how many connections a draining worker still has to hand
+// over or see closed.
+func (w *Worker) heldConns() int {
+	if !w.draining {
+		return 0
+	}
+	n := 0
+	for _, tc := range w.conns {
+		if tc.inbound && !tc.closed {
+			n++
+		}
+	}
+	return n
 }

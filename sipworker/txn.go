@@ -930,3 +930,53 @@ func (w *Worker) forwardResponse(res *sip.Response) {
 	}
 	w.send(&d, serialize(res))
 }
+
+// branchOwner reads the pid of the worker that made a branch of ours
+// (z9hG4bK, 8 hex digits, '-', the pid in base 36, '.').
+func branchOwner(branch []byte) (int, bool) {
+	const magic = "z9hG4bK"
+	if len(branch) < len(magic)+10 || string(branch[:len(magic)]) != magic || branch[len(magic)+8] != '-' {
+		return 0, false
+	}
+	pid := 0
+	for _, c := range branch[len(magic)+9:] {
+		var d int
+		switch {
+		case c == '.':
+			return pid, pid > 0
+		case '0' <= c && c <= '9':
+			d = int(c - '0')
+		case 'a' <= c && c <= 'z':
+			d = int(c-'a') + 10
+		default:
+			return 0, false
+		}
+		if pid > 1<<30 {
+			return 0, false
+		}
+		pid = pid*36 + d
+	}
+	return 0, false
+}
+
+// passResponse passes a response whose branch another worker made to that
+// worker, and reports whether it did. A peer that answers to where the
+// call's first request came from rather than to the Via (SIPp's uas does)
+// reaches the worker that relayed the INVITE with the answer to a BYE
+// another worker relayed, after a TCP connection moved between workers.
+func (w *Worker) passResponse(data []byte, src source) bool {
+	if w.opt.PassResponse == nil || src.conn != nil {
+		return false
+	}
+	m := &w.scan
+	if sipscan.Scan(data, m) != nil || m.Branch == nil {
+		return false
+	}
+	pid, ok := branchOwner(m.Branch)
+	if !ok || pid == w.pid {
+		return false
+	}
+	w.Stats.Passed++
+	w.opt.PassResponse(pid, src.addr.String(), data)
+	return true
+}

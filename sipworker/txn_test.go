@@ -4,6 +4,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -153,5 +154,33 @@ func TestLocalTag(t *testing.T) {
 		if !isLocalTag(req, want) || isLocalTag(req, want+"0") || isLocalTag(req, want[1:]) || isLocalTag(req, "") {
 			t.Errorf("%d: isLocalTag does not tell %q from its neighbours", i, want)
 		}
+	}
+}
+
+func TestBranchOwner(t *testing.T) {
+	for _, c := range []struct {
+		branch string
+		pid    int
+		ok     bool
+	}{
+		{"z9hG4bK0a1b2c3d-2n9c.1", 2*36*36*36 + 23*36*36 + 9*36 + 12, true},
+		{"z9hG4bK0a1b2c3d-1.1f", 1, true},
+		{"z9hG4bK0a1b2c3d.1", 0, false},          // no pid
+		{"z9hG4bK0a1b2c3d-.1", 0, false},         // empty pid
+		{"z9hG4bK0a1b2c3d-12", 0, false},         // no dot
+		{"z9hG4bK-14844-2-7", 0, false},          // SIPp's
+		{"z9hG4bK0a1b2c3d-1A.1", 0, false},       // not base 36 lower case
+		{"z9hG4bK0a1b2c3d-zzzzzzzz.1", 0, false}, // too large
+	} {
+		pid, ok := branchOwner([]byte(c.branch))
+		if pid != c.pid || ok != c.ok {
+			t.Errorf("%s: want %d %v, have %d %v", c.branch, c.pid, c.ok, pid, ok)
+		}
+	}
+	p := startProxy(t, "route { exit; }", nil)
+	var branch string
+	p.do(func() { branch = p.w.newBranch() })
+	if pid, ok := branchOwner([]byte(branch)); !ok || pid != os.Getpid() {
+		t.Errorf("a branch of ours: want our pid %d, have %d %v", os.Getpid(), pid, ok)
 	}
 }

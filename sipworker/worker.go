@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -75,6 +76,12 @@ type Options struct {
 	// ConnClosed, when set, is told of each connection the supervisor
 	// handed over that ends, and why.
 	ConnClosed func(reason, remote string)
+	// HandOff, when set, gives a draining worker's connection back to the
+	// supervisor (pool.HandOffNote); nil keeps connections to the end.
+	HandOff func(remote string, prefix []byte)
+	// PassResponse, when set, passes a response to the worker whose pid its
+	// branch names (pool.ForwardNote).
+	PassResponse func(pid int, from string, msg []byte)
 
 	// T1, T2 and T4 are RFC 3261's timer bases (500ms, 4s, 5s).
 	T1, T2, T4 time.Duration
@@ -116,9 +123,11 @@ type Worker struct {
 	ctx    map[string]*clientTx
 	timers timerHeap
 
-	conns map[netip.AddrPort]*tcpConn
+	conns    map[netip.AddrPort]*tcpConn
+	draining bool
 
 	branchPrefix string
+	pid          int
 	branchSeq    uint64
 
 	regex map[string]*regexpEntry
@@ -145,6 +154,11 @@ type Stats struct {
 	// TLSHandshakeFailures counts TLS handshakes, in either direction, that
 	// failed or timed out.
 	TLSHandshakeFailures uint64
+	// HandedOff counts connections a draining worker gave back.
+	HandedOff uint64
+	// Passed counts responses passed to the worker that holds their
+	// transaction.
+	Passed uint64
 }
 
 // New builds the handler of a worker process from what the supervisor
@@ -181,6 +195,9 @@ func New(env *pool.Env) (pool.Handler, error) {
 		TLS:         cfg.TLS,
 		Conn:        cfg.Conn,
 		ConnClosed:  closedFor(env),
+		HandOff:     handOffFor(env),
+
+		PassResponse: passFor(env),
 	}
 	// A TCP worker's relays over UDP always leave from reply sockets: no
 	// front door knows its transactions, so a response that came to the
@@ -225,14 +242,18 @@ func NewWorker(opt Options) (*Worker, error) {
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	w := &Worker{
-		opt:          opt,
-		log:          opt.Logger,
-		parser:       sip.NewParser(),
-		stx:          map[string]*serverTx{},
-		ackIdx:       map[string]*serverTx{},
-		ctx:          map[string]*clientTx{},
-		conns:        map[netip.AddrPort]*tcpConn{},
-		branchPrefix: "z9hG4bK" + hex.EncodeToString(rnd[:]) + ".",
+		opt:    opt,
+		log:    opt.Logger,
+		parser: sip.NewParser(),
+		stx:    map[string]*serverTx{},
+		ackIdx: map[string]*serverTx{},
+		ctx:    map[string]*clientTx{},
+		conns:  map[netip.AddrPort]*tcpConn{},
+		// The pid names the worker that holds the transaction, so that a
+		// response that reaches another worker can be passed to it
+		// (branchOwner).
+		branchPrefix: "z9hG4bK" + hex.EncodeToString(rnd[:]) + "-" + strconv.FormatInt(int64(os.Getpid()), 36) + ".",
+		pid:          os.Getpid(),
 		regex:        map[string]*regexpEntry{},
 		tmpl:         map[*script.Literal][]tmplPart{},
 	}
@@ -284,7 +305,7 @@ func NewWorker(opt Options) (*Worker, error) {
 
 // Held is the number of live transactions, so a draining worker exits only
 // when none is left.
-func (w *Worker) Held() int { return len(w.stx) + len(w.ctx) }
+func (w *Worker) Held() int { return len(w.stx) + len(w.ctx) + w.heldConns() }
 
 // Reload loads the config file at path and runs its script from the next
 // message on (pool.Reloader). Transactions armed with t_on_reply or
@@ -334,6 +355,9 @@ func (w *Worker) HandleJob(name string) {
 
 // Tick fires the transaction timers that are due.
 func (w *Worker) Tick(now time.Time) {
+	if w.draining {
+		w.handOffParked()
+	}
 	for {
 		t, ok := w.timers.due(now)
 		if !ok {
@@ -371,9 +395,14 @@ func (w *Worker) local(s source) (netip.AddrPort, string) {
 }
 
 func (w *Worker) handle(data []byte, src source) {
-	if len(data) > 8 && string(data[:8]) == "SIP/2.0 " && w.relayResponse(data) {
-		w.Stats.Responses++
-		return
+	if len(data) > 8 && string(data[:8]) == "SIP/2.0 " {
+		if w.relayResponse(data) {
+			w.Stats.Responses++
+			return
+		}
+		if w.passResponse(data, src) {
+			return
+		}
 	}
 	msg, err := w.parser.ParseSIP(data)
 	if err != nil {

@@ -1,8 +1,11 @@
 package supervisor
 
 import (
+	"fmt"
 	"net/netip"
+	"os"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -14,18 +17,25 @@ import (
 // hands them on, and the workers say when one ends (pool.ConnClosedNote),
 // so tcp_max_connections and tcp_max_connections_per_ip hold at accept. A
 // worker that exits takes its connections with it.
+//
+// The supervisor keeps a copy of each connection's descriptor, so that a
+// draining worker can give one back at a message boundary
+// (pool.HandOffNote) and another worker go on reading it: scaling the TCP
+// group down closes no client's connection.
 type connCounts struct {
 	mu       sync.Mutex
 	byIP     map[netip.Addr]int
-	byWorker map[*pool.Worker]map[netip.AddrPort]struct{}
+	byWorker map[*pool.Worker]map[netip.AddrPort]*os.File
 	total    int
 
-	open   prometheus.Gauge
-	closed *prometheus.CounterVec
+	open      prometheus.Gauge
+	closed    *prometheus.CounterVec
+	handedOff prometheus.Counter
+	passed    *prometheus.CounterVec
 }
 
 func newConnCounts(reg prometheus.Registerer) *connCounts {
-	c := &connCounts{byIP: map[netip.Addr]int{}, byWorker: map[*pool.Worker]map[netip.AddrPort]struct{}{},
+	c := &connCounts{byIP: map[netip.Addr]int{}, byWorker: map[*pool.Worker]map[netip.AddrPort]*os.File{},
 		open: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "connections",
 			Help: "TCP and TLS connections open from clients.",
@@ -34,8 +44,16 @@ func newConnCounts(reg prometheus.Registerer) *connCounts {
 			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "connections_closed_total",
 			Help: "TCP and TLS connections from clients that ended, by reason: peer, idle, message_timeout, handshake, malformed, worker_exit.",
 		}, []string{"reason"}),
+		handedOff: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "connections_handed_off_total",
+			Help: "Connections a draining TCP worker gave back and another worker took on.",
+		}),
 	}
-	reg.MustRegister(c.open, c.closed)
+	c.passed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "sipvisor", Subsystem: "pool", Name: "responses_passed_total",
+		Help: "Responses a worker read for a transaction another worker holds, passed on to it (passed), or not: that worker is gone (no_holder) or its queue full.",
+	}, []string{"outcome"})
+	reg.MustRegister(c.open, c.closed, c.handedOff, c.passed)
 	return c
 }
 
@@ -57,16 +75,63 @@ func (c *connCounts) admit(ap netip.AddrPort, max, perIP int) string {
 	return ""
 }
 
-// handed records which worker reads the connection admitted from ap.
-func (c *connCounts) handed(w *pool.Worker, ap netip.AddrPort) {
+// handed records which worker reads the connection admitted from ap, and
+// keeps f, the supervisor's copy of it (nil: none).
+func (c *connCounts) handed(w *pool.Worker, ap netip.AddrPort, f *os.File) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.handedLocked(w, ap, f)
+}
+
+func (c *connCounts) handedLocked(w *pool.Worker, ap netip.AddrPort, f *os.File) {
 	m := c.byWorker[w]
 	if m == nil {
-		m = map[netip.AddrPort]struct{}{}
+		m = map[netip.AddrPort]*os.File{}
 		c.byWorker[w] = m
 	}
-	m[ap] = struct{}{}
+	m[ap] = f
+}
+
+// handOff moves a connection a draining worker gave back to the worker
+// pick returns, with the bytes read past its last message. It reports
+// whether the note was a hand-off.
+func (c *connCounts) handOff(from *pool.Worker, note []byte, pick func() *pool.Worker) (bool, error) {
+	remote, prefix, ok := pool.ParseHandOffNote(note)
+	if !ok {
+		return false, nil
+	}
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return true, err
+	}
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, held := c.byWorker[from][ap]
+	if !held {
+		return true, fmt.Errorf("hand-off of %s, which the worker was not given", ap)
+	}
+	delete(c.byWorker[from], ap)
+	to := pick()
+	switch {
+	case f == nil:
+		err = fmt.Errorf("no copy of %s to hand on", ap)
+	case to == nil || to == from:
+		err = fmt.Errorf("no worker to hand %s to", ap)
+	default:
+		err = to.SendConnFile(f, prefix)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		c.dropLocked(ap)
+		c.closed.WithLabelValues("handoff_failed").Inc()
+		return true, err
+	}
+	c.handedLocked(to, ap, f)
+	c.handedOff.Inc()
+	return true, nil
 }
 
 // release drops a connection that was admitted and never handed on.
@@ -96,7 +161,10 @@ func (c *connCounts) ended(w *pool.Worker, ap netip.AddrPort, reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if m := c.byWorker[w]; m != nil {
-		if _, ok := m[ap]; ok {
+		if f, ok := m[ap]; ok {
+			if f != nil {
+				f.Close()
+			}
 			delete(m, ap)
 			c.dropLocked(ap)
 			c.closed.WithLabelValues(reason).Inc()
@@ -109,7 +177,10 @@ func (c *connCounts) ended(w *pool.Worker, ap netip.AddrPort, reason string) {
 func (c *connCounts) workerGone(w *pool.Worker) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for ap := range c.byWorker[w] {
+	for ap, f := range c.byWorker[w] {
+		if f != nil {
+			f.Close()
+		}
 		c.dropLocked(ap)
 		c.closed.WithLabelValues("worker_exit").Inc()
 	}
@@ -125,4 +196,33 @@ func (c *connCounts) dropLocked(ap netip.AddrPort) {
 	}
 	c.total--
 	c.open.Set(float64(c.total))
+}
+
+// passResponse hands a response a worker passed on (pool.ForwardNote) to
+// the worker whose pid its branch names, in any group. It reports whether
+// the note was one.
+func (s *Supervisor) passResponse(note []byte) bool {
+	pid, from, msg, ok := pool.ParseForwardNote(note)
+	if !ok {
+		return false
+	}
+	ap, _ := netip.ParseAddrPort(from)
+	for _, gr := range s.groupRuns() {
+		for _, w := range gr.g.Workers() {
+			if w.Pid != pid {
+				continue
+			}
+			frame := make([]byte, pool.MsgHeaderLen+len(msg))
+			pool.PutMsgHeader(frame, 0, ap, time.Now().UnixNano())
+			copy(frame[pool.MsgHeaderLen:], msg)
+			if err := w.Send(frame); err != nil {
+				s.conns.passed.WithLabelValues("queue_full").Inc()
+			} else {
+				s.conns.passed.WithLabelValues("passed").Inc()
+			}
+			return true
+		}
+	}
+	s.conns.passed.WithLabelValues("no_holder").Inc()
+	return true
 }

@@ -137,7 +137,13 @@ func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
 			c.Close()
 			continue
 		}
-		s.conns.handed(w, ap)
+		// The supervisor's copy of the descriptor: a draining worker can
+		// give the connection back and another go on reading it.
+		f, ferr := c.File()
+		if ferr != nil {
+			f = nil
+		}
+		s.conns.handed(w, ap, f)
 		if err := w.SendConn(c); err != nil {
 			s.conns.ended(w, ap, "not_handed")
 			s.m.dropped.WithLabelValues("tcp", "queue_full").Inc()

@@ -420,9 +420,16 @@ func (s *Supervisor) makeGroups() {
 			OnExit: func(w *pool.Worker, reason string) { s.workerExited(name, w, reason) },
 			OnCall: s.answerCall,
 			OnNote: func(w *pool.Worker, note []byte) {
-				if !s.conns.closedNote(w, note) {
-					s.connSess.note(note, time.Now())
+				if s.conns.closedNote(w, note) || s.passResponse(note) {
+					return
 				}
+				if ok, err := s.conns.handOff(w, note, s.pickTCP); ok {
+					if err != nil {
+						s.log.Warn("connection hand-off failed; the connection is closed", "group", name, "error", err)
+					}
+					return
+				}
+				s.connSess.note(note, time.Now())
 			},
 		})
 		gr.g.SetMaxQueueWait(cfg.Limits.MaxQueueWait)
@@ -687,6 +694,14 @@ func (s *Supervisor) answerAdmit(w *pool.Worker, method sipscan.Method, callID [
 		gr.refusedConn[r].Add(1)
 	}
 	return pool.AdmitAnswer(byte(r), retry)
+}
+
+// pickTCP is the TCP worker to take a connection, nil without one.
+func (s *Supervisor) pickTCP() *pool.Worker {
+	if s.tcp == nil {
+		return nil
+	}
+	return s.tcp.g.Pick()
 }
 
 // frontDoors are the UDP front doors.
