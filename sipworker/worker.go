@@ -89,6 +89,12 @@ type Options struct {
 	Linger time.Duration
 	// DialTimeout bounds opening a TCP connection to a next hop.
 	DialTimeout time.Duration
+	// PassToHolder, when set, asks the supervisor to hand msg, a request
+	// received from from on UDP socket sock, to the worker that reads the
+	// connection from to, and reports whether it did: a request for a
+	// TCP or TLS peer that accepts no connections (a phone behind NAT, a
+	// client such as sipload) can only go over the one the peer opened.
+	PassToHolder func(sock int, to, from netip.AddrPort, msg []byte) bool
 }
 
 // Worker is the SIP engine of one worker process: it parses each message,
@@ -100,6 +106,9 @@ type Worker struct {
 	parser *sip.Parser
 	scan   sipscan.Msg // relayResponse's, reused
 	keyBuf []byte
+	// raw is the request being handled as it was received, while the
+	// script runs for it (msgCtx.raw).
+	raw []byte
 
 	udpLocal  []netip.AddrPort
 	replyPort []uint16 // of the reply sockets, by socket index
@@ -145,6 +154,9 @@ type Stats struct {
 	// TLSHandshakeFailures counts TLS handshakes, in either direction, that
 	// failed or timed out.
 	TLSHandshakeFailures uint64
+	// Passed counts requests handed to the worker that holds the
+	// connection to their destination (Options.PassToHolder).
+	Passed uint64
 }
 
 // New builds the handler of a worker process from what the supervisor
@@ -181,6 +193,8 @@ func New(env *pool.Env) (pool.Handler, error) {
 		TLS:         cfg.TLS,
 		Conn:        cfg.Conn,
 		ConnClosed:  closedFor(env),
+
+		PassToHolder: passFor(env, logger),
 	}
 	// A TCP worker's relays over UDP always leave from reply sockets: no
 	// front door knows its transactions, so a response that came to the
@@ -389,7 +403,9 @@ func (w *Worker) handle(data []byte, src source) {
 	switch m := msg.(type) {
 	case *sip.Request:
 		w.Stats.Requests++
+		w.raw = data
 		w.onRequest(m, src)
+		w.raw = nil
 	case *sip.Response:
 		w.Stats.Responses++
 		w.onResponse(m, src)
@@ -446,6 +462,7 @@ func (w *Worker) onRequest(req *sip.Request, src source) {
 		w.noteSession(req)
 	}
 	c := w.newCtx(req, nil, src)
+	c.raw = w.raw
 	c.run(w.opt.Script.Routes[""])
 }
 
