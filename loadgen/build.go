@@ -11,7 +11,8 @@ type endpoint struct {
 	local     string // ip:port, for Via and Contact
 	localIP   string
 	remote    string // ip:port of the target (UAC)
-	transport string // "UDP" or "TCP"
+	transport string // "UDP", "TCP" or "TLS"
+	uriParam  string // ";transport=tcp" or ";transport=tls" in our URIs; "" for UDP
 	service   string // -s, the user part of the request URI
 	tagBase   string // makes tags and Call-IDs unique across runs
 	sdp       []byte
@@ -24,6 +25,7 @@ func newEndpoint(localIP string, localPort int, remote, transport, service, runI
 		remote:    remote,
 		transport: transport,
 		service:   service,
+		uriParam:  uriTransport(transport),
 		tagBase:   runID,
 	}
 	ipv := "IP4"
@@ -33,6 +35,15 @@ func newEndpoint(localIP string, localPort int, remote, transport, service, runI
 	e.sdp = []byte("v=0\r\no=sipload 53655765 2353687637 IN " + ipv + " " + localIP + "\r\ns=-\r\nc=IN " + ipv + " " +
 		localIP + "\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n")
 	return e
+}
+
+// uriTransport is the transport parameter of a Contact reached over
+// transport: UDP is the default and goes without (RFC 3261 19.1.1).
+func uriTransport(transport string) string {
+	if transport == "UDP" {
+		return ""
+	}
+	return ";transport=" + strings.ToLower(transport)
 }
 
 func isIPv6(ip string) bool {
@@ -69,9 +80,7 @@ func (e *endpoint) via(b []byte, n int64, k uint32) []byte {
 func (e *endpoint) contactHdr(b []byte) []byte {
 	b = append(b, "Contact: <sip:sipload@"...)
 	b = append(b, e.local...)
-	if e.transport == "TCP" {
-		b = append(b, ";transport=tcp"...)
-	}
+	b = append(b, e.uriParam...)
 	return append(b, ">\r\n"...)
 }
 
@@ -217,9 +226,7 @@ func (e *endpoint) register(b []byte, c *call, user string, expires int) []byte 
 	b = append(b, user...)
 	b = append(b, '@')
 	b = append(b, e.local...)
-	if e.transport == "TCP" {
-		b = append(b, ";transport=tcp"...)
-	}
+	b = append(b, e.uriParam...)
 	b = append(b, ">\r\nExpires: "...)
 	b = strconv.AppendInt(b, int64(expires), 10)
 	b = append(b, "\r\n"...)

@@ -261,7 +261,7 @@ func TestMainExitCodesAndCSV(t *testing.T) {
 		{[]string{"-sn", "bogus", "127.0.0.1:5060"}, "unknown scenario"},
 		{[]string{"-sn", "uac"}, "needs a target"},
 		{[]string{"127.0.0.1", "--schedule", "10/x"}, "schedule step 1"},
-		{[]string{"127.0.0.1", "-t", "l1"}, "transport"},
+		{[]string{"127.0.0.1", "-t", "l2"}, "transport"},
 		{[]string{"127.0.0.1", "--plot", "x.jpg"}, ".svg or .png"},
 		{[]string{"a:1", "b:2"}, "more than one target"},
 		{[]string{"a:1", "-r", "x"}, "invalid value"},

@@ -126,7 +126,11 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&o.Service, "s", "service", "user part of the Request-URI (and register user prefix)")
 	fs.StringVar(&o.LocalIP, "i", "", "local IP address")
 	fs.IntVar(&o.LocalPort, "p", 0, "local port (0: any free port; uas default 5060)")
-	fs.StringVar(&o.Transport, "t", "u1", "transport: u1 (UDP, one socket) or t1 (TCP, one connection)")
+	fs.StringVar(&o.Transport, "t", "u1", "transport: u1 (UDP, one socket), t1 (TCP, one connection) or l1 (TLS, one connection)")
+	fs.StringVar(&o.TLSCert, "tls_cert", "", "l1: certificate file, PEM (default cacert.pem; a client goes without if it is absent)")
+	fs.StringVar(&o.TLSKey, "tls_key", "", "l1: private key file of -tls_cert, PEM (default cakey.pem)")
+	fs.StringVar(&o.TLSCA, "tls_ca", "", "l1: CA file, PEM: verify the peer's certificate against it (a server then asks clients for one); without it nothing is verified")
+	fs.StringVar(&o.TLSVersion, "tls_version", "", "l1: speak only this TLS version: 1.0, 1.1, 1.2 or 1.3 (default: 1.2 or later, negotiated)")
 	fs.Var(durationFlag{&o.Timeout, time.Second}, "timeout", "end the run after this long (s, or a duration)")
 	fs.Var(durationFlag{&o.RecvTimeout, time.Millisecond}, "recv_timeout", "transaction timeout (ms, or a duration; default 64*T1)")
 	fs.Var(durationFlag{&o.T1, time.Millisecond}, "t1", "RFC 3261 timer T1 (ms, or a duration)")
@@ -338,7 +342,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if o.XML != nil {
 			name = o.XML.File
 		}
-		fmt.Fprintf(stderr, "sipload: %s on %s/%s", name, a, strings.ToUpper(map[string]string{"u1": "udp", "t1": "tcp"}[o.Transport]))
+		fmt.Fprintf(stderr, "sipload: %s on %s/%s", name, a, transportName(o.Transport))
 		if o.Target != "" {
 			fmt.Fprintf(stderr, " -> %s", o.Target)
 		}

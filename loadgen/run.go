@@ -3,6 +3,7 @@ package loadgen
 import (
 	"container/heap"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -19,7 +20,7 @@ import (
 type Options struct {
 	Scenario    string        // -sn: uac, uas, register, options
 	Target      string        // host:port of the server (all but uas)
-	Transport   string        // -t: u1 (one UDP socket) or t1 (one TCP connection)
+	Transport   string        // -t: u1 (one UDP socket), t1 (one TCP connection) or l1 (one TLS connection)
 	LocalIP     string        // -i; default: the address that routes to Target, or 127.0.0.1 for uas
 	LocalPort   int           // -p; 0 picks a free port
 	Service     string        // -s: user part of the Request-URI
@@ -47,6 +48,10 @@ type Options struct {
 	AutoAnswer bool      // -aa: answer unexpected INFO, NOTIFY, OPTIONS, UPDATE with 200
 	CidStr     string    // -cid_str: Call-ID format, default %u-%p@%s
 	BaseCSeq   int       // -base_cseq: first [cseq] of a call (default 1)
+	TLSCert    string    // -tls_cert: l1's certificate (default cacert.pem)
+	TLSKey     string    // -tls_key: its private key (default cakey.pem)
+	TLSCA      string    // -tls_ca: verify the peer against this CA; "" verifies nothing
+	TLSVersion string    // -tls_version: 1.0 to 1.3, only that one ("": 1.2 or later)
 	TraceMsg   io.Writer // -trace_msg: every message sent and received
 	TraceErr   io.Writer // -trace_err: unexpected messages and why calls failed
 	injections []*injection
@@ -113,9 +118,12 @@ func (o *Options) defaults() error {
 	switch o.Transport {
 	case "":
 		o.Transport = "u1"
-	case "u1", "t1":
+	case "u1", "t1", "l1":
 	default:
-		return fmt.Errorf("%w: transport %q not supported (want u1 or t1)", ErrUsage, o.Transport)
+		return fmt.Errorf("%w: transport %q not supported (want u1, t1 or l1)", ErrUsage, o.Transport)
+	}
+	if _, ok := tlsVersions[o.TLSVersion]; !ok && o.TLSVersion != "" {
+		return fmt.Errorf("%w: -tls_version %q: want 1.0, 1.1, 1.2 or 1.3", ErrUsage, o.TLSVersion)
 	}
 	if o.Service == "" {
 		o.Service = "service"
@@ -374,24 +382,33 @@ func (c *core) open() error {
 	if ip == "" {
 		ip = "127.0.0.1"
 	}
+	var tc *tls.Config
+	if o.Transport == "l1" {
+		host := o.Target
+		if o.Rsa != "" {
+			host = o.Rsa
+		}
+		host, _, _ = net.SplitHostPort(host)
+		var err error
+		if tc, err = o.tlsConfig(o.Scenario == "uas", host); err != nil {
+			return err
+		}
+	}
 	var err error
 	switch {
 	case o.Transport == "u1":
 		c.tr, err = listenUDP(ip, o.LocalPort, o.BufSize, c.sink)
 	case o.Scenario == "uas":
-		c.tr, err = listenTCP(ip, o.LocalPort, c.sink)
+		c.tr, err = listenTCP(ip, o.LocalPort, tc, c.sink)
 	default:
-		c.tr, err = dialTCP(ip, sendTo.String(), c.sink)
+		c.tr, err = dialTCP(ip, sendTo.String(), tc, c.sink)
 	}
 	if err != nil {
 		return err
 	}
 	c.target = peer{ap: sendTo}
 	la := c.tr.localAddr()
-	tp := "UDP"
-	if o.Transport == "t1" {
-		tp = "TCP"
-	}
+	tp := transportName(o.Transport)
 	runID := strconv.FormatInt(int64(os.Getpid()), 36) + strconv.FormatInt(time.Now().UnixNano()%(1<<30), 36)
 	c.ep = newEndpoint(ip, int(la.Port()), target.String(), tp, o.Service, runID)
 	if o.OnListen != nil {
@@ -441,7 +458,7 @@ func (c *core) loop(ctx context.Context, r role) error {
 				return nil
 			}
 		case err := <-c.errc:
-			if c.o.Transport == "t1" && c.o.Scenario != "uas" {
+			if c.o.Transport != "u1" && c.o.Scenario != "uas" {
 				// The reader sent everything before the connection's end:
 				// handle it first, since a server may close right after
 				// answering the last call.

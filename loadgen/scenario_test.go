@@ -39,7 +39,7 @@ func TestScenarioFilesCompile(t *testing.T) {
 	files, _ := filepath.Glob("../e2e/testdata/*.xml")
 	b, _ := filepath.Glob("../bench/*.xml")
 	files = append(files, b...)
-	keys := map[string]string{"contact_port": "5070", "expires": "3600"}
+	keys := map[string]string{"contact_port": "5070", "contact_transport": "udp", "expires": "3600"}
 	for _, f := range files {
 		if _, err := LoadScenario(f, keys); err != nil {
 			t.Errorf("%v", err)

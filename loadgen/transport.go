@@ -2,6 +2,8 @@ package loadgen
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -165,6 +167,7 @@ type tcpTransport struct {
 	local netip.AddrPort
 	mu    sync.Mutex
 	conns map[*streamConn]struct{}
+	shut  bool // closed: a handshake that ends now is not served
 }
 
 // readStream frames messages off one connection. A client's only connection
@@ -207,7 +210,12 @@ func readStream(sc *streamConn, k *sink, reportClose bool, done func()) {
 	}
 }
 
-func dialTCP(ip string, target string, k *sink) (*tcpTransport, error) {
+// tlsHandshakeTimeout bounds a client's TLS handshake, so a server that
+// accepts the connection but never answers ends the run with a reason.
+const tlsHandshakeTimeout = 10 * time.Second
+
+// dialTCP opens the one connection of -t t1, or of -t l1 when tc is set.
+func dialTCP(ip string, target string, tc *tls.Config, k *sink) (*tcpTransport, error) {
 	d := net.Dialer{}
 	if ip != "" {
 		a, err := netip.ParseAddr(ip)
@@ -220,13 +228,26 @@ func dialTCP(ip string, target string, k *sink) (*tcpTransport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect tcp: %w", err)
 	}
+	if tc != nil {
+		tlc := tls.Client(c, tc)
+		ctx, cancel := context.WithTimeout(context.Background(), tlsHandshakeTimeout)
+		err := tlc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("tls handshake with %s: %w", target, err)
+		}
+		c = tlc
+	}
 	sc := &streamConn{c: c, w: bufio.NewWriterSize(c, 64<<10)}
 	t := &tcpTransport{conn: sc, local: c.LocalAddr().(*net.TCPAddr).AddrPort(), eof: make(chan struct{})}
 	go readStream(sc, k, true, func() { close(t.eof) })
 	return t, nil
 }
 
-func listenTCP(ip string, port int, k *sink) (*tcpTransport, error) {
+// listenTCP accepts the connections of a server scenario over TCP, or over
+// TLS when tc is set.
+func listenTCP(ip string, port int, tc *tls.Config, k *sink) (*tcpTransport, error) {
 	ln, err := net.Listen("tcp", joinHostPort(ip, port))
 	if err != nil {
 		return nil, fmt.Errorf("listen tcp: %w", err)
@@ -238,19 +259,47 @@ func listenTCP(ip string, port int, k *sink) (*tcpTransport, error) {
 			if err != nil {
 				return
 			}
-			sc := &streamConn{c: c, w: bufio.NewWriterSize(c, 64<<10)}
-			t.mu.Lock()
-			t.conns[sc] = struct{}{}
-			t.mu.Unlock()
-			go readStream(sc, k, false, func() {
-				t.mu.Lock()
-				delete(t.conns, sc)
-				t.mu.Unlock()
-				c.Close()
-			})
+			if tc != nil {
+				tlc := tls.Server(c, tc)
+				go func() {
+					// The handshake runs beside the accept loop so a slow
+					// client holds up no other; one that fails is counted,
+					// and the run goes on.
+					ctx, cancel := context.WithTimeout(context.Background(), tlsHandshakeTimeout)
+					err := tlc.HandshakeContext(ctx)
+					cancel()
+					if err != nil {
+						k.fail(fmt.Errorf("tls handshake from %s: %w", c.RemoteAddr(), err))
+						c.Close()
+						return
+					}
+					t.serve(tlc, k)
+				}()
+				continue
+			}
+			t.serve(c, k)
 		}
 	}()
 	return t, nil
+}
+
+// serve reads an accepted connection until its peer leaves.
+func (t *tcpTransport) serve(c net.Conn, k *sink) {
+	sc := &streamConn{c: c, w: bufio.NewWriterSize(c, 64<<10)}
+	t.mu.Lock()
+	if t.shut {
+		t.mu.Unlock()
+		c.Close()
+		return
+	}
+	t.conns[sc] = struct{}{}
+	t.mu.Unlock()
+	go readStream(sc, k, false, func() {
+		t.mu.Lock()
+		delete(t.conns, sc)
+		t.mu.Unlock()
+		c.Close()
+	})
 }
 
 func (t *tcpTransport) send(b []byte, to peer) error {
@@ -300,6 +349,7 @@ func (t *tcpTransport) close() error {
 	err := t.ln.Close()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.shut = true
 	for sc := range t.conns {
 		sc.w.Flush()
 		sc.c.Close()

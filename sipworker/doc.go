@@ -64,6 +64,10 @@
 //
 // One branch at a time (serial forking through failure_route; no parallel
 // forking). TCP connections live in the worker that reads them, so a
-// contact registered over TCP is reached only by the worker holding its
-// connection. Next hops named by a host name are resolved on the loop.
+// peer that accepts no connections is reached only by the worker holding
+// its connection: a request that came over UDP for such a peer is handed
+// to that worker through the supervisor (Options.PassToHolder), but one
+// that came over another connection is not, since its responses must go
+// back on that connection; that worker connects to the peer instead. Next
+// hops named by a host name are resolved on the loop.
 package sipworker

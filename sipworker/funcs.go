@@ -51,6 +51,22 @@ func admitFor(env *pool.Env, logger *slog.Logger) func(sipscan.Method, []byte) (
 	}
 }
 
+// passFor asks the supervisor to pass a request to the worker that holds
+// the connection it is to go over, when the worker has one.
+func passFor(env *pool.Env, logger *slog.Logger) func(int, netip.AddrPort, netip.AddrPort, []byte) bool {
+	if env.Call == nil {
+		return nil
+	}
+	return func(sock int, to, from netip.AddrPort, msg []byte) bool {
+		ans, err := env.Call(pool.PassRequest(sock, to, from, msg))
+		if err != nil {
+			logger.Warn("passing a request to the worker holding its connection failed", "to", to.String(), "error", err)
+			return false
+		}
+		return len(ans) == 1 && ans[0] == 1
+	}
+}
+
 // noteFor passes session notes to the supervisor, when the worker has one.
 // A note that cannot be written costs the count one session, not the call.
 func noteFor(env *pool.Env) func(sipscan.Method, bool, int32, []byte, []byte) {
@@ -78,8 +94,9 @@ func handOffFor(env *pool.Env) func(remote string, prefix []byte) {
 	return func(remote string, prefix []byte) { env.Note(pool.HandOffNote(remote, prefix)) }
 }
 
-// passFor passes responses to the worker that holds their transaction.
-func passFor(env *pool.Env) func(int, string, []byte) {
+// passResponseFor passes responses to the worker that holds their
+// transaction.
+func passResponseFor(env *pool.Env) func(int, string, []byte) {
 	if env.Note == nil {
 		return nil
 	}
@@ -157,8 +174,23 @@ func fnSlSendReply(c *msgCtx, a []*script.Literal) bool {
 	return true
 }
 
-// target is where the request goes: $du when set, else the Request-URI.
+// target is where the request goes: $du when set, else the Request-URI;
+// over TCP or TLS, with the connection to use.
 func (c *msgCtx) target() (dest, error) {
+	d, err := c.dest()
+	if err != nil {
+		return d, err
+	}
+	if stream(d.proto) {
+		if d.conn, err = c.w.connTo(d.addr, d.proto); err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}
+
+// dest is target without a connection.
+func (c *msgCtx) dest() (dest, error) {
 	u := &c.req.Recipient
 	if c.du != "" {
 		var du sip.Uri
@@ -171,16 +203,33 @@ func (c *msgCtx) target() (dest, error) {
 	if sock < 0 {
 		sock = 0
 	}
-	d, err := c.w.resolve(u, sock)
-	if err != nil {
-		return d, err
+	return c.w.resolve(u, sock)
+}
+
+// passToHolder hands a request that came over UDP, and is to go over TCP or
+// TLS to an address this worker holds no connection to, to the worker
+// that reads the connection from that address, which handles it from the
+// start; it reports whether it did. So a TCP or TLS caller that accepts no
+// connections gets the callee's BYE whichever worker it comes to. What
+// came over a connection stays: its responses must go back on it.
+func (c *msgCtx) passToHolder() bool {
+	w := c.w
+	if c.raw == nil || w.opt.PassToHolder == nil || c.src.conn != nil || c.src.sock < 0 {
+		return false
 	}
-	if stream(d.proto) {
-		if d.conn, err = c.w.connTo(d.addr, d.proto); err != nil {
-			return d, err
-		}
+	d, err := c.dest()
+	if err != nil || !stream(d.proto) {
+		return false
 	}
-	return d, nil
+	if tc, ok := w.conns[d.addr]; ok && !tc.closed {
+		return false
+	}
+	if !w.opt.PassToHolder(c.src.sock, d.addr, c.src.addr, c.raw) {
+		return false
+	}
+	w.Stats.Passed++
+	c.stopped = true
+	return true
 }
 
 func fnTRelay(c *msgCtx, _ []*script.Literal) bool {
@@ -206,6 +255,9 @@ func fnTRelay(c *msgCtx, _ []*script.Literal) bool {
 	if t == nil {
 		if w.absorb(req) {
 			c.stopped = true
+			return true
+		}
+		if c.passToHolder() {
 			return true
 		}
 		t = w.newServerTx(req, c.src)
@@ -241,6 +293,9 @@ func fnTRelay(c *msgCtx, _ []*script.Literal) bool {
 }
 
 func (c *msgCtx) relayStateless() bool {
+	if c.passToHolder() {
+		return true
+	}
 	d, err := c.target()
 	if err != nil {
 		c.w.log.Warn("relay failed", "error", err)

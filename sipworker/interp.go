@@ -32,6 +32,10 @@ type msgCtx struct {
 	rsCode   int
 	rsReason string
 
+	// raw is the request as received, for a request read from a UDP
+	// socket while the main route runs for it; nil otherwise.
+	raw []byte
+
 	stopped bool // exit, drop or an absorbed retransmission
 	dropped bool
 	depth   int

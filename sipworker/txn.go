@@ -976,7 +976,7 @@ func (w *Worker) passResponse(data []byte, src source) bool {
 	if !ok || pid == w.pid {
 		return false
 	}
-	w.Stats.Passed++
+	w.Stats.PassedResponses++
 	w.opt.PassResponse(pid, src.addr.String(), data)
 	return true
 }

@@ -96,6 +96,12 @@ type Options struct {
 	Linger time.Duration
 	// DialTimeout bounds opening a TCP connection to a next hop.
 	DialTimeout time.Duration
+	// PassToHolder, when set, asks the supervisor to hand msg, a request
+	// received from from on UDP socket sock, to the worker that reads the
+	// connection from to, and reports whether it did: a request for a
+	// TCP or TLS peer that accepts no connections (a phone behind NAT, a
+	// client such as sipload) can only go over the one the peer opened.
+	PassToHolder func(sock int, to, from netip.AddrPort, msg []byte) bool
 }
 
 // Worker is the SIP engine of one worker process: it parses each message,
@@ -107,6 +113,9 @@ type Worker struct {
 	parser *sip.Parser
 	scan   sipscan.Msg // relayResponse's, reused
 	keyBuf []byte
+	// raw is the request being handled as it was received, while the
+	// script runs for it (msgCtx.raw).
+	raw []byte
 
 	udpLocal  []netip.AddrPort
 	replyPort []uint16 // of the reply sockets, by socket index
@@ -156,8 +165,11 @@ type Stats struct {
 	TLSHandshakeFailures uint64
 	// HandedOff counts connections a draining worker gave back.
 	HandedOff uint64
-	// Passed counts responses passed to the worker that holds their
-	// transaction.
+	// PassedResponses counts responses passed to the worker that holds
+	// their transaction.
+	PassedResponses uint64
+	// Passed counts requests handed to the worker that holds the
+	// connection to their destination (Options.PassToHolder).
 	Passed uint64
 }
 
@@ -197,7 +209,8 @@ func New(env *pool.Env) (pool.Handler, error) {
 		ConnClosed:  closedFor(env),
 		HandOff:     handOffFor(env),
 
-		PassResponse: passFor(env),
+		PassResponse: passResponseFor(env),
+		PassToHolder: passFor(env, logger),
 	}
 	// A TCP worker's relays over UDP always leave from reply sockets: no
 	// front door knows its transactions, so a response that came to the
@@ -418,7 +431,9 @@ func (w *Worker) handle(data []byte, src source) {
 	switch m := msg.(type) {
 	case *sip.Request:
 		w.Stats.Requests++
+		w.raw = data
 		w.onRequest(m, src)
+		w.raw = nil
 	case *sip.Response:
 		w.Stats.Responses++
 		w.onResponse(m, src)
@@ -475,6 +490,7 @@ func (w *Worker) onRequest(req *sip.Request, src source) {
 		w.noteSession(req)
 	}
 	c := w.newCtx(req, nil, src)
+	c.raw = w.raw
 	c.run(w.opt.Script.Routes[""])
 }
 

@@ -102,6 +102,8 @@ type Supervisor struct {
 	// the connections themselves.
 	connSess *connSessions
 	conns    *connCounts
+	// passCounts counts requests passed to the worker holding a connection.
+	passCounts *passCounts
 
 	// cpuProfiling is set while the supervisor's own CPU profile is taken;
 	// profileWait bounds the wait for a worker's profile (nanoseconds; tests
@@ -185,6 +187,7 @@ func New(o Options) (*Supervisor, error) {
 	s.connSess.t.MaxCallDuration.Store(int64(o.Config.Limits.MaxCallDuration))
 	s.m = newMetrics(s.reg)
 	s.conns = newConnCounts(s.reg)
+	s.passCounts = newPassCounts(s.reg)
 	s.pm = pool.NewMetrics(s.reg)
 	s.reg.MustRegister(newDoorCollector(s), newWorkerCollector(s))
 	s.ov = newOverload(s, o.Config)
@@ -669,6 +672,9 @@ func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
 	}
 	if method, callID, ok := pool.ParseAdmitRequest(req); ok {
 		return s.answerAdmit(w, sipscan.Method(method), callID)
+	}
+	if sock, to, from, msg, ok := pool.ParsePassRequest(req); ok {
+		return s.answerPass(w, sock, to, from, msg)
 	}
 	return nil
 }

@@ -1,0 +1,55 @@
+package supervisor
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sipvisor/sipvisor/pool"
+)
+
+// passCounts counts the requests workers asked to have passed to the
+// worker reading a connection (pool.PassRequest), by outcome.
+type passCounts struct {
+	passed, noHolder, refused prometheus.Counter
+}
+
+func newPassCounts(reg prometheus.Registerer) *passCounts {
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "sipvisor", Subsystem: "frontdoor", Name: "requests_passed_total",
+		Help: "Requests for a TCP or TLS peer that reached a worker without its connection, by outcome: passed to the worker that reads it, no_holder (no worker does; the asker connects), refused (that worker's queue was full).",
+	}, []string{"outcome"})
+	reg.MustRegister(v)
+	return &passCounts{passed: v.WithLabelValues("passed"), noHolder: v.WithLabelValues("no_holder"), refused: v.WithLabelValues("refused")}
+}
+
+// holder is the worker that reads the connection from ap, or nil.
+func (c *connCounts) holder(ap netip.AddrPort) *pool.Worker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for w, m := range c.byWorker {
+		if _, ok := m[ap]; ok {
+			return w
+		}
+	}
+	return nil
+}
+
+// answerPass hands a request a worker could not send, for want of the
+// connection to its destination, to the worker that reads that connection,
+// as if that worker had read the request on the UDP socket it came to. A
+// worker never gets back what it asked about: it then connects as before.
+func (s *Supervisor) answerPass(asker *pool.Worker, sock int, to, from netip.AddrPort, msg []byte) []byte {
+	h := s.conns.holder(to)
+	if h == nil || h == asker {
+		s.passCounts.noHolder.Inc()
+		return []byte{0}
+	}
+	if err := h.Send(pool.MessageFrame(sock, from, time.Now().UnixNano(), msg)); err != nil {
+		s.passCounts.refused.Inc()
+		return []byte{0}
+	}
+	s.passCounts.passed.Inc()
+	return []byte{1}
+}
