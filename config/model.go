@@ -63,6 +63,13 @@ type Config struct {
 	// admission control answers.
 	RetryAfter RetryAfter `json:"retry_after"`
 
+	// LocationStore: location_store = URL, where registrations live, as
+	// written (default sqlite:location.db); Store resolves it.
+	LocationStore string `json:"location_store"`
+	// Domains: domain = "a.example b.example", the served SIP domains,
+	// lower-case.
+	Domains []string `json:"domains,omitempty"`
+
 	// LogLevel: log_level = debug|info|warn|error (default info).
 	LogLevel string `json:"log_level"`
 

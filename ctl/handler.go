@@ -29,6 +29,7 @@ const maxBody = 64 << 10
 //	GET  /mi/resource-monitor   []Resource
 //	POST /mi/reload             {"reloaded": true}
 //	GET  /mi/ul                 []Binding; ?aor= keeps one address of record
+//	POST /mi/ul/rm?aor=&contact= {"removed": N}; without contact, every binding of aor
 //
 // Errors are {"error": "..."} with 400 (bad value or refused change), 401
 // (no or wrong token), 404 (no such endpoint or setting) or 405 (wrong
@@ -83,8 +84,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, nonNil(h.b.ResourceMonitor()))
 		}
 	case "ul":
-		if h.method(w, r, http.MethodGet) && h.noRest(w, rest) {
-			h.ul(w, r)
+		switch rest {
+		case "rm":
+			if h.method(w, r, http.MethodPost) {
+				h.ulRemove(w, r)
+			}
+		default:
+			if h.method(w, r, http.MethodGet) && h.noRest(w, rest) {
+				h.ul(w, r)
+			}
 		}
 	case "get":
 		if h.method(w, r, http.MethodGet) {
@@ -262,19 +270,37 @@ func setValue(r *http.Request) (string, error) {
 }
 
 func (h *handler) ul(w http.ResponseWriter, r *http.Request) {
-	all := h.b.Locations()
-	aor := r.URL.Query().Get("aor")
-	if aor == "" {
-		writeJSON(w, http.StatusOK, nonNil(all))
+	bs, err := h.b.Locations(r.URL.Query().Get("aor"))
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	out := []Binding{}
-	for _, b := range all {
-		if b.AOR == aor {
-			out = append(out, b)
-		}
+	writeJSON(w, http.StatusOK, nonNil(bs))
+}
+
+// ErrNoBinding is RemoveLocation's answer when nothing matched.
+var ErrNoBinding = errors.New("no such binding")
+
+func (h *handler) ulRemove(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	aor, contact := q.Get("aor"), q.Get("contact")
+	if !strings.Contains(aor, "@") {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("ul rm wants a full address of record, sip:user@domain, have %q", aor))
+		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	n, err := h.b.RemoveLocation(aor, contact)
+	switch {
+	case errors.Is(err, ErrNoBinding):
+		what := "no binding under " + aor
+		if contact != "" {
+			what = fmt.Sprintf("no binding of %s under %s", contact, aor)
+		}
+		writeError(w, http.StatusNotFound, what)
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		writeJSON(w, http.StatusOK, map[string]int{"removed": n})
+	}
 }
 
 // nonNil makes an empty list encode as [] rather than null.

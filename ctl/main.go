@@ -32,7 +32,8 @@ commands:
   resume                 end a suspension made by suspend
   resource-monitor       monitors and limits, * beside each over its threshold
   reload                 re-read the config file (as SIGHUP)
-  ul show [AOR]          registered bindings
+  ul show [AOR]          registered bindings (AOR sip:user@domain, or a user name)
+  ul rm AOR [CONTACT]    drop AOR's binding of CONTACT, or all of AOR's
   pprof PROFILE [-worker ID [-group NAME]] [-seconds N] [-o FILE]
                          save a profile of the supervisor, or of a worker
                          (heap, allocs, goroutine, profile: CPU for N
@@ -205,8 +206,21 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 	case "pprof":
 		return cmd.pprof(ctx, args)
 	case "ul":
+		if len(args) >= 2 && args[0] == "rm" && len(args) <= 3 {
+			q := url.Values{"aor": {args[1]}}
+			if len(args) == 3 {
+				q.Set("contact", args[2])
+			}
+			var res struct {
+				Removed int `json:"removed"`
+			}
+			return cmd.call(ctx, http.MethodPost, "ul/rm?"+q.Encode(), nil, &res, func() error {
+				_, err := fmt.Fprintf(cmd.stdout, "removed %d binding(s)\n", res.Removed)
+				return err
+			})
+		}
 		if len(args) == 0 || args[0] != "show" || len(args) > 2 {
-			return usageError{"ul: want ul show [AOR]"}
+			return usageError{"ul: want ul show [AOR] or ul rm AOR [CONTACT]"}
 		}
 		q := "ul"
 		if len(args) == 2 {

@@ -26,8 +26,15 @@ type Backend interface {
 	// Reload re-reads the config file as SIGHUP does; an error leaves the old
 	// config running.
 	Reload() error
-	// Locations lists the registrar's bindings.
-	Locations() []Binding
+	// Locations lists the registrar's bindings: all of them, or those of
+	// one address of record (normalised as the registrar does; a bare user
+	// name matches that user in every domain). An error is a store out of
+	// reach.
+	Locations(aor string) ([]Binding, error)
+	// RemoveLocation drops the binding of contact under the full AOR aor,
+	// or all of the AOR's when contact is "", and says how many went;
+	// ErrNoBinding when there was none.
+	RemoveLocation(aor, contact string) (int, error)
 }
 
 // Loads is a load in percent of wall time busy (0–100, OpenSIPS's meaning)

@@ -2,8 +2,10 @@ package sipworker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -11,21 +13,56 @@ import (
 
 	"github.com/emiago/sipgo/sip"
 
+	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/script"
 	"github.com/sipvisor/sipvisor/sipscan"
 )
 
-// storeFor picks where registrations live: with the supervisor when the
-// worker can call it, so they outlive this process; else (a worker run
-// without a supervisor, as in tests) in this process.
-func storeFor(env *pool.Env, logger *slog.Logger) location.Store {
-	if env.Call != nil {
-		return location.NewRemote(env.Call)
+// storeFor picks where registrations live. A shared store (an SQLite file,
+// Redis) the worker opens itself: a call to it costs less than the round
+// trip through the supervisor did (docs/PERFORMANCE.md). The memory store
+// is the supervisor's, reached over the control channel. A worker run
+// without a supervisor (as in tests) keeps them in this process.
+func storeFor(env *pool.Env, cfg *config.Config, logger *slog.Logger) (location.Store, error) {
+	if env.Call == nil {
+		logger.Warn("no supervisor to keep registrations; they live in this worker only")
+		return location.NewMemory(), nil
 	}
-	logger.Warn("no supervisor to keep registrations; they live in this worker only")
-	return location.NewMemory()
+	sp, err := cfg.Store()
+	if err != nil {
+		return nil, err
+	}
+	if !sp.Shared() {
+		return location.NewRemote(env.Call), nil
+	}
+	return location.Open(sp)
+}
+
+// retryAfterFor draws the Retry-After of a 503 for a store out of reach
+// from the retry_after setting, as admission control's refusals do.
+func retryAfterFor(cfg *config.Config) func() int {
+	lo, hi := int(cfg.RetryAfter.Min.Seconds()), int(cfg.RetryAfter.Max.Seconds())
+	return func() int {
+		if hi <= lo {
+			return lo
+		}
+		return lo + rand.IntN(hi-lo+1)
+	}
+}
+
+// reportFor sends the count of failed store calls to the supervisor, for
+// its sipvisor_location_store_errors_total.
+func reportFor(env *pool.Env, logger *slog.Logger) func(uint64) {
+	if env.Call == nil {
+		return nil
+	}
+	return func(n uint64) {
+		if _, err := env.Call(location.ErrorReport(n)); err != nil {
+			logger.Debug("store error report failed", "error", err)
+		}
+	}
 }
 
 // admitFor asks the supervisor's admission control, when the worker can
@@ -140,6 +177,9 @@ func (c *msgCtx) target() (dest, error) {
 	if err != nil {
 		return d, err
 	}
+	if c.w.ownAddrPort(d.addr) {
+		return d, errLoop
+	}
 	if d.proto == "tcp" {
 		if d.conn, err = c.w.connTo(d.addr); err != nil {
 			return d, err
@@ -168,11 +208,25 @@ func fnTRelay(c *msgCtx, _ []*script.Literal) bool {
 		return c.relayStateless()
 	}
 	t := c.stx
-	if t == nil {
-		if w.absorb(req) {
-			c.stopped = true
-			return true
+	if t == nil && w.absorb(req) {
+		c.stopped = true
+		return true
+	}
+	d, err := c.target()
+	if errors.Is(err, errLoop) {
+		// A next hop that is this server is a loop: answered at once,
+		// before a 100 Trying, rather than sent round until Max-Forwards
+		// runs out.
+		w.loop(req)
+		if t != nil {
+			w.reply(t, 482, "Loop Detected")
+		} else {
+			w.replyStateless(req, c.src, 482, "Loop Detected", nil)
 		}
+		c.stopped = true
+		return true
+	}
+	if t == nil {
 		t = w.newServerTx(req, c.src)
 		c.stx = t
 		if t.invite {
@@ -186,7 +240,6 @@ func fnTRelay(c *msgCtx, _ []*script.Literal) bool {
 	if c.onFailure != "" {
 		t.onFailure = c.onFailure
 	}
-	d, err := c.target()
 	if err == nil {
 		if c.rr && !c.rrDone {
 			c.addRecordRoute(d)
@@ -207,6 +260,10 @@ func fnTRelay(c *msgCtx, _ []*script.Literal) bool {
 
 func (c *msgCtx) relayStateless() bool {
 	d, err := c.target()
+	if errors.Is(err, errLoop) {
+		c.w.loop(c.req)
+		return true // an ACK or CANCEL: nothing to answer, nothing to send
+	}
 	if err != nil {
 		c.w.log.Warn("relay failed", "error", err)
 		return false
@@ -358,17 +415,6 @@ func fnIsMyself(c *msgCtx, a []*script.Literal) bool {
 	return c.w.uriIsMyself(c.expand(a[0]))
 }
 
-// aorOf names the registrations of a URI: its user part, as OpenSIPS does by
-// default (usrloc use_domain=0), so a REGISTER to one of this server's
-// addresses and an INVITE to another find each other; the host when there is
-// no user.
-func aorOf(u *sip.Uri) string {
-	if u.User != "" {
-		return u.User
-	}
-	return location.Key(u.String())
-}
-
 // defaultExpires applies when a REGISTER says nothing (RFC 3261 10.2.1.1
 // leaves it to the registrar; OpenSIPS uses 3600).
 const defaultExpires = 3600
@@ -378,7 +424,14 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 	if req == nil || req.Method != sip.REGISTER {
 		return false
 	}
-	aor := aorOf(&req.To().Address)
+	to := &req.To().Address
+	if len(w.opt.Domains) > 0 && !w.served(to.Host) && !w.isOwnAddr(to.Host, to.Port) {
+		// RFC 3261 10.3 step 1: this registrar does not keep the
+		// bindings of other domains.
+		w.replyStateless(req, c.src, 403, "Domain Not Served Here", nil)
+		return false
+	}
+	aor := w.aorOf(to)
 	expires := int64(defaultExpires)
 	if h := headerValue(req, "Expires"); h != "" {
 		n, err := strconv.ParseInt(strings.TrimSpace(h), 10, 64)
@@ -408,8 +461,7 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 				return false
 			}
 			if err := w.opt.Store.Remove(aor, ""); err != nil {
-				w.log.Warn("location remove failed", "aor", aor, "error", err)
-				w.replyStateless(req, c.src, 500, "Server Internal Error", nil)
+				w.storeFailed(c, "remove", aor, err)
 				return false
 			}
 			bs, listed = nil, true
@@ -432,11 +484,16 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 		}
 		if exp == 0 {
 			b.Expires = now
+		} else if w.contactLoops(&ch.Address) {
+			// Every request to this AOR would come straight back here.
+			w.Stats.Loops++
+			w.log.Warn("REGISTER refused: its contact is this server", "aor", aor, "contact", b.Contact, "source", received)
+			w.replyStateless(req, c.src, 403, "Contact Is This Server (Loop)", nil)
+			return false
 		}
 		var err error
 		if bs, err = w.opt.Store.Register(aor, b); err != nil {
-			w.log.Warn("location save failed", "aor", aor, "error", err)
-			w.replyStateless(req, c.src, 500, "Server Internal Error", nil)
+			w.storeFailed(c, "save", aor, err)
 			return false
 		}
 		listed = true
@@ -444,8 +501,7 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 	if !listed {
 		var err error
 		if bs, err = w.opt.Store.Lookup(aor); err != nil {
-			w.log.Warn("location lookup failed", "aor", aor, "error", err)
-			w.replyStateless(req, c.src, 500, "Server Internal Error", nil)
+			w.storeFailed(c, "lookup", aor, err)
 			return false
 		}
 	}
@@ -462,10 +518,11 @@ func fnLookup(c *msgCtx, _ []*script.Literal) bool {
 	if c.req == nil {
 		return false
 	}
-	aor := aorOf(&c.req.Recipient)
+	aor := c.w.aorOf(&c.req.Recipient)
 	bs, err := c.w.opt.Store.Lookup(aor)
 	if err != nil {
-		c.w.log.Warn("location lookup failed", "aor", aor, "error", err)
+		// Not a 404: the user may well be registered.
+		c.w.storeFailed(c, "lookup", aor, err)
 		return false
 	}
 	for _, b := range bs {

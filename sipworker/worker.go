@@ -44,6 +44,17 @@ type Options struct {
 	Listen []config.Socket
 	// Store holds the registrations save() and lookup() use.
 	Store location.Store
+	// Domains are the served domains (the domain setting): is_myself() is
+	// true of them, and the first is the home of AORs at this server's own
+	// addresses.
+	Domains []string
+	// RetryAfter gives the Retry-After seconds of a 503 sent when the
+	// store is out of reach; nil means 5.
+	RetryAfter func() int
+	// ReportStoreErrors, when set, is told (at most once a second, from
+	// Tick) how many store calls failed since its last call: the
+	// supervisor counts them in a metric.
+	ReportStoreErrors func(n uint64)
 	// Logger receives xlog output and protocol warnings.
 	Logger *slog.Logger
 	// Submit runs fn on the worker's loop; TCP readers hand messages over
@@ -99,6 +110,15 @@ type Worker struct {
 	regex map[string]*regexpEntry
 	tmpl  map[*script.Literal][]tmplPart
 
+	// home is the domain of AORs at this server's own addresses; localIPs
+	// are the host's addresses, which a socket on 0.0.0.0 owns.
+	home     string
+	localIPs map[netip.Addr]bool
+	// Store failures: when last logged and reported, and the count then.
+	storeLogAt, storeReportAt  time.Time
+	loopLogAt                  time.Time
+	storeLogged, storeReported uint64
+
 	// Stats, read by tests and reported in logs.
 	Stats Stats
 }
@@ -114,6 +134,12 @@ type Stats struct {
 	StatelessAcks uint64
 	// Refused counts new sessions over TCP that admission control refused.
 	Refused uint64
+	// StoreErrors counts registrar and lookup calls the location store
+	// failed.
+	StoreErrors uint64
+	// Loops counts requests answered 482 because their next hop was this
+	// server.
+	Loops uint64
 }
 
 // New builds the handler of a worker process from what the supervisor
@@ -133,14 +159,21 @@ func New(env *pool.Env) (pool.Handler, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	store, err := storeFor(env, cfg, logger)
+	if err != nil {
+		return nil, err
+	}
 	opt := Options{
-		Script:  cfg.Script,
-		Sockets: env.Sockets,
-		Listen:  cfg.Sockets,
-		Store:   storeFor(env, logger),
-		Logger:  logger,
-		Submit:  env.Submit,
-		Admit:   admitFor(env, logger),
+		Script:            cfg.Script,
+		Sockets:           env.Sockets,
+		Listen:            cfg.Sockets,
+		Store:             store,
+		Domains:           cfg.Domains,
+		RetryAfter:        retryAfterFor(cfg),
+		ReportStoreErrors: reportFor(env, logger),
+		Logger:            logger,
+		Submit:            env.Submit,
+		Admit:             admitFor(env, logger),
 	}
 	if cfg.Workers.ReplySockets && env.OpenReplySockets != nil && len(env.Sockets) > 0 {
 		rs, err := env.OpenReplySockets()
@@ -226,6 +259,8 @@ func NewWorker(opt Options) (*Worker, error) {
 			w.self = append(w.self, ap)
 		}
 	}
+	w.home = homeDomain(opt.Domains, w.self)
+	w.localIPs = interfaceIPs()
 	return w, nil
 }
 
@@ -244,6 +279,8 @@ func (w *Worker) Reload(path string) error {
 		return err
 	}
 	w.opt.Script = cfg.Script
+	w.opt.Domains = cfg.Domains
+	w.home = homeDomain(cfg.Domains, w.self)
 	// The cache is keyed by the old script's literals.
 	w.tmpl = map[*script.Literal][]tmplPart{}
 	w.log.Info("script reloaded", "file", path)
@@ -269,6 +306,7 @@ func (w *Worker) HandleJob(name string) {
 
 // Tick fires the transaction timers that are due.
 func (w *Worker) Tick(now time.Time) {
+	w.reportStoreErrors(now)
 	for {
 		t, ok := w.timers.due(now)
 		if !ok {
@@ -464,11 +502,14 @@ func hostIP(host string) (netip.Addr, error) {
 	return ips[0].Unmap(), nil
 }
 
-// isMyself reports whether host[:port] is one of this server's addresses.
-// A missing port means 5060.
+// isMyself reports whether host[:port] is one of this server's addresses,
+// or host one of its served domains (any port). A missing port means 5060.
 func (w *Worker) isMyself(host string, port int) bool {
 	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
 	if err != nil {
+		if w.served(host) {
+			return true
+		}
 		if !strings.EqualFold(host, "localhost") {
 			return false
 		}

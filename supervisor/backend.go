@@ -118,10 +118,18 @@ func (b backend) ResourceMonitor() []ctl.Resource { return b.s.ov.resources() }
 
 func (b backend) Reload() error { return b.s.Reload() }
 
-func (b backend) Locations() []ctl.Binding {
+func (b backend) Locations(aor string) ([]ctl.Binding, error) {
+	bs, err := b.s.findBindings(aor)
+	if err != nil {
+		return nil, err
+	}
 	var out []ctl.Binding
-	for _, l := range b.s.locations.List() {
+	for _, l := range bs {
 		out = append(out, ctl.Binding{AOR: l.AOR, Contact: l.Contact, Expires: l.Expires, Source: l.Received})
 	}
-	return out
+	return out, nil
+}
+
+func (b backend) RemoveLocation(aor, contact string) (int, error) {
+	return b.s.removeBindings(aor, contact)
 }

@@ -19,6 +19,8 @@ type metrics struct {
 	reloadOK       prometheus.Gauge
 	reloads        *prometheus.CounterVec
 	timerJobs      *prometheus.CounterVec
+	storeErrors    *prometheus.CounterVec
+	storeUp        prometheus.Gauge
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -58,6 +60,15 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		Help: "timer_route runs handed to the timer group (sent) or not (skipped: no worker could take one).",
 	}, []string{"result"})
 	reg.MustRegister(m.timerJobs)
+	m.storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "sipvisor", Subsystem: "location", Name: "store_errors_total",
+		Help: "Calls to the location store that failed, by the process that made them: a worker's REGISTER or lookup (answered 503), or the supervisor's count and sweep.",
+	}, []string{"process"})
+	m.storeUp = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "sipvisor", Subsystem: "location", Name: "store_up",
+		Help: "1 if the supervisor's last call to the location store succeeded, 0 if it failed.",
+	})
+	reg.MustRegister(m.storeErrors, m.storeUp)
 	m.reloadOK.Set(1)
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "sipvisor", Name: "build_info", Help: "Build information; always 1.",
