@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,7 +53,11 @@ func redisOptions(u string) (*redis.Options, error) {
 		o.WriteTimeout = redisTimeout
 	}
 	if o.MaxRetries == 0 {
-		o.MaxRetries = -1 // none: the client retransmits, not us
+		// One: enough for a pooled connection that a restarted server
+		// closed; more would keep a worker waiting on a server that is
+		// gone, where the SIP client's retransmission does better.
+		o.MaxRetries = 1
+		o.MinRetryBackoff, o.MaxRetryBackoff = time.Millisecond, 10*time.Millisecond
 	}
 	if o.PoolSize == 0 {
 		o.PoolSize = 4 // a worker asks one thing at a time
@@ -61,9 +66,19 @@ func redisOptions(u string) (*redis.Options, error) {
 	return o, nil
 }
 
+// quietClient silences go-redis's own log lines (a failed dial printed to
+// stderr): every failure reaches us as an error, which the registrar logs
+// once a second with its count and the supervisor once per outage.
+type quietClient struct{}
+
+func (quietClient) Printf(context.Context, string, ...any) {}
+
+var quiet sync.Once
+
 // OpenRedis connects to the server at url (redis://HOST:PORT/DB) and checks
 // that it answers.
 func OpenRedis(url string) (*Redis, error) {
+	quiet.Do(func() { redis.SetLogger(quietClient{}) })
 	o, err := redisOptions(url)
 	if err != nil {
 		return nil, err
