@@ -83,3 +83,29 @@ route { exit; }
 		t.Errorf("after removing: want 2 bindings left, have %d", n)
 	}
 }
+
+// A reload may not move the registrations: new workers would open the new
+// store while the old ones keep theirs.
+func TestReloadKeepsTheStore(t *testing.T) {
+	text := cfgf(`
+socket = udp:127.0.0.1:0
+http_listen = 127.0.0.1:0
+udp_workers = 1
+route { exit; }
+`)
+	st := startSupervisor(t, text, costWorker(0), nil)
+	moved := text + "location_store = \"sqlite:elsewhere.db\"\n"
+	if err := os.WriteFile(st.path, []byte(moved), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := st.s.Reload()
+	if err == nil || !strings.Contains(err.Error(), "location_store changed") || !strings.Contains(err.Error(), "elsewhere.db") {
+		t.Fatalf("reload moving the store: want it refused with the reason, have %v", err)
+	}
+	if err := os.WriteFile(st.path, []byte(text+"log_level = debug\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.s.Reload(); err != nil {
+		t.Fatalf("reload keeping the store: %v", err)
+	}
+}
