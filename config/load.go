@@ -308,6 +308,14 @@ func (l *loader) build() {
 	if _, err := location.ParseURL(c.LocationStore); err != nil {
 		l.errorf(l.setAt["location_store"], "%v", err)
 	}
+	for _, a := range c.Auth.Algorithms {
+		if a != "MD5" && a != "SHA-256" {
+			l.errorf(l.setAt["auth_algorithms"], "auth_algorithms: unknown algorithm %q; want SHA-256 or MD5", a)
+		}
+	}
+	if len(c.Auth.Algorithms) == 0 {
+		l.errorf(l.setAt["auth_algorithms"], "auth_algorithms: want at least one of SHA-256, MD5")
+	}
 	for _, d := range c.Domains {
 		if strings.ContainsAny(d, "@:;<>/") {
 			l.errorf(l.setAt["domain"], "domain %q: want a host name such as example.com, without user, port or parameters", d)

@@ -70,6 +70,9 @@ type Config struct {
 	// lower-case.
 	Domains []string `json:"domains,omitempty"`
 
+	// Auth holds digest authentication's settings.
+	Auth Auth `json:"auth"`
+
 	// LogLevel: log_level = debug|info|warn|error (default info).
 	LogLevel string `json:"log_level"`
 
@@ -182,4 +185,10 @@ type FlipHealth struct {
 type RetryAfter struct {
 	Min time.Duration `json:"min"`
 	Max time.Duration `json:"max"`
+}
+
+// Auth: nonce_expire (default 300s), auth_algorithms (default "SHA-256 MD5").
+type Auth struct {
+	NonceExpire time.Duration `json:"nonce_expire"`
+	Algorithms  []string      `json:"algorithms"`
 }

@@ -208,3 +208,21 @@ func (b *testBackend) RemoveLocation(aor, contact string) (int, error) {
 }
 
 var _ Backend = (*testBackend)(nil)
+
+func (b *testBackend) Users() ([]User, error) {
+	return []User{{Name: "alice", Realm: "example.com"}, {Name: "bob", Realm: "example.com"}}, nil
+}
+
+func (b *testBackend) AddUser(u User) error {
+	if len(u.HA1MD5) != 32 || len(u.HA1SHA256) != 64 {
+		return errors.New("bad hashes")
+	}
+	return nil
+}
+
+func (b *testBackend) RemoveUser(name, realm string) error {
+	if name != "alice" || realm != "example.com" {
+		return ErrNoUser
+	}
+	return nil
+}

@@ -140,6 +140,9 @@ type Memory struct {
 	aors map[string][]Binding
 	// Now is the clock used to hide lapsed bindings; tests replace it.
 	Now func() time.Time
+
+	usersOnce sync.Once
+	u         *memUsers
 }
 
 // NewMemory returns an empty in-memory store.

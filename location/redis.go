@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,9 @@ import (
 type Redis struct {
 	c   *redis.Client
 	url string
+
+	secretMu sync.Mutex
+	secret   []byte
 	// Now is the clock used to hide lapsed bindings; tests replace it.
 	Now func() time.Time
 }
@@ -264,3 +268,118 @@ func (r *Redis) List() ([]Binding, error) {
 
 // Close implements Store.
 func (r *Redis) Close() error { return r.c.Close() }
+
+// Users: sipvisor:user:REALM:NAME is a hash of the HA1s,
+// sipvisor:nonce:NONCE the highest nonce-count seen (PX its lifetime), and
+// sipvisor:secret the nonce key.
+const (
+	redisUserPrefix = "sipvisor:user:"
+	redisNonce      = "sipvisor:nonce:"
+	redisSecret     = "sipvisor:secret"
+)
+
+func userKey(name, realm string) string { return redisUserPrefix + realm + ":" + name }
+
+// useNonceScript sets KEYS[1] to ARGV[1] (with PX ARGV[2]) when ARGV[1] is
+// above its value, and reports whether it did.
+var useNonceScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`)
+
+func redisCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), redisTimeout)
+}
+
+// PutUser implements Users.
+func (r *Redis) PutUser(u User) error {
+	ctx, cancel := redisCtx()
+	defer cancel()
+	return r.fail("put user", r.c.HSet(ctx, userKey(u.Name, u.Realm), "md5", u.HA1MD5, "sha256", u.HA1SHA256).Err())
+}
+
+// GetUser implements Users.
+func (r *Redis) GetUser(name, realm string) (User, bool, error) {
+	ctx, cancel := redisCtx()
+	defer cancel()
+	m, err := r.c.HGetAll(ctx, userKey(name, realm)).Result()
+	if err != nil {
+		return User{}, false, r.fail("get user", err)
+	}
+	if len(m) == 0 {
+		return User{}, false, nil
+	}
+	return User{Name: name, Realm: realm, HA1MD5: m["md5"], HA1SHA256: m["sha256"]}, true, nil
+}
+
+// RemoveUser implements Users.
+func (r *Redis) RemoveUser(name, realm string) (bool, error) {
+	ctx, cancel := redisCtx()
+	defer cancel()
+	n, err := r.c.Del(ctx, userKey(name, realm)).Result()
+	return n > 0, r.fail("remove user", err)
+}
+
+// ListUsers implements Users.
+func (r *Redis) ListUsers() ([]User, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []User
+	var cursor uint64
+	for {
+		keys, next, err := r.c.ScanType(ctx, cursor, redisUserPrefix+"*", 1000, "hash").Result()
+		if err != nil {
+			return nil, r.fail("list users", err)
+		}
+		for _, k := range keys {
+			rest := strings.TrimPrefix(k, redisUserPrefix)
+			i := strings.LastIndexByte(rest, ':')
+			if i < 0 {
+				continue
+			}
+			m, err := r.c.HGetAll(ctx, k).Result()
+			if err != nil {
+				return nil, r.fail("list users", err)
+			}
+			out = append(out, User{Name: rest[i+1:], Realm: rest[:i], HA1MD5: m["md5"], HA1SHA256: m["sha256"]})
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	sortUsers(out)
+	return out, nil
+}
+
+// UseNonce implements Users.
+func (r *Redis) UseNonce(nonce string, nc uint32, ttl time.Duration) (bool, error) {
+	ctx, cancel := redisCtx()
+	defer cancel()
+	n, err := useNonceScript.Run(ctx, r.c, []string{redisNonce + nonce}, nc, ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, r.fail("use nonce", err)
+	}
+	return n == 1, nil
+}
+
+// Secret implements Users: the first node to ask makes it.
+func (r *Redis) Secret() ([]byte, error) {
+	r.secretMu.Lock()
+	defer r.secretMu.Unlock()
+	if r.secret != nil {
+		return r.secret, nil
+	}
+	ctx, cancel := redisCtx()
+	defer cancel()
+	if err := r.c.SetNX(ctx, redisSecret, newSecret(), 0).Err(); err != nil {
+		return nil, r.fail("secret", err)
+	}
+	key, err := r.c.Get(ctx, redisSecret).Bytes()
+	if err != nil {
+		return nil, r.fail("secret", err)
+	}
+	r.secret = key
+	return key, nil
+}

@@ -28,6 +28,10 @@ type SQLite struct {
 
 	upsert, del, delAll, lookup, list, expire *sql.Stmt
 
+	putUser, getUser, rmUser, listUsers, useNonce, expireNonces *sql.Stmt
+	secretMu                                                    sync.Mutex
+	secret                                                      []byte
+
 	// Register's own connection and statements, one call at a time.
 	regMu                                                 sync.Mutex
 	regConn                                               *sql.Conn
@@ -55,6 +59,22 @@ CREATE TABLE IF NOT EXISTS location (
 	user_agent TEXT    NOT NULL,
 	PRIMARY KEY (aor, contact)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS subscriber (
+	name       TEXT NOT NULL,
+	realm      TEXT NOT NULL,
+	ha1_md5    TEXT NOT NULL,
+	ha1_sha256 TEXT NOT NULL,
+	PRIMARY KEY (name, realm)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS nonce (
+	nonce   TEXT    NOT NULL PRIMARY KEY,
+	nc      INTEGER NOT NULL,
+	expires INTEGER NOT NULL -- Unix nanoseconds
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS secret (
+	id  INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
+	key BLOB    NOT NULL
+);
 `
 
 const (
@@ -127,6 +147,17 @@ func (s *SQLite) init() error {
 		prep(&s.lookup, lookupSQL),
 		prep(&s.list, `SELECT `+bindingCols+` FROM location WHERE expires > ? ORDER BY aor, contact`),
 		prep(&s.expire, `DELETE FROM location WHERE expires <= ?`),
+		prep(&s.putUser, `INSERT INTO subscriber (name, realm, ha1_md5, ha1_sha256) VALUES (?, ?, ?, ?)
+			ON CONFLICT (name, realm) DO UPDATE SET ha1_md5 = excluded.ha1_md5, ha1_sha256 = excluded.ha1_sha256`),
+		prep(&s.getUser, `SELECT ha1_md5, ha1_sha256 FROM subscriber WHERE name = ? AND realm = ?`),
+		prep(&s.rmUser, `DELETE FROM subscriber WHERE name = ? AND realm = ?`),
+		prep(&s.listUsers, `SELECT name, realm, ha1_md5, ha1_sha256 FROM subscriber ORDER BY realm, name`),
+		// A nonce-count is accepted only above every count seen of its
+		// nonce, or once the record of the nonce has lapsed.
+		prep(&s.useNonce, `INSERT INTO nonce (nonce, nc, expires) VALUES (?1, ?2, ?3)
+			ON CONFLICT (nonce) DO UPDATE SET nc = excluded.nc, expires = excluded.expires
+			WHERE excluded.nc > nonce.nc OR nonce.expires <= ?4`),
+		prep(&s.expireNonces, `DELETE FROM nonce WHERE expires <= ?`),
 		prepConn(&s.begin, `BEGIN IMMEDIATE`),
 		prepConn(&s.commit, `COMMIT`),
 		prepConn(&s.rollback, `ROLLBACK`),
@@ -237,6 +268,9 @@ func (s *SQLite) Expire(now time.Time) (int, error) {
 	if err != nil {
 		return 0, s.fail("expire", err)
 	}
+	if _, err := s.expireNonces.ExecContext(ctx, now.UnixNano()); err != nil {
+		return 0, s.fail("expire", err)
+	}
 	n, _ := res.RowsAffected()
 	return int(n), nil
 }
@@ -282,4 +316,92 @@ func scanBindings(rows *sql.Rows) ([]Binding, error) {
 		out = append(out, b)
 	}
 	return out, rows.Err()
+}
+
+// PutUser implements Users.
+func (s *SQLite) PutUser(u User) error {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	_, err := s.putUser.ExecContext(ctx, u.Name, u.Realm, u.HA1MD5, u.HA1SHA256)
+	return s.fail("put user", err)
+}
+
+// GetUser implements Users.
+func (s *SQLite) GetUser(name, realm string) (User, bool, error) {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	u := User{Name: name, Realm: realm}
+	err := s.getUser.QueryRowContext(ctx, name, realm).Scan(&u.HA1MD5, &u.HA1SHA256)
+	if errors.Is(err, sql.ErrNoRows) {
+		return User{}, false, nil
+	}
+	if err != nil {
+		return User{}, false, s.fail("get user", err)
+	}
+	return u, true, nil
+}
+
+// RemoveUser implements Users.
+func (s *SQLite) RemoveUser(name, realm string) (bool, error) {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	res, err := s.rmUser.ExecContext(ctx, name, realm)
+	if err != nil {
+		return false, s.fail("remove user", err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+// ListUsers implements Users.
+func (s *SQLite) ListUsers() ([]User, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := s.listUsers.QueryContext(ctx)
+	if err != nil {
+		return nil, s.fail("list users", err)
+	}
+	defer rows.Close()
+	var out []User
+	for rows.Next() {
+		var u User
+		if err := rows.Scan(&u.Name, &u.Realm, &u.HA1MD5, &u.HA1SHA256); err != nil {
+			return nil, s.fail("list users", err)
+		}
+		out = append(out, u)
+	}
+	return out, s.fail("list users", rows.Err())
+}
+
+// UseNonce implements Users.
+func (s *SQLite) UseNonce(nonce string, nc uint32, ttl time.Duration) (bool, error) {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	now := s.Now()
+	res, err := s.useNonce.ExecContext(ctx, nonce, int64(nc), now.Add(ttl).UnixNano(), now.UnixNano())
+	if err != nil {
+		return false, s.fail("use nonce", err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+// Secret implements Users: the first process to ask makes it.
+func (s *SQLite) Secret() ([]byte, error) {
+	s.secretMu.Lock()
+	defer s.secretMu.Unlock()
+	if s.secret != nil {
+		return s.secret, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO secret (id, key) VALUES (1, ?)`, newSecret()); err != nil {
+		return nil, s.fail("secret", err)
+	}
+	var key []byte
+	if err := s.db.QueryRowContext(ctx, `SELECT key FROM secret WHERE id = 1`).Scan(&key); err != nil {
+		return nil, s.fail("secret", err)
+	}
+	s.secret = key
+	return key, nil
 }

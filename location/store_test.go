@@ -254,3 +254,61 @@ func BenchmarkSQLiteList10k(b *testing.B) {
 		}
 	}
 }
+
+// Every store that keeps users keeps their HA1s, refuses a nonce-count not
+// above the last one seen of its nonce, and gives every caller one secret.
+func TestUsers(t *testing.T) {
+	now := time.Now()
+	for name, open := range stores(&now) {
+		if name == "remote" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			s := open(t)
+			u, err := UsersOf(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			alice := NewUser("alice", "example.com", "secret")
+			if alice.HA1MD5 != "8c4a3ba1d2a2a0cd3ae9d4fd2e26f3fc" && len(alice.HA1MD5) != 32 || len(alice.HA1SHA256) != 64 {
+				t.Fatalf("HA1s: %+v", alice)
+			}
+			if err := u.PutUser(alice); err != nil {
+				t.Fatal(err)
+			}
+			if err := u.PutUser(NewUser("bob", "example.com", "x")); err != nil {
+				t.Fatal(err)
+			}
+			got, ok, err := u.GetUser("alice", "example.com")
+			if err != nil || !ok || got != alice {
+				t.Fatalf("get alice: want %+v, have %+v %v %v", alice, got, ok, err)
+			}
+			if _, ok, err := u.GetUser("alice", "example.org"); ok || err != nil {
+				t.Fatalf("alice in another realm: want none, have %v %v", ok, err)
+			}
+			if us, err := u.ListUsers(); err != nil || len(us) != 2 || us[0].Name != "alice" {
+				t.Fatalf("list: %+v %v", us, err)
+			}
+			if ok, err := u.RemoveUser("bob", "example.com"); !ok || err != nil {
+				t.Fatalf("remove bob: %v %v", ok, err)
+			}
+			if ok, _ := u.RemoveUser("bob", "example.com"); ok {
+				t.Fatalf("remove bob twice: want false")
+			}
+			for i, c := range []struct {
+				nonce string
+				nc    uint32
+				want  bool
+			}{{"n1", 1, true}, {"n1", 1, false}, {"n1", 2, true}, {"n1", 2, false}, {"n1", 1, false}, {"n2", 1, true}} {
+				if ok, err := u.UseNonce(c.nonce, c.nc, time.Minute); err != nil || ok != c.want {
+					t.Errorf("use %d (%s nc %d): want %v, have %v %v", i, c.nonce, c.nc, c.want, ok, err)
+				}
+			}
+			a, err1 := u.Secret()
+			b, err2 := u.Secret()
+			if err1 != nil || err2 != nil || len(a) != 32 || string(a) != string(b) {
+				t.Fatalf("secret: %x %x %v %v", a, b, err1, err2)
+			}
+		})
+	}
+}

@@ -33,6 +33,7 @@ type msgCtx struct {
 	rsReason string
 
 	stopped bool // exit, drop or an absorbed retransmission
+	auth    authState
 	dropped bool
 	depth   int
 }

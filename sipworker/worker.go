@@ -48,6 +48,11 @@ type Options struct {
 	// true of them, and the first is the home of AORs at this server's own
 	// addresses.
 	Domains []string
+	// NonceExpire is how long a digest nonce is accepted (nonce_expire;
+	// 300 s when zero), and AuthAlgorithms the algorithms challenges offer
+	// (auth_algorithms; SHA-256 and MD5 when empty).
+	NonceExpire    time.Duration
+	AuthAlgorithms []string
 	// RetryAfter gives the Retry-After seconds of a 503 sent when the
 	// store is out of reach; nil means 5.
 	RetryAfter func() int
@@ -114,6 +119,9 @@ type Worker struct {
 	// are the host's addresses, which a socket on 0.0.0.0 owns.
 	home     string
 	localIPs map[netip.Addr]bool
+	// The store's credentials and the nonce key, read at first use.
+	authUsers  location.Users
+	authSecret []byte
 	// Store failures: when last logged and reported, and the count then.
 	storeLogAt, storeReportAt  time.Time
 	loopLogAt                  time.Time
@@ -140,6 +148,8 @@ type Stats struct {
 	// Loops counts requests answered 482 because their next hop was this
 	// server.
 	Loops uint64
+	// Replays counts credentials refused for a nonce-count already used.
+	Replays uint64
 }
 
 // New builds the handler of a worker process from what the supervisor
@@ -169,6 +179,8 @@ func New(env *pool.Env) (pool.Handler, error) {
 		Listen:            cfg.Sockets,
 		Store:             store,
 		Domains:           cfg.Domains,
+		NonceExpire:       cfg.Auth.NonceExpire,
+		AuthAlgorithms:    cfg.Auth.Algorithms,
 		RetryAfter:        retryAfterFor(cfg),
 		ReportStoreErrors: reportFor(env, logger),
 		Logger:            logger,
@@ -210,6 +222,10 @@ func NewWorker(opt Options) (*Worker, error) {
 	def(&opt.InviteTimeout, DefaultInviteTimeout)
 	def(&opt.Linger, opt.T4)
 	def(&opt.DialTimeout, 2*time.Second)
+	def(&opt.NonceExpire, 300*time.Second)
+	if len(opt.AuthAlgorithms) == 0 {
+		opt.AuthAlgorithms = []string{"SHA-256", "MD5"}
+	}
 
 	var rnd [4]byte
 	rand.Read(rnd[:])
@@ -281,6 +297,7 @@ func (w *Worker) Reload(path string) error {
 	w.opt.Script = cfg.Script
 	w.opt.Domains = cfg.Domains
 	w.home = homeDomain(cfg.Domains, w.self)
+	w.opt.NonceExpire, w.opt.AuthAlgorithms = cfg.Auth.NonceExpire, cfg.Auth.Algorithms
 	// The cache is keyed by the old script's literals.
 	w.tmpl = map[*script.Literal][]tmplPart{}
 	w.log.Info("script reloaded", "file", path)

@@ -128,3 +128,6 @@ func (s *Supervisor) removeBindings(aor, contact string) (int, error) {
 	s.log.Info("bindings removed by ctl ul rm", "aor", key, "contact", contact, "removed", n)
 	return n, nil
 }
+
+// users is the credentials side of the location store.
+func (s *Supervisor) users() (location.Users, error) { return location.UsersOf(s.locations) }
