@@ -85,17 +85,22 @@ func checkNonce(secret []byte, nonce string, now time.Time, expire time.Duration
 }
 
 // authRealm is the realm argument, or the domain of the To (www) or From
-// (proxy) URI when it is empty, as Kamailio does.
+// (proxy) URI when it is empty, as Kamailio does; one of this server's own
+// addresses stands for its home domain, as in an AOR.
 func (c *msgCtx) authRealm(a []*script.Literal, proxy bool) string {
 	if len(a) > 0 {
 		if r := c.expand(a[0]); r != "" {
 			return r
 		}
 	}
+	u := &c.req.To().Address
 	if proxy {
-		return c.req.From().Address.Host
+		u = &c.req.From().Address
 	}
-	return c.req.To().Address.Host
+	if c.w.isOwnAddr(u.Host, u.Port) {
+		return c.w.home
+	}
+	return strings.ToLower(u.Host)
 }
 
 func fnWWWAuthorize(c *msgCtx, a []*script.Literal) bool   { return c.authorize(a, false) }

@@ -145,7 +145,7 @@ func TestNewUsesSupervisorStore(t *testing.T) {
 	defer sock.Close()
 	kept := location.NewMemory()
 	cfg := filepath.Join(t.TempDir(), "sipvisor.cfg")
-	if err := os.WriteFile(cfg, []byte(config.DefaultText+"\nlocation_store = memory\ndomain = \"example.com\"\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte("socket = udp:127.0.0.1:5060\nlocation_store = memory\ndomain = \"example.com\"\nroute { save(\"location\"); exit; }\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	env := &pool.Env{
