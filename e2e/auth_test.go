@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -102,6 +103,35 @@ func TestDigestAuthentication(t *testing.T) {
 		t.Fatalf("authenticated call to alice: %d/%d\n%s\n%s", r.Successful, r.Failed, tail(r.Out, 30), tail(s.log.String(), 20))
 	}
 
+	// sipload answers the challenges too (-au/-ap): registrations of its
+	// users load1 and load2, and a call to alice.
+	for _, u := range []string{"load1", "load2"} {
+		if out, err := s.ctl("user", "add", u+"@example.test", "load-pass"); err != nil {
+			t.Fatalf("ctl user add %s: %v: %s", u, err, out)
+		}
+	}
+	for _, args := range [][]string{
+		{"-sn", "register", "-s", "load", "-ap", "load-pass", "-m", "2"},
+		{"-sn", "uac", "-s", "alice", "-au", "alice", "-ap", "right-pass", "-m", "1"},
+		{"-sn", "register", "-s", "load", "-ap", "wrong-pass", "-m", "2"},
+	} {
+		cmd := exec.Command(sipploadBin, append([]string{target, "-i", "127.0.0.1", "-r", "5", "-q", "-timeout", "20"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		wrong := strings.Contains(strings.Join(args, " "), "wrong")
+		if wrong {
+			if err == nil || !strings.Contains(string(out), "4xx 2") || !strings.Contains(string(out), "challenged 2") {
+				t.Errorf("sipload with a wrong password: want both registrations refused after answering the challenge, have %v\n%s", err, out)
+			}
+			continue
+		}
+		if err != nil || !strings.Contains(string(out), "challenged") {
+			t.Fatalf("sipload %v: %v\n%s", args, err, out)
+		}
+	}
+	if bs := bindingsOf(t, s, "load1"); len(bs) != 1 {
+		t.Errorf("load1 registered by sipload: want 1 binding, have %+v", bs)
+	}
+
 	// A Go client, to see every answer as it is sent.
 	p := newPeer(t)
 	to := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
@@ -184,7 +214,7 @@ func TestDigestAuthentication(t *testing.T) {
 		send(user, answer(m, user, "password", 1))
 	}
 	for _, b := range bindingsOf(t, s) {
-		if userOf(b.AOR) != "alice" {
+		if u := userOf(b.AOR); u != "alice" && !strings.HasPrefix(u, "load") {
 			t.Errorf("the scan registered %s", b.AOR)
 		}
 	}

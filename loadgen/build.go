@@ -131,7 +131,9 @@ func (e *endpoint) outOfDialog(b []byte, method string, c *call) []byte {
 	b = append(b, ' ')
 	b = append(b, c.ruri...)
 	b = append(b, " SIP/2.0\r\n"...)
-	b = e.via(b, c.n, 1)
+	// A request sent again with credentials is a new transaction: its
+	// branch carries its CSeq.
+	b = e.via(b, c.n, c.cseq)
 	b = append(b, "Max-Forwards: 70\r\n"...)
 	b = e.fromHdr(b, "sipload", c.n)
 	b = append(b, "To: <"...)
@@ -139,6 +141,7 @@ func (e *endpoint) outOfDialog(b []byte, method string, c *call) []byte {
 	b = append(b, ">\r\nCall-ID: "...)
 	b = append(b, c.callID...)
 	b = append(b, "\r\n"...)
+	b = append(b, c.auth...)
 	return appendCSeq(b, c.cseq, method)
 }
 
@@ -178,7 +181,7 @@ func (e *endpoint) ack(b []byte, c *call, twoxx bool) []byte {
 	b = append(b, "ACK "...)
 	b = append(b, c.ruri...)
 	b = append(b, " SIP/2.0\r\n"...)
-	b = e.via(b, c.n, 1)
+	b = e.via(b, c.n, c.cseq)
 	b = append(b, "Max-Forwards: 70\r\n"...)
 	b = e.fromHdr(b, "sipload", c.n)
 	b = appendHdr(b, "To", c.to)
@@ -213,6 +216,7 @@ func (e *endpoint) register(b []byte, c *call, user string, expires int) []byte 
 	b = append(b, c.callID...)
 	b = append(b, "\r\n"...)
 	b = appendCSeq(b, c.cseq, "REGISTER")
+	b = append(b, c.auth...)
 	b = append(b, "Contact: <sip:"...)
 	b = append(b, user...)
 	b = append(b, '@')

@@ -95,6 +95,8 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&o.BufSize, "buff_size", 4<<20, "socket send and receive buffer size in bytes")
 	fs.IntVar(&o.Users, "users", 0, "register: distinct users; further registrations refresh them (0: every one new)")
 	fs.IntVar(&o.Expires, "expires", 3600, "register: Expires in seconds")
+	fs.StringVar(&o.AuthUser, "au", "", "user name of digest credentials (default: the registering user, or -s)")
+	fs.StringVar(&o.AuthPass, "ap", "", "password answering 401/407 challenges with digest credentials, once per call (default: none, a challenge fails the call)")
 	fs.IntVar(&o.RejectEvery, "reject_every", 0, "uas: answer every Nth INVITE with 503 and Retry-After")
 	fs.StringVar(&o.Scrape, "scrape", "", "Prometheus metrics URL of the server, read each second")
 	fs.StringVar(&cfg.csv, "csv", "", "write one CSV row per second to this file")

@@ -34,8 +34,13 @@ type Options struct {
 	BufSize     int           // -buff_size: socket buffers, default 4 MiB
 	Users       int           // register: distinct users; later registrations refresh them (0: all new)
 	Expires     int           // register: Expires value, default 3600
-	RejectEvery int           // uas: answer every Nth INVITE with 503 and Retry-After (0: never)
-	Scrape      string        // --scrape: Prometheus URL read each second
+	// AuthUser and AuthPass (-au, -ap) answer a 401 or 407 with digest
+	// credentials, once per call, as SIPp's -au and -ap do; AuthUser
+	// defaults to the registering user, or -s. No AuthPass: no answer.
+	AuthUser    string
+	AuthPass    string
+	RejectEvery int    // uas: answer every Nth INVITE with 503 and Retry-After (0: never)
+	Scrape      string // --scrape: Prometheus URL read each second
 	// Metrics, if set, counts this run's outcomes and response times.
 	Metrics *Metrics
 	// OnListen, if set, is called with the local address once bound.
