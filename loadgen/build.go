@@ -135,7 +135,7 @@ func (e *endpoint) outOfDialog(b []byte, method string, c *call) []byte {
 	// branch carries its CSeq.
 	b = e.via(b, c.n, c.cseq)
 	b = append(b, "Max-Forwards: 70\r\n"...)
-	b = e.fromHdr(b, "sipload", c.n)
+	b = e.fromHdr(b, c.fromUser(), c.n)
 	b = append(b, "To: <"...)
 	b = append(b, c.ruri...)
 	b = append(b, ">\r\nCall-ID: "...)
@@ -157,7 +157,7 @@ func (e *endpoint) inDialog(b []byte, method string, c *call, branch uint32) []b
 		b = appendHdr(b, "Route", c.routes[i])
 	}
 	b = append(b, "Max-Forwards: 70\r\n"...)
-	b = e.fromHdr(b, "sipload", c.n)
+	b = e.fromHdr(b, c.fromUser(), c.n)
 	b = appendHdr(b, "To", c.to)
 	b = appendHdr(b, "Call-ID", []byte(c.callID))
 	return appendCSeq(b, c.cseq, method)
@@ -183,7 +183,7 @@ func (e *endpoint) ack(b []byte, c *call, twoxx bool) []byte {
 	b = append(b, " SIP/2.0\r\n"...)
 	b = e.via(b, c.n, c.cseq)
 	b = append(b, "Max-Forwards: 70\r\n"...)
-	b = e.fromHdr(b, "sipload", c.n)
+	b = e.fromHdr(b, c.fromUser(), c.n)
 	b = appendHdr(b, "To", c.to)
 	b = appendHdr(b, "Call-ID", []byte(c.callID))
 	b = appendCSeq(b, c.cseq, "ACK")

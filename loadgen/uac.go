@@ -126,11 +126,13 @@ func (u *uac) startCall(now time.Duration) {
 	b := make([]byte, 0, 1024) // kept for retransmission, then reused by the BYE
 	switch u.o.Scenario {
 	case "uac":
+		cl.authUser = u.o.AuthUser
 		cl.callID = string(u.ep.callID(nil, cl.n))
 		cl.ruri = u.ruri
 		cl.state = sInvite
 		b = u.ep.invite(b, cl)
 	case "options":
+		cl.authUser = u.o.AuthUser
 		cl.callID = string(u.ep.callID(nil, cl.n))
 		cl.ruri = u.ruri
 		cl.state = sReq
@@ -373,4 +375,14 @@ func (u *uac) answerChallenge(cl *call, m *msg, now time.Duration) bool {
 	}
 	u.armTxn(cl, now)
 	return true
+}
+
+// fromUser is the user of the From of a call's requests: the -au user when
+// one is given, so that credentials and From name the same subscriber (a
+// server may insist), else sipload.
+func (c *call) fromUser() string {
+	if c.authUser != "" {
+		return c.authUser
+	}
+	return "sipload"
 }

@@ -138,6 +138,16 @@ func (c *msgCtx) authorize(a []*script.Literal, proxy bool) bool {
 	if cred == nil {
 		return false
 	}
+	// Credentials vouch for the user they name only: alice's may not
+	// register bob or call as bob (Kamailio's auth_check with its
+	// identity flag).
+	id := &c.req.To().Address
+	if proxy {
+		id = &c.req.From().Address
+	}
+	if id.User != cred.Username {
+		return false
+	}
 	users, secret, err := w.users()
 	if err != nil {
 		w.storeFailed(c, "authorize", cred.Username, err)

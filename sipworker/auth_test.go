@@ -19,6 +19,7 @@ import (
 func TestWWWAuthorize(t *testing.T) {
 	store := location.NewMemory()
 	store.PutUser(location.NewUser("alice", "example.com", "right"))
+	store.PutUser(location.NewUser("bob", "example.com", "bobs"))
 	w, err := NewWorker(Options{Script: &script.Script{}, Store: store,
 		Listen: []config.Socket{{Proto: "udp", Host: "127.0.0.1", Port: 5060}}})
 	if err != nil {
@@ -68,6 +69,7 @@ func TestWWWAuthorize(t *testing.T) {
 		{"nonce signed by someone else", creds("alice", "right", forged, "MD5", ruri, 1), false, false},
 		{"another Request-URI", creds("alice", "right", n3, "MD5", "sip:other.example", 3), false, false},
 		{"not digest", "Basic YWxpY2U6cmlnaHQ=", false, false},
+		{"another user's credentials", creds("bob", "bobs", n3, "MD5", ruri, 4), false, false},
 	} {
 		ok, st := check(c.auth)
 		if ok != c.want || st.stale != c.stale {
