@@ -15,6 +15,7 @@ import (
 	"github.com/alecthomas/participle/v2"
 	"github.com/alecthomas/participle/v2/lexer"
 
+	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/profile"
 	"github.com/sipvisor/sipvisor/script"
 )
@@ -306,12 +307,49 @@ func (l *loader) build() {
 		}
 	}
 	l.crossChecks()
+	if _, err := location.ParseURL(c.LocationStore); err != nil {
+		l.errorf(l.setAt["location_store"], "%v", err)
+	}
+	for _, a := range c.Auth.Algorithms {
+		if a != "MD5" && a != "SHA-256" {
+			l.errorf(l.setAt["auth_algorithms"], "auth_algorithms: unknown algorithm %q; want SHA-256 or MD5", a)
+		}
+	}
+	if len(c.Auth.Algorithms) == 0 {
+		l.errorf(l.setAt["auth_algorithms"], "auth_algorithms: want at least one of SHA-256, MD5")
+	}
+	for _, d := range c.Domains {
+		if strings.ContainsAny(d, "@:;<>/") {
+			l.errorf(l.setAt["domain"], "domain %q: want a host name such as example.com, without user, port or parameters", d)
+		}
+	}
 	c.Script = l.script()
 	if l.first != nil {
 		if _, ok := c.Script.Routes[""]; !ok {
 			l.errorf(*l.first, "sockets need a main route { ... } block to route their requests")
 		}
 	}
+}
+
+// Store is where registrations live: location_store parsed, a relative
+// SQLite path made relative to the config file's directory (the working
+// directory for the built-in config).
+func (c *Config) Store() (location.Spec, error) {
+	sp, err := location.ParseURL(c.LocationStore)
+	if err != nil {
+		return sp, err
+	}
+	dir := ""
+	if c.File != "" && c.File != DefaultName {
+		dir = filepath.Dir(c.File)
+	}
+	sp = sp.Resolve(dir)
+	if sp.Kind == location.KindSQLite {
+		if abs, err := filepath.Abs(sp.Path); err == nil {
+			sp.Path = abs
+		}
+	}
+	return sp, nil
 }
 
 func mustInt(s string) int {

@@ -69,6 +69,16 @@ type Config struct {
 	// Conn holds the bounds on TCP and TLS connections.
 	Conn ConnLimits `json:"connections"`
 
+	// LocationStore: location_store = URL, where registrations live, as
+	// written (default sqlite:location.db); Store resolves it.
+	LocationStore string `json:"location_store"`
+	// Domains: domain = "a.example b.example", the served SIP domains,
+	// lower-case.
+	Domains []string `json:"domains,omitempty"`
+
+	// Auth holds digest authentication's settings.
+	Auth Auth `json:"auth"`
+
 	// LogLevel: log_level = debug|info|warn|error (default info).
 	LogLevel string `json:"log_level"`
 
@@ -209,4 +219,10 @@ func (r RetryAfter) Draw() int {
 		return lo
 	}
 	return lo + int(rand.Uint64N(uint64(hi-lo+1)))
+}
+
+// Auth: nonce_expire (default 300s), auth_algorithms (default "SHA-256 MD5").
+type Auth struct {
+	NonceExpire time.Duration `json:"nonce_expire"`
+	Algorithms  []string      `json:"algorithms"`
 }

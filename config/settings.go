@@ -117,6 +117,16 @@ var settings = []setting{
 	{Name: "http_token", Kind: kindString, Doc: "Bearer token the control API requires; mandatory when http_listen is not a loopback address.",
 		set: func(c *Config, v value) { c.HTTPToken = v.s }},
 
+	{Name: "location_store", Kind: kindString, Default: "sqlite:location.db", Doc: "Where registrations live, written in quotes (`location_store = \"sqlite:/var/lib/sipvisor/location.db\"`). `sqlite:PATH`: a database file that survives restarts, which every worker reads and writes itself (a relative path is relative to the config file's directory, or the working directory for the built-in config). `redis://HOST:PORT/DB` (`rediss://` for TLS, `redis://:PASSWORD@HOST:PORT/DB` with a password): a Redis server (6.2 or later) that several sipvisor nodes share, each binding a key whose TTL is its expiry (docs/CLUSTER.md). `memory:`: in the supervisor's memory, lost on restart; for tests. A store that cannot be reached is an error at start; at run time its REGISTERs and lookups are answered 503 with Retry-After. A reload keeps the store the server started with.",
+		set: func(c *Config, v value) { c.LocationStore = v.s }},
+	{Name: "domain", Kind: kindString, Doc: "The SIP domains this server is registrar and proxy for, separated by spaces or commas (`\"example.com example.org\"`). is_myself() is true of them as of this server's own addresses. An address of record is `sip:user@domain` (RFC 3261 section 10), and a user registered or called by one of this server's own addresses is filed under the first domain, so that every node of a cluster finds it whichever address was used. Without it, the first socket's address stands in. Must be the same on every node that shares a location_store.",
+		set: func(c *Config, v value) { c.Domains = splitList(v.s) }},
+
+	{Name: "nonce_expire", Kind: kindDuration, Default: "300s", Min: 1, Max: 86400, HasMax: true, Doc: "How long a digest nonce issued by www_challenge or proxy_challenge is accepted; an older one gets a new challenge with stale=true. Every nonce-count of a nonce is accepted once, on any worker or node sharing the location store.",
+		set: func(c *Config, v value) { c.Auth.NonceExpire = v.d }},
+	{Name: "auth_algorithms", Kind: kindString, Default: "SHA-256 MD5", Doc: "The digest algorithms challenges offer, in order of preference, one WWW-Authenticate (or Proxy-Authenticate) header each (RFC 8760): `SHA-256`, `MD5`. A client that takes the first challenge it sees whatever its algorithm (SIPp 3.6) needs `\"MD5\"`.",
+		set: func(c *Config, v value) { c.Auth.Algorithms = splitAlgorithms(v.s) }},
+
 	{Name: "suspend_enable", Kind: kindBool, Default: "yes", Doc: "Refuse new sessions while any monitor is over its high watermark, until all are under their low ones.",
 		set: func(c *Config, v value) { c.Suspend.Enable = v.b }},
 	{Name: "suspend_event_queue_usage_high", Kind: kindPercent, Default: "80", Min: 1, Max: 100, HasMax: true, Doc: "Suspend when a group's queued messages reach this share of its queue capacity.",
@@ -371,3 +381,21 @@ func formatBytes(n int64) string {
 
 // SettingNames lists every global setting, in the reference's order.
 func SettingNames() []string { return settingNames() }
+
+// splitList reads a list written with spaces or commas between its items.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
+		out = append(out, strings.ToLower(f))
+	}
+	return out
+}
+
+// splitAlgorithms reads auth_algorithms, upper-cased.
+func splitAlgorithms(s string) []string {
+	var out []string
+	for _, f := range splitList(s) {
+		out = append(out, strings.ToUpper(f))
+	}
+	return out
+}

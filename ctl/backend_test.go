@@ -176,12 +176,54 @@ func (b *testBackend) Reload() (ReloadResult, error) {
 
 var testNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-func (b *testBackend) Locations() []Binding {
-	return []Binding{
-		{AOR: "sip:alice@example.com", Contact: "<sip:alice@127.0.0.1:5070>;expires=3600", Expires: testNow.Add(3599 * time.Second), Source: "127.0.0.1:5070"},
-		{AOR: "sip:alice@example.com", Contact: "<sip:alice@127.0.0.1:5072>", Expires: testNow.Add(90 * time.Second), Source: "127.0.0.1:5072"},
-		{AOR: "sip:bob@example.com", Contact: "<sip:bob@127.0.0.1:5080>", Expires: testNow.Add(-time.Second), Source: ""},
+var testBindings = []Binding{
+	{AOR: "sip:alice@example.com", Contact: "<sip:alice@127.0.0.1:5070>;expires=3600", Expires: testNow.Add(3599 * time.Second), Source: "127.0.0.1:5070"},
+	{AOR: "sip:alice@example.com", Contact: "<sip:alice@127.0.0.1:5072>", Expires: testNow.Add(90 * time.Second), Source: "127.0.0.1:5072"},
+	{AOR: "sip:bob@example.com", Contact: "<sip:bob@127.0.0.1:5080>", Expires: testNow.Add(-time.Second), Source: ""},
+}
+
+func (b *testBackend) Locations(aor string) ([]Binding, error) {
+	if aor == "" {
+		return testBindings, nil
 	}
+	var out []Binding
+	for _, x := range testBindings {
+		if x.AOR == aor {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
+func (b *testBackend) RemoveLocation(aor, contact string) (int, error) {
+	n := 0
+	for _, x := range testBindings {
+		if x.AOR == aor && (contact == "" || x.Contact == contact) {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, ErrNoBinding
+	}
+	return n, nil
 }
 
 var _ Backend = (*testBackend)(nil)
+
+func (b *testBackend) Users() ([]User, error) {
+	return []User{{Name: "alice", Realm: "example.com"}, {Name: "bob", Realm: "example.com"}}, nil
+}
+
+func (b *testBackend) AddUser(u User) error {
+	if len(u.HA1MD5) != 32 || len(u.HA1SHA256) != 64 {
+		return errors.New("bad hashes")
+	}
+	return nil
+}
+
+func (b *testBackend) RemoveUser(name, realm string) error {
+	if name != "alice" || realm != "example.com" {
+		return ErrNoUser
+	}
+	return nil
+}

@@ -29,6 +29,10 @@ const maxBody = 64 << 10
 //	GET  /mi/resource-monitor   []Resource
 //	POST /mi/reload             ReloadResult
 //	GET  /mi/ul                 []Binding; ?aor= keeps one address of record
+//	POST /mi/ul/rm?aor=&contact= {"removed": N}; without contact, every binding of aor
+//	GET  /mi/user               []User, without their hashes
+//	POST /mi/user/add           body: a User with its HA1s; {"added": "user@realm"}
+//	POST /mi/user/rm?user=&realm= {"removed": "user@realm"}
 //
 // Errors are {"error": "..."} with 400 (bad value or refused change), 401
 // (no or wrong token), 404 (no such endpoint or setting) or 405 (wrong
@@ -112,9 +116,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, nonNil(h.b.ResourceMonitor()))
 		}
 	case "ul":
-		if h.method(w, r, http.MethodGet) && h.noRest(w, rest) {
-			h.ul(w, r)
+		switch rest {
+		case "rm":
+			if h.method(w, r, http.MethodPost) {
+				h.ulRemove(w, r)
+			}
+		default:
+			if h.method(w, r, http.MethodGet) && h.noRest(w, rest) {
+				h.ul(w, r)
+			}
 		}
+	case "user":
+		h.user(w, r, rest)
 	case "get":
 		if h.method(w, r, http.MethodGet) {
 			v, err := h.b.Params().Get(rest)
@@ -169,7 +182,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-var endpoints = []string{"ps", "stats", "get", "set", "suspend", "resume", "resource-monitor", "reload", "ul"}
+var endpoints = []string{"ps", "stats", "get", "set", "suspend", "resume", "resource-monitor", "reload", "ul", "user"}
 
 // RequireToken guards h with the control token as Handler guards the API,
 // for what the supervisor serves beside it: profiles tell much about the
@@ -301,19 +314,104 @@ func setValue(r *http.Request) (string, error) {
 }
 
 func (h *handler) ul(w http.ResponseWriter, r *http.Request) {
-	all := h.b.Locations()
-	aor := r.URL.Query().Get("aor")
-	if aor == "" {
-		writeJSON(w, http.StatusOK, nonNil(all))
+	bs, err := h.b.Locations(r.URL.Query().Get("aor"))
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	out := []Binding{}
-	for _, b := range all {
-		if b.AOR == aor {
-			out = append(out, b)
+	writeJSON(w, http.StatusOK, nonNil(bs))
+}
+
+// ErrNoBinding is RemoveLocation's answer when nothing matched.
+var ErrNoBinding = errors.New("no such binding")
+
+func (h *handler) ulRemove(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	aor, contact := q.Get("aor"), q.Get("contact")
+	if !strings.Contains(aor, "@") {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("ul rm wants a full address of record, sip:user@domain, have %q", aor))
+		return
+	}
+	n, err := h.b.RemoveLocation(aor, contact)
+	switch {
+	case errors.Is(err, ErrNoBinding):
+		what := "no binding under " + aor
+		if contact != "" {
+			what = fmt.Sprintf("no binding of %s under %s", contact, aor)
+		}
+		writeError(w, http.StatusNotFound, what)
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		writeJSON(w, http.StatusOK, map[string]int{"removed": n})
+	}
+}
+
+// ErrNoUser is RemoveUser's answer for a subscriber it does not know.
+var ErrNoUser = errors.New("no such user")
+
+func (h *handler) user(w http.ResponseWriter, r *http.Request, rest string) {
+	switch rest {
+	case "":
+		if !h.method(w, r, http.MethodGet) {
+			return
+		}
+		us, err := h.b.Users()
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		for i := range us {
+			us[i].HA1MD5, us[i].HA1SHA256 = "", ""
+		}
+		writeJSON(w, http.StatusOK, nonNil(us))
+	case "add":
+		if !h.method(w, r, http.MethodPost) {
+			return
+		}
+		var u User
+		if err := json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&u); err != nil {
+			writeError(w, http.StatusBadRequest, "user add: body: "+err.Error())
+			return
+		}
+		if u.Name == "" || u.Realm == "" || !isHex(u.HA1MD5, 32) || !isHex(u.HA1SHA256, 64) {
+			writeError(w, http.StatusBadRequest, "user add: want user, realm, ha1_md5 (32 hex digits) and ha1_sha256 (64)")
+			return
+		}
+		if err := h.b.AddUser(u); err != nil {
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"added": u.Name + "@" + u.Realm})
+	case "rm":
+		if !h.method(w, r, http.MethodPost) {
+			return
+		}
+		name, realm := r.URL.Query().Get("user"), r.URL.Query().Get("realm")
+		err := h.b.RemoveUser(name, realm)
+		switch {
+		case errors.Is(err, ErrNoUser):
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no user %s in realm %s", name, realm))
+		case err != nil:
+			writeError(w, http.StatusServiceUnavailable, err.Error())
+		default:
+			writeJSON(w, http.StatusOK, map[string]string{"removed": name + "@" + realm})
+		}
+	default:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %q: want /mi/user, /mi/user/add or /mi/user/rm", r.URL.Path))
+	}
+}
+
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, c := range s {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	return true
 }
 
 // nonNil makes an empty list encode as [] rather than null.

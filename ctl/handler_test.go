@@ -100,6 +100,14 @@ func TestHandlerRequests(t *testing.T) {
 		{"resource monitor", "GET", "/mi/resource-monitor", "", 200, `"over": true`, 85},
 		{"ul", "GET", "/mi/ul", "", 200, `"aor": "sip:bob@example.com"`, 85},
 		{"reload", "POST", "/mi/reload", "", 200, `"reloaded": true`, 85},
+		{"ul rm", "POST", "/mi/ul/rm?aor=sip:alice@example.com", "", 200, `"removed": 2`, 85},
+		{"ul rm without a domain", "POST", "/mi/ul/rm?aor=alice", "", 400, "full address of record", 85},
+		{"ul rm of nothing", "POST", "/mi/ul/rm?aor=sip:carol@example.com", "", 404, "no binding under sip:carol@example.com", 85},
+		{"user list", "GET", "/mi/user", "", 200, `"user": "bob"`, 85},
+		{"user add", "POST", "/mi/user/add", `{"user":"carol","realm":"example.com","ha1_md5":"` + strings.Repeat("a", 32) + `","ha1_sha256":"` + strings.Repeat("b", 64) + `"}`, 200, `"added": "carol@example.com"`, 85},
+		{"user add with a password", "POST", "/mi/user/add", `{"user":"carol","realm":"example.com","password":"x"}`, 400, "ha1_md5 (32 hex digits)", 85},
+		{"user rm", "POST", "/mi/user/rm?user=alice&realm=example.com", "", 200, `"removed": "alice@example.com"`, 85},
+		{"user rm unknown", "POST", "/mi/user/rm?user=zed&realm=example.com", "", 404, "no user zed in realm example.com", 85},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,9 @@ package ctl
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -35,6 +38,13 @@ commands:
   wait-ready             wait until sipvisor takes new calls (/readyz), at
                          most -timeout: for scripts that start it
   ul show [AOR]          registered bindings
+  ul show [AOR]          registered bindings (AOR sip:user@domain, or a user name)
+  ul rm AOR [CONTACT]    drop AOR's binding of CONTACT, or all of AOR's
+  user add USER@REALM PASSWORD
+                         add (or change) a subscriber of digest authentication;
+                         only the password's hashes leave this command
+  user rm USER@REALM     remove a subscriber
+  user list              list the subscribers
   pprof PROFILE [-worker ID [-group NAME]] [-seconds N] [-o FILE]
                          save a profile of the supervisor, or of a worker
                          (heap, allocs, goroutine, profile: CPU for N
@@ -213,9 +223,24 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 			return err
 		}
 		return cmd.waitReady(ctx)
+	case "user":
+		return cmd.user(ctx, args)
 	case "ul":
+		if len(args) >= 2 && args[0] == "rm" && len(args) <= 3 {
+			q := url.Values{"aor": {args[1]}}
+			if len(args) == 3 {
+				q.Set("contact", args[2])
+			}
+			var res struct {
+				Removed int `json:"removed"`
+			}
+			return cmd.call(ctx, http.MethodPost, "ul/rm?"+q.Encode(), nil, &res, func() error {
+				_, err := fmt.Fprintf(cmd.stdout, "removed %d binding(s)\n", res.Removed)
+				return err
+			})
+		}
 		if len(args) == 0 || args[0] != "show" || len(args) > 2 {
-			return usageError{"ul: want ul show [AOR]"}
+			return usageError{"ul: want ul show [AOR] or ul rm AOR [CONTACT]"}
 		}
 		q := "ul"
 		if len(args) == 2 {
@@ -373,4 +398,55 @@ func unwrapURL(err error) error {
 		return ue.Err
 	}
 	return err
+}
+
+// user is `ctl user add|rm|list`. The HA1 hashes are computed here, so the
+// password crosses neither the control API nor the store.
+func (cmd *command) user(ctx context.Context, args []string) error {
+	split := func(s string) (string, string, error) {
+		name, realm, ok := strings.Cut(s, "@")
+		if !ok || name == "" || realm == "" {
+			return "", "", usageError{fmt.Sprintf("user: want USER@REALM, as alice@example.com, have %q", s)}
+		}
+		return name, strings.ToLower(realm), nil
+	}
+	switch {
+	case len(args) == 3 && args[0] == "add":
+		name, realm, err := split(args[1])
+		if err != nil {
+			return err
+		}
+		a1 := name + ":" + realm + ":" + args[2]
+		m, s := md5.Sum([]byte(a1)), sha256.Sum256([]byte(a1))
+		body, _ := json.Marshal(User{Name: name, Realm: realm, HA1MD5: hex.EncodeToString(m[:]), HA1SHA256: hex.EncodeToString(s[:])})
+		return cmd.call(ctx, http.MethodPost, "user/add", body, nil, func() error {
+			_, err := fmt.Fprintf(cmd.stdout, "added %s@%s\n", name, realm)
+			return err
+		})
+	case len(args) == 2 && args[0] == "rm":
+		name, realm, err := split(args[1])
+		if err != nil {
+			return err
+		}
+		q := url.Values{"user": {name}, "realm": {realm}}
+		return cmd.call(ctx, http.MethodPost, "user/rm?"+q.Encode(), nil, nil, func() error {
+			_, err := fmt.Fprintf(cmd.stdout, "removed %s@%s\n", name, realm)
+			return err
+		})
+	case len(args) == 1 && args[0] == "list":
+		var us []User
+		return cmd.call(ctx, http.MethodGet, "user", nil, &us, func() error {
+			if len(us) == 0 {
+				_, err := fmt.Fprintln(cmd.stdout, "no users")
+				return err
+			}
+			for _, u := range us {
+				if _, err := fmt.Fprintf(cmd.stdout, "%s@%s\n", u.Name, u.Realm); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return usageError{"user: want user add USER@REALM PASSWORD, user rm USER@REALM or user list"}
 }

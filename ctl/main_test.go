@@ -139,7 +139,7 @@ func TestMainErrors(t *testing.T) {
 		{"set one arg", []string{"set", memHigh}, true, 2, "set: want set PATH VALUE"},
 		{"set empty path", []string{"set", "/", "1"}, true, 2, "set: PATH is empty"},
 		{"ps with arg", []string{"ps", "x"}, true, 2, "ps: want no arguments"},
-		{"ul without show", []string{"ul"}, true, 2, "ul: want ul show [AOR]"},
+		{"ul without show", []string{"ul"}, true, 2, "ul: want ul show [AOR] or ul rm AOR [CONTACT]"},
 		{"bad flag", []string{"-bogus", "ps"}, true, 2, "flag provided but not defined: -bogus"},
 		{"unknown path", []string{"set", "suspend_watermarks/system_memory_usage/hgh", "90"}, true, 1, `did you mean "` + memHigh + `"?`},
 		{"bad value", []string{"set", memHigh, "ninety"}, true, 1, memHigh + `: "ninety" is not a number`},

@@ -27,8 +27,32 @@ type Backend interface {
 	// config running. It says which settings changed and which lines take a
 	// restart.
 	Reload() (ReloadResult, error)
-	// Locations lists the registrar's bindings.
-	Locations() []Binding
+	// Locations lists the registrar's bindings: all of them, or those of
+	// one address of record (normalised as the registrar does; a bare user
+	// name matches that user in every domain). An error is a store out of
+	// reach.
+	Locations(aor string) ([]Binding, error)
+	// RemoveLocation drops the binding of contact under the full AOR aor,
+	// or all of the AOR's when contact is "", and says how many went;
+	// ErrNoBinding when there was none.
+	RemoveLocation(aor, contact string) (int, error)
+	// Users lists the subscribers digest authentication knows.
+	Users() ([]User, error)
+	// AddUser adds or replaces a subscriber's credentials (HA1 hashes,
+	// never the password).
+	AddUser(u User) error
+	// RemoveUser drops a subscriber; ErrNoUser when there was none.
+	RemoveUser(name, realm string) error
+}
+
+// User is a subscriber of digest authentication: a name in a realm, and
+// the HA1 hashes of its password, H(name:realm:password), in lower-case
+// hex; Users lists them without the hashes.
+type User struct {
+	Name      string `json:"user"`
+	Realm     string `json:"realm"`
+	HA1MD5    string `json:"ha1_md5,omitempty"`
+	HA1SHA256 string `json:"ha1_sha256,omitempty"`
 }
 
 // Loads is a load in percent of wall time busy (0–100, OpenSIPS's meaning)

@@ -104,8 +104,16 @@ func (s *syncBuffer) String() string {
 // waits until every group has a ready worker.
 func startServer(t testing.TB, cfg string) *server {
 	t.Helper()
+	return startServerIn(t, t.TempDir(), cfg)
+}
+
+// startServerIn is startServer with the config file in dir, where the
+// default location store keeps its database: a server started again in the
+// same dir finds the registrations of the one before.
+func startServerIn(t testing.TB, dir, cfg string) *server {
+	t.Helper()
 	httpPort := freePort(t)
-	path := filepath.Join(t.TempDir(), "sipvisor.cfg")
+	path := filepath.Join(dir, "sipvisor.cfg")
 	text := strings.ReplaceAll(cfg, "HTTP_PORT", strconv.Itoa(httpPort))
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)

@@ -140,14 +140,17 @@ func (e *endpoint) outOfDialog(b []byte, method string, c *call) []byte {
 	b = append(b, ' ')
 	b = append(b, c.ruri...)
 	b = append(b, " SIP/2.0\r\n"...)
-	b = e.via(b, c.n, 1)
+	// A request sent again with credentials is a new transaction: its
+	// branch carries its CSeq.
+	b = e.via(b, c.n, c.cseq)
 	b = append(b, "Max-Forwards: 70\r\n"...)
-	b = e.fromHdr(b, "sipload", c.n)
+	b = e.fromHdr(b, c.fromUser(), c.n)
 	b = append(b, "To: <"...)
 	b = append(b, c.ruri...)
 	b = append(b, ">\r\nCall-ID: "...)
 	b = append(b, c.callID...)
 	b = append(b, "\r\n"...)
+	b = append(b, c.auth...)
 	return appendCSeq(b, c.cseq, method)
 }
 
@@ -163,7 +166,7 @@ func (e *endpoint) inDialog(b []byte, method string, c *call, branch uint32) []b
 		b = appendHdr(b, "Route", c.routes[i])
 	}
 	b = append(b, "Max-Forwards: 70\r\n"...)
-	b = e.fromHdr(b, "sipload", c.n)
+	b = e.fromHdr(b, c.fromUser(), c.n)
 	b = appendHdr(b, "To", c.to)
 	b = appendHdr(b, "Call-ID", []byte(c.callID))
 	return appendCSeq(b, c.cseq, method)
@@ -187,9 +190,9 @@ func (e *endpoint) ack(b []byte, c *call, twoxx bool) []byte {
 	b = append(b, "ACK "...)
 	b = append(b, c.ruri...)
 	b = append(b, " SIP/2.0\r\n"...)
-	b = e.via(b, c.n, 1)
+	b = e.via(b, c.n, c.cseq)
 	b = append(b, "Max-Forwards: 70\r\n"...)
-	b = e.fromHdr(b, "sipload", c.n)
+	b = e.fromHdr(b, c.fromUser(), c.n)
 	b = appendHdr(b, "To", c.to)
 	b = appendHdr(b, "Call-ID", []byte(c.callID))
 	b = appendCSeq(b, c.cseq, "ACK")
@@ -222,6 +225,7 @@ func (e *endpoint) register(b []byte, c *call, user string, expires int) []byte 
 	b = append(b, c.callID...)
 	b = append(b, "\r\n"...)
 	b = appendCSeq(b, c.cseq, "REGISTER")
+	b = append(b, c.auth...)
 	b = append(b, "Contact: <sip:"...)
 	b = append(b, user...)
 	b = append(b, '@')

@@ -152,8 +152,8 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	var inf listFlag
 	fs.Var(&inf, "inf", "CSV file for [fieldN] (first line SEQUENTIAL or RANDOM); may be repeated")
 	fs.StringVar(&o.Rsa, "rsa", "", "send to this host:port instead of the target ([remote_ip] stays the target)")
-	fs.StringVar(&o.AuthUser, "au", "", "user name answering a 401/407 challenge with [authentication] (default -s)")
-	fs.StringVar(&o.AuthPass, "ap", "", "password answering a 401/407 challenge (default \"password\")")
+	fs.StringVar(&o.AuthUser, "au", "", "user name of digest credentials (default: the registering user, or -s)")
+	fs.StringVar(&o.AuthPass, "ap", "", "password of digest credentials: -sf scenarios answer 401/407 with [authentication] (default \"password\", as SIPp); built-in scenarios answer one challenge per call when it is given")
 	var traceMsg, traceErr bool
 	fs.BoolVar(&traceMsg, "trace_msg", false, "log every message sent and received to <scenario>_<pid>_messages.log")
 	fs.BoolVar(&traceErr, "trace_err", false, "log unexpected messages and failed calls to <scenario>_<pid>_errors.log")

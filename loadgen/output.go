@@ -180,6 +180,9 @@ func writeSummary(w io.Writer, o *Options, st Stats) {
 	}
 	fmt.Fprintf(w, "  messages   retransmitted %d  duplicates received %d  unexpected %d  send errors %d  limited by -l %d\n",
 		st.Retransmissions, st.RetransReceived, st.Unexpected, st.SendErrors, st.Limited)
+	if o.AuthPass != "" {
+		fmt.Fprintf(w, "  auth       challenged %d (answered with -au/-ap credentials)\n", st.Challenged)
+	}
 	if o.Scenario != "uas" {
 		fmt.Fprintf(w, "  setup      p50 %.2fms  p90 %.2fms  p99 %.2fms\n", ms(st.SetupP50), ms(st.SetupP90), ms(st.SetupP99))
 	}

@@ -28,6 +28,9 @@ type msg struct {
 	vias       [][]byte
 	rrs        [][]byte // Record-Route values in message order
 	retryAfter bool
+	// challenges are the WWW-Authenticate or Proxy-Authenticate values of
+	// a 401 or 407, in message order.
+	challenges [][]byte
 	body       []byte
 }
 
@@ -40,8 +43,8 @@ var (
 // scan fills m from b. Errors name the line they stopped at, so a stray
 // datagram in a log says what was wrong with it.
 func (m *msg) scan(b []byte) error {
-	vias, rrs := m.vias[:0], m.rrs[:0]
-	*m = msg{raw: b, vias: vias, rrs: rrs}
+	vias, rrs, chs := m.vias[:0], m.rrs[:0], m.challenges[:0]
+	*m = msg{raw: b, vias: vias, rrs: rrs, challenges: chs}
 	eol := bytes.Index(b, crlf)
 	if eol < 0 {
 		return errShort
@@ -140,6 +143,8 @@ func (m *msg) scan(b []byte) error {
 			m.rrs = append(m.rrs, val)
 		case hdrIs(name, "Retry-After", ""):
 			m.retryAfter = true
+		case hdrIs(name, "WWW-Authenticate", ""), hdrIs(name, "Proxy-Authenticate", ""):
+			m.challenges = append(m.challenges, val)
 		}
 		pos = next
 	}

@@ -30,6 +30,8 @@ type Counts struct {
 	Limited    int64
 	Unexpected int64 // messages matching no call, or not parsable
 	SendErrors int64
+	// Challenged counts 401 and 407 answered with credentials (-ap).
+	Challenged int64
 }
 
 func (c *Counts) add(o *Counts) {
@@ -46,6 +48,7 @@ func (c *Counts) add(o *Counts) {
 	c.Limited += o.Limited
 	c.Unexpected += o.Unexpected
 	c.SendErrors += o.SendErrors
+	c.Challenged += o.Challenged
 }
 
 // failReason classifies a final failure response.

@@ -1,6 +1,8 @@
 package loadgen
 
 import (
+	"github.com/icholy/digest"
+
 	"bytes"
 	"strconv"
 	"time"
@@ -25,6 +27,11 @@ type call struct {
 	gen    uint32        // bumped when a transaction ends, voiding its timers
 	noRtx  bool          // a provisional stopped INVITE retransmissions
 	x      *xstate       // -sf: the call's place in its XML scenario
+	// authUser is the user credentials are for; auth the Authorization or
+	// Proxy-Authorization line the request carries once it answered a
+	// challenge (one per call, as SIPp does).
+	authUser string
+	auth     string
 }
 
 const (
@@ -120,11 +127,13 @@ func (u *uac) startCall(now time.Duration) {
 	b := make([]byte, 0, 1024) // kept for retransmission, then reused by the BYE
 	switch u.o.Scenario {
 	case "uac":
+		cl.authUser = u.o.AuthUser
 		cl.callID = string(u.ep.callID(nil, cl.n))
 		cl.ruri = u.ruri
 		cl.state = sInvite
 		b = u.ep.invite(b, cl)
 	case "options":
+		cl.authUser = u.o.AuthUser
 		cl.callID = string(u.ep.callID(nil, cl.n))
 		cl.ruri = u.ruri
 		cl.state = sReq
@@ -151,6 +160,7 @@ func (u *uac) startCall(now time.Duration) {
 		} else {
 			cl.callID = string(u.ep.callID(nil, cl.n))
 		}
+		cl.authUser = user
 		b = u.ep.register(b, cl, user, u.o.Expires)
 	}
 	cl.req = b
@@ -256,6 +266,9 @@ func (u *uac) handle(m *msg, _ peer, now time.Duration) {
 		if m.status >= 300 {
 			u.out = u.ep.ack(u.out[:0], cl, false)
 			u.send(u.out, u.target)
+			if u.answerChallenge(cl, m, now) {
+				return
+			}
 			u.finish(cl, m, 0, false)
 			return
 		}
@@ -292,6 +305,9 @@ func (u *uac) handle(m *msg, _ peer, now time.Duration) {
 		if m.status < 200 {
 			return
 		}
+		if u.answerChallenge(cl, m, now) {
+			return
+		}
 		if m.status < 300 {
 			u.setup(now - cl.sent)
 		}
@@ -299,4 +315,80 @@ func (u *uac) handle(m *msg, _ peer, now time.Duration) {
 	default:
 		u.sec.RetransReceived++
 	}
+}
+
+// answerChallenge sends the request of cl again with credentials, when m
+// is a 401 or 407 and -ap was given, once per call; it reports whether it
+// did. The first challenge whose algorithm sipload knows is answered.
+func (u *uac) answerChallenge(cl *call, m *msg, now time.Duration) bool {
+	if u.o.AuthPass == "" || cl.auth != "" || (m.status != 401 && m.status != 407) {
+		return false
+	}
+	user := u.o.AuthUser
+	if user == "" {
+		user = cl.authUser
+	}
+	if user == "" {
+		user = u.o.Service
+	}
+	method := "INVITE"
+	if cl.state == sReq {
+		method = "OPTIONS"
+		if u.o.Scenario == "register" {
+			method = "REGISTER"
+		}
+	}
+	for _, raw := range m.challenges {
+		ch, err := digest.ParseChallenge(string(raw))
+		if err != nil || !digest.CanDigest(ch) {
+			continue
+		}
+		cr, err := digest.Digest(ch, digest.Options{Method: method, URI: string(cl.ruri), Username: user, Password: u.o.AuthPass, Count: 1})
+		if err != nil {
+			continue
+		}
+		name := "Authorization: "
+		if m.status == 407 {
+			name = "Proxy-Authorization: "
+		}
+		cl.auth = name + cr.String() + "\r\n"
+		break
+	}
+	if cl.auth == "" {
+		return false
+	}
+	u.sec.Challenged++
+	cl.gen++ // voids the first request's timers
+	cl.cseq++
+	cl.rtx, cl.noRtx = u.o.T1, false
+	cl.sent = now
+	b := cl.req[:0]
+	switch {
+	case method == "INVITE":
+		b = u.ep.invite(b, cl)
+	case method == "OPTIONS":
+		b = u.ep.options(b, cl)
+	default:
+		if u.users != nil {
+			u.users[cl.user].cseq = cl.cseq
+		}
+		b = u.ep.register(b, cl, cl.authUser, u.o.Expires)
+	}
+	cl.req = b
+	if !u.send(b, u.target) {
+		u.finish(cl, nil, failOther, false)
+		return true
+	}
+	u.armTxn(cl, now)
+	return true
+}
+
+// fromUser is the user of the From of a call's requests: the -au user when
+// one is given, so that credentials and From name the same subscriber (a
+// server may insist), else sipload.
+func (c *call) fromUser() string {
+	if c.authUser != "" {
+		return c.authUser
+	}
+	return "sipload"
 }

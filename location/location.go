@@ -1,16 +1,18 @@
 // Package location holds SIP registrations: which contacts each address of
 // record (AOR) is reachable at, until when.
 //
-// Registrations live outside the worker processes (the supervisor holds the
-// store), so that scaling a group down or a worker crashing never loses one.
-// Workers reach the store through Store; the in-memory Memory is what the
-// supervisor keeps, and NewRemote/Serve carry the same calls over the
-// worker↔supervisor control channel. A networked store (Redis, for several
-// nodes) is another implementation of the same interface.
+// Registrations live outside the worker processes, so that scaling a group
+// down or a worker crashing never loses one. Open picks the store from the
+// location_store URL: an SQLite file (the default; it survives restarts) or
+// Redis (several nodes share it, expiry as Redis TTLs), both of which each
+// worker opens itself; or memory, kept by the supervisor and reached by the
+// workers through NewRemote/Serve over the control channel, for tests.
 package location
 
 import (
 	"errors"
+	"fmt"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -52,18 +54,36 @@ type Store interface {
 	// when contact is "" (Contact: *).
 	Remove(aor, contact string) error
 	// Expire drops the bindings that lapsed by now and reports how many.
-	Expire(now time.Time) int
+	Expire(now time.Time) (int, error)
 	// List returns every live binding, sorted by AOR then contact.
-	List() []Binding
+	List() ([]Binding, error)
+	// Close releases the store's files or connections.
+	Close() error
 }
 
 // ErrEmptyAOR is returned for a save or remove without an AOR.
 var ErrEmptyAOR = errors.New("location: empty address of record")
 
-// Key normalises an AOR so that sip:Alice@Example.com and
-// sip:Alice@example.com;transport=udp name the same registrations: the user
-// part keeps its case (RFC 3261 19.1.4), the host does not, parameters and a
-// default port are dropped.
+// ErrUnavailable wraps every failure to reach the store (a Redis server
+// down, a database file that cannot be written): a registrar answers 503
+// with Retry-After, as the registration may well succeed later.
+var ErrUnavailable = errors.New("location store unavailable")
+
+// unavailable marks err as a failure to reach the store.
+func unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// Key normalises an address of record to RFC 3261 section 10's canonical
+// sip:user@domain, so that sip:Alice@Example.com,
+// <sips:Alice@example.com:5060;transport=tcp> and sip:%41lice@example.com
+// name the same registrations: the user part keeps its case (19.1.4) with
+// escapes undone, the host is lower-cased, parameters, headers, a password
+// and the default port are dropped, and sips is sip (one user, whichever
+// transport reached them).
 func Key(uri string) string {
 	u := strings.TrimSpace(uri)
 	if i := strings.IndexByte(u, '<'); i >= 0 {
@@ -76,9 +96,12 @@ func Key(uri string) string {
 		u = u[:i]
 	}
 	scheme := "sip"
-	if i := strings.IndexByte(u, ':'); i >= 0 && !strings.ContainsAny(u[:i], "@.") {
+	if i := strings.IndexByte(u, ':'); i >= 0 && !strings.ContainsAny(u[:i], "@.[") {
 		scheme = strings.ToLower(u[:i])
 		u = u[i+1:]
+	}
+	if scheme == "sips" {
+		scheme = "sip"
 	}
 	user, host := "", u
 	if i := strings.LastIndexByte(u, '@'); i >= 0 {
@@ -87,12 +110,28 @@ func Key(uri string) string {
 	if j := strings.IndexByte(user, ':'); j >= 0 {
 		user = user[:j] // a password is not part of the identity
 	}
+	if strings.IndexByte(user, '%') >= 0 {
+		if un, err := url.PathUnescape(user); err == nil {
+			user = un
+		}
+	}
 	host = strings.ToLower(host)
-	host = strings.TrimSuffix(host, ":5060")
+	host = strings.TrimSuffix(strings.TrimSuffix(host, ":5060"), ":5061")
 	if user == "" {
 		return scheme + ":" + host
 	}
 	return scheme + ":" + user + "@" + host
+}
+
+// Host is the domain part of a key made by Key.
+func Host(key string) string {
+	if i := strings.LastIndexByte(key, '@'); i >= 0 {
+		return key[i+1:]
+	}
+	if i := strings.IndexByte(key, ':'); i >= 0 {
+		return key[i+1:]
+	}
+	return key
 }
 
 // Memory is the in-memory Store the supervisor keeps.
@@ -101,6 +140,9 @@ type Memory struct {
 	aors map[string][]Binding
 	// Now is the clock used to hide lapsed bindings; tests replace it.
 	Now func() time.Time
+
+	usersOnce sync.Once
+	u         *memUsers
 }
 
 // NewMemory returns an empty in-memory store.
@@ -151,7 +193,7 @@ func (m *Memory) drop(aor string, i int) {
 	m.aors[aor] = list
 }
 
-// Lookup implements Store.
+// Register implements Store.
 func (m *Memory) Register(aor string, b Binding) ([]Binding, error) {
 	if err := m.Save(aor, b); err != nil {
 		return nil, err
@@ -170,9 +212,24 @@ func (m *Memory) Lookup(aor string) ([]Binding, error) {
 		}
 	}
 	m.mu.Unlock()
-	// Newest registration first: the likeliest to be reachable.
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Expires.After(out[j].Expires) })
+	sortNewest(out)
 	return out, nil
+}
+
+// sortNewest puts the newest registration first: the likeliest to be
+// reachable.
+func sortNewest(bs []Binding) {
+	sort.SliceStable(bs, func(i, j int) bool { return bs[i].Expires.After(bs[j].Expires) })
+}
+
+// sortList orders bindings by AOR, then contact, as List returns them.
+func sortList(bs []Binding) {
+	sort.Slice(bs, func(i, j int) bool {
+		if bs[i].AOR != bs[j].AOR {
+			return bs[i].AOR < bs[j].AOR
+		}
+		return bs[i].Contact < bs[j].Contact
+	})
 }
 
 // Remove implements Store.
@@ -192,8 +249,11 @@ func (m *Memory) Remove(aor, contact string) error {
 	return nil
 }
 
+// Close implements Store.
+func (m *Memory) Close() error { return nil }
+
 // Expire implements Store.
-func (m *Memory) Expire(now time.Time) int {
+func (m *Memory) Expire(now time.Time) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0
@@ -212,11 +272,11 @@ func (m *Memory) Expire(now time.Time) int {
 			m.aors[aor] = keep
 		}
 	}
-	return n
+	return n, nil
 }
 
 // List implements Store.
-func (m *Memory) List() []Binding {
+func (m *Memory) List() ([]Binding, error) {
 	now := m.Now()
 	m.mu.Lock()
 	var out []Binding
@@ -228,11 +288,6 @@ func (m *Memory) List() []Binding {
 		}
 	}
 	m.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].AOR != out[j].AOR {
-			return out[i].AOR < out[j].AOR
-		}
-		return out[i].Contact < out[j].Contact
-	})
-	return out
+	sortList(out)
+	return out, nil
 }

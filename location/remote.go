@@ -3,6 +3,7 @@ package location
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -41,14 +42,19 @@ func NewRemote(call func([]byte) ([]byte, error)) *Remote { return &Remote{call:
 func (r *Remote) do(q request) (response, error) {
 	out, err := r.call(q.append(make([]byte, 0, 256)))
 	if err != nil {
-		return response{}, fmt.Errorf("location %s: %w", opName(q.Op), err)
+		// The supervisor is stuck or gone: as for any store out of reach.
+		return response{}, unavailable(fmt.Errorf("location %s: %w", opName(q.Op), err))
 	}
 	resp, err := parseResponse(out)
 	if err != nil {
 		return response{}, fmt.Errorf("location %s: bad answer: %w", opName(q.Op), err)
 	}
 	if resp.Err != "" {
-		return resp, fmt.Errorf("location %s: %s", opName(q.Op), resp.Err)
+		err := fmt.Errorf("location %s: %s", opName(q.Op), resp.Err)
+		if strings.HasPrefix(resp.Err, ErrUnavailable.Error()) {
+			err = unavailable(err)
+		}
+		return resp, err
 	}
 	return resp, nil
 }
@@ -67,6 +73,8 @@ func opName(op byte) string {
 		return "expire"
 	case opList:
 		return "list"
+	case opReport:
+		return "report"
 	}
 	return fmt.Sprintf("%q", op)
 }
@@ -95,16 +103,37 @@ func (r *Remote) Remove(aor, contact string) error {
 	return err
 }
 
-// Expire implements Store; a failed call counts as nothing expired.
-func (r *Remote) Expire(now time.Time) int {
-	resp, _ := r.do(request{Op: opExpire, Now: now.UnixNano()})
-	return resp.N
+// Expire implements Store.
+func (r *Remote) Expire(now time.Time) (int, error) {
+	resp, err := r.do(request{Op: opExpire, Now: now.UnixNano()})
+	return resp.N, err
 }
 
-// List implements Store; a failed call lists nothing.
-func (r *Remote) List() []Binding {
-	resp, _ := r.do(request{Op: opList})
-	return resp.Bindings
+// List implements Store.
+func (r *Remote) List() ([]Binding, error) {
+	resp, err := r.do(request{Op: opList})
+	return resp.Bindings, err
+}
+
+// Close implements Store; the store itself belongs to the other side.
+func (r *Remote) Close() error { return nil }
+
+// ErrorReport is a worker's report of n store calls that failed since its
+// last, for the supervisor's metric; the answer is empty.
+func ErrorReport(n uint64) []byte {
+	return (&request{Op: opReport, Now: int64(n)}).append(make([]byte, 0, 16))
+}
+
+// ParseErrorReport reads an ErrorReport.
+func ParseErrorReport(req []byte) (uint64, bool) {
+	if !IsRequest(req) || len(req) < 2 || req[1] != opReport {
+		return 0, false
+	}
+	q, err := parseRequest(req[1:])
+	if err != nil || q.Now < 0 {
+		return 0, false
+	}
+	return uint64(q.Now), true
 }
 
 // ErrNotLocation is reported (in the answer) for a call that is not a
@@ -143,9 +172,11 @@ func serve(store Store, req []byte) response {
 	case opRemove:
 		err = store.Remove(q.AOR, q.Contact)
 	case opExpire:
-		resp.N = store.Expire(time.Unix(0, q.Now))
+		resp.N, err = store.Expire(time.Unix(0, q.Now))
 	case opList:
-		resp.Bindings = store.List()
+		resp.Bindings, err = store.List()
+	case opReport:
+		// Counted by the caller of Serve, which has the metrics.
 	default:
 		return response{Err: fmt.Sprintf("unknown operation %s", opName(q.Op))}
 	}

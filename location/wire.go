@@ -28,6 +28,7 @@ const (
 	opRemove   = 'x'
 	opExpire   = 'e'
 	opList     = 'a'
+	opReport   = 'f'
 )
 
 // minBinding is the fewest bytes a binding takes (eight empty or zero

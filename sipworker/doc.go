@@ -6,8 +6,10 @@
 // address is the listening one.
 //
 // New is pool.RunWorker's newHandler; NewWorker builds one from Options, as
-// tests do. Registrations go to a location.Store: the supervisor's, through
-// env.Call, so that no worker's exit loses one.
+// tests do. Registrations go to a location.Store outside the worker, so
+// that no worker's exit loses one: the SQLite file or Redis server of
+// location_store, which the worker opens itself, or the supervisor's memory
+// store through env.Call.
 //
 // # Why a transaction table of our own, not sipgo's transaction layer
 //

@@ -2,6 +2,7 @@ package sipworker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -11,21 +12,44 @@ import (
 
 	"github.com/emiago/sipgo/sip"
 
+	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/script"
 	"github.com/sipvisor/sipvisor/sipscan"
 )
 
-// storeFor picks where registrations live: with the supervisor when the
-// worker can call it, so they outlive this process; else (a worker run
-// without a supervisor, as in tests) in this process.
-func storeFor(env *pool.Env, logger *slog.Logger) location.Store {
-	if env.Call != nil {
-		return location.NewRemote(env.Call)
+// storeFor picks where registrations live. A shared store (an SQLite file,
+// Redis) the worker opens itself: a call to it costs less than the round
+// trip through the supervisor did (docs/PERFORMANCE.md). The memory store
+// is the supervisor's, reached over the control channel. A worker run
+// without a supervisor (as in tests) keeps them in this process.
+func storeFor(env *pool.Env, cfg *config.Config, logger *slog.Logger) (location.Store, error) {
+	if env.Call == nil {
+		logger.Warn("no supervisor to keep registrations; they live in this worker only")
+		return location.NewMemory(), nil
 	}
-	logger.Warn("no supervisor to keep registrations; they live in this worker only")
-	return location.NewMemory()
+	sp, err := cfg.Store()
+	if err != nil {
+		return nil, err
+	}
+	if !sp.Shared() {
+		return location.NewRemote(env.Call), nil
+	}
+	return location.Open(sp)
+}
+
+// reportFor sends the count of failed store calls to the supervisor, for
+// its sipvisor_location_store_errors_total.
+func reportFor(env *pool.Env, logger *slog.Logger) func(uint64) {
+	if env.Call == nil {
+		return nil
+	}
+	return func(n uint64) {
+		if _, err := env.Call(location.ErrorReport(n)); err != nil {
+			logger.Debug("store error report failed", "error", err)
+		}
+	}
 }
 
 // admitFor asks the supervisor's admission control, when the worker can
@@ -125,6 +149,11 @@ func init() {
 		"is_myself":                fnIsMyself,
 		"save":                     fnSave,
 		"lookup":                   fnLookup,
+		"www_authorize":            fnWWWAuthorize,
+		"proxy_authorize":          fnProxyAuthorize,
+		"www_challenge":            fnWWWChallenge,
+		"proxy_challenge":          fnProxyChallenge,
+		"consume_credentials":      fnConsumeCredentials,
 		"append_hf":                fnAppendHF,
 		"remove_hf":                fnRemoveHF,
 		"xlog":                     fnXlog,
@@ -175,11 +204,15 @@ func fnSlSendReply(c *msgCtx, a []*script.Literal) bool {
 }
 
 // target is where the request goes: $du when set, else the Request-URI;
-// over TCP or TLS, with the connection to use.
+// over TCP or TLS, with the connection to use. A next hop that is this
+// server is errLoop.
 func (c *msgCtx) target() (dest, error) {
 	d, err := c.dest()
 	if err != nil {
 		return d, err
+	}
+	if c.w.ownAddrPort(d.addr) {
+		return d, errLoop
 	}
 	if stream(d.proto) {
 		if d.conn, err = c.w.connTo(d.addr, d.proto); err != nil {
@@ -260,6 +293,22 @@ func fnTRelay(c *msgCtx, _ []*script.Literal) bool {
 		if c.passToHolder() {
 			return true
 		}
+	}
+	d, err := c.target()
+	if errors.Is(err, errLoop) {
+		// A next hop that is this server is a loop: answered at once,
+		// before a 100 Trying, rather than sent round until Max-Forwards
+		// runs out.
+		w.loop(req)
+		if t != nil {
+			w.reply(t, 482, "Loop Detected")
+		} else {
+			w.replyStateless(req, c.src, 482, "Loop Detected", nil)
+		}
+		c.stopped = true
+		return true
+	}
+	if t == nil {
 		t = w.newServerTx(req, c.src)
 		c.stx = t
 		if t.invite {
@@ -273,7 +322,6 @@ func fnTRelay(c *msgCtx, _ []*script.Literal) bool {
 	if c.onFailure != "" {
 		t.onFailure = c.onFailure
 	}
-	d, err := c.target()
 	if err == nil {
 		if c.rr && !c.rrDone {
 			c.addRecordRoute(d)
@@ -297,6 +345,10 @@ func (c *msgCtx) relayStateless() bool {
 		return true
 	}
 	d, err := c.target()
+	if errors.Is(err, errLoop) {
+		c.w.loop(c.req)
+		return true // an ACK or CANCEL: nothing to answer, nothing to send
+	}
 	if err != nil {
 		c.w.log.Warn("relay failed", "error", err)
 		return false
@@ -448,17 +500,6 @@ func fnIsMyself(c *msgCtx, a []*script.Literal) bool {
 	return c.w.uriIsMyself(c.expand(a[0]))
 }
 
-// aorOf names the registrations of a URI: its user part, as OpenSIPS does by
-// default (usrloc use_domain=0), so a REGISTER to one of this server's
-// addresses and an INVITE to another find each other; the host when there is
-// no user.
-func aorOf(u *sip.Uri) string {
-	if u.User != "" {
-		return u.User
-	}
-	return location.Key(u.String())
-}
-
 // defaultExpires applies when a REGISTER says nothing (RFC 3261 10.2.1.1
 // leaves it to the registrar; OpenSIPS uses 3600).
 const defaultExpires = 3600
@@ -468,7 +509,14 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 	if req == nil || req.Method != sip.REGISTER {
 		return false
 	}
-	aor := aorOf(&req.To().Address)
+	to := &req.To().Address
+	if len(w.opt.Domains) > 0 && !w.served(to.Host) && !w.isOwnAddr(to.Host, to.Port) {
+		// RFC 3261 10.3 step 1: this registrar does not keep the
+		// bindings of other domains.
+		w.replyStateless(req, c.src, 403, "Domain Not Served Here", nil)
+		return false
+	}
+	aor := w.aorOf(to)
 	expires := int64(defaultExpires)
 	if h := headerValue(req, "Expires"); h != "" {
 		n, err := strconv.ParseInt(strings.TrimSpace(h), 10, 64)
@@ -498,8 +546,7 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 				return false
 			}
 			if err := w.opt.Store.Remove(aor, ""); err != nil {
-				w.log.Warn("location remove failed", "aor", aor, "error", err)
-				w.replyStateless(req, c.src, 500, "Server Internal Error", nil)
+				w.storeFailed(c, "remove", aor, err)
 				return false
 			}
 			bs, listed = nil, true
@@ -522,11 +569,16 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 		}
 		if exp == 0 {
 			b.Expires = now
+		} else if w.contactLoops(&ch.Address) {
+			// Every request to this AOR would come straight back here.
+			w.Stats.Loops++
+			w.log.Warn("REGISTER refused: its contact is this server", "aor", aor, "contact", b.Contact, "source", received)
+			w.replyStateless(req, c.src, 403, "Contact Is This Server (Loop)", nil)
+			return false
 		}
 		var err error
 		if bs, err = w.opt.Store.Register(aor, b); err != nil {
-			w.log.Warn("location save failed", "aor", aor, "error", err)
-			w.replyStateless(req, c.src, 500, "Server Internal Error", nil)
+			w.storeFailed(c, "save", aor, err)
 			return false
 		}
 		listed = true
@@ -534,8 +586,7 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 	if !listed {
 		var err error
 		if bs, err = w.opt.Store.Lookup(aor); err != nil {
-			w.log.Warn("location lookup failed", "aor", aor, "error", err)
-			w.replyStateless(req, c.src, 500, "Server Internal Error", nil)
+			w.storeFailed(c, "lookup", aor, err)
 			return false
 		}
 	}
@@ -552,10 +603,11 @@ func fnLookup(c *msgCtx, _ []*script.Literal) bool {
 	if c.req == nil {
 		return false
 	}
-	aor := aorOf(&c.req.Recipient)
+	aor := c.w.aorOf(&c.req.Recipient)
 	bs, err := c.w.opt.Store.Lookup(aor)
 	if err != nil {
-		c.w.log.Warn("location lookup failed", "aor", aor, "error", err)
+		// Not a 404: the user may well be registered.
+		c.w.storeFailed(c, "lookup", aor, err)
 		return false
 	}
 	for _, b := range bs {

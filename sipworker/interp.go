@@ -37,6 +37,7 @@ type msgCtx struct {
 	raw []byte
 
 	stopped bool // exit, drop or an absorbed retransmission
+	auth    authState
 	dropped bool
 	depth   int
 }

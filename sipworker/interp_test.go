@@ -329,7 +329,7 @@ Content-Length: 0
 	if r.c.vars["r"] != "yes" {
 		t.Fatalf("save: want true, have false\n%s", r.logs.String())
 	}
-	bs, _ := r.w.opt.Store.Lookup("bob")
+	bs, _ := r.w.opt.Store.Lookup(r.w.aorOf(&sip.Uri{User: "bob", Host: "127.0.0.1"}))
 	if len(bs) != 2 || bs[0].Contact != "sip:bob@10.0.0.9:5070" || bs[0].CSeq != 3 || bs[0].Received != "10.0.0.9:5070" {
 		t.Fatalf("want two bindings, the one with expires=60 first, have %+v", bs)
 	}

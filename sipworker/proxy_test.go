@@ -9,26 +9,49 @@ import (
 	"time"
 
 	"github.com/emiago/sipgo/sip"
+	"github.com/icholy/digest"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/location"
 )
 
+// The built-in config: bob registers with digest authentication (the
+// realm is the server's address, which stands for its domain), then a call
+// to him reaches his contact.
 func TestRegisterThenInvite(t *testing.T) {
-	p := startProxy(t, config.DefaultText, nil)
+	store := location.NewMemory()
+	p := startProxy(t, config.DefaultText, func(o *Options) { o.Store = store })
+	store.PutUser(location.NewUser("bob", p.addr().String(), "bobs-password"))
 	bob, alice := newUA(t), newUA(t)
 
-	bob.send(p.addr(), fmt.Sprintf(`REGISTER sip:%s SIP/2.0
-Via: SIP/2.0/UDP %s;branch=z9hG4bK-reg1
+	register := func(branch string, cseq int, contact, expires, auth string) {
+		bob.send(p.addr(), fmt.Sprintf(`REGISTER sip:%s SIP/2.0
+Via: SIP/2.0/UDP %s;branch=%s
 Max-Forwards: 70
 From: <sip:bob@%s>;tag=bob-tag
 To: <sip:bob@%s>
 Call-ID: reg1@test
-CSeq: 1 REGISTER
-Contact: <sip:bob@%s>;expires=120
-Content-Length: 0
+CSeq: %d REGISTER
+Contact: <sip:bob@%s>%s
+%sContent-Length: 0
 
-`, p.addr(), bob.addr(), p.addr(), p.addr(), bob.addr()))
-	res, raw := bob.recvResponse(200)
+`, p.addr(), bob.addr(), branch, p.addr(), p.addr(), cseq, bob.addr(), contact, expires+auth))
+	}
+	register("z9hG4bK-reg0", 1, ";expires=120", "", "")
+	res, raw := bob.recvResponse(401)
+	ch, err := digest.ParseChallenge(res.GetHeader("WWW-Authenticate").Value())
+	if err != nil {
+		t.Fatalf("challenge: %v\n%s", err, raw)
+	}
+	creds := func(nc int) string {
+		cr, err := digest.Digest(ch, digest.Options{Method: "REGISTER", URI: "sip:" + p.addr().String(), Username: "bob", Password: "bobs-password", Count: nc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "Authorization: " + cr.String() + "\n"
+	}
+	register("z9hG4bK-reg1", 2, ";expires=120", "", creds(1))
+	res, raw = bob.recvResponse(200)
 	if c := res.GetHeaders("Contact"); len(c) != 1 || !strings.Contains(c[0].Value(), bob.addr().String()) {
 		t.Fatalf("200 to REGISTER: want the registered contact, have:\n%s", raw)
 	}
@@ -51,17 +74,7 @@ Content-Length: 0
 	}
 
 	// Expires: 0 removes it; the next INVITE finds no one.
-	bob.send(p.addr(), fmt.Sprintf(`REGISTER sip:%s SIP/2.0
-Via: SIP/2.0/UDP %s;branch=z9hG4bK-reg2
-From: <sip:bob@%s>;tag=bob-tag
-To: <sip:bob@%s>
-Call-ID: reg1@test
-CSeq: 2 REGISTER
-Contact: <sip:bob@%s>
-Expires: 0
-Content-Length: 0
-
-`, p.addr(), bob.addr(), p.addr(), p.addr(), bob.addr()))
+	register("z9hG4bK-reg2", 3, "", "Expires: 0\n", creds(2))
 	if res, raw := bob.recvResponse(200); len(res.GetHeaders("Contact")) != 0 {
 		t.Fatalf("after expires 0: want no contact, have:\n%s", raw)
 	}

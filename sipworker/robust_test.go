@@ -3,6 +3,8 @@ package sipworker
 import (
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -142,7 +144,12 @@ func TestNewUsesSupervisorStore(t *testing.T) {
 	}
 	defer sock.Close()
 	kept := location.NewMemory()
+	cfg := filepath.Join(t.TempDir(), "sipvisor.cfg")
+	if err := os.WriteFile(cfg, []byte("socket = udp:127.0.0.1:5060\nlocation_store = memory\ndomain = \"example.com\"\nroute { save(\"location\"); exit; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	env := &pool.Env{
+		Config:      cfg,
 		Sockets:     []net.PacketConn{sock},
 		SocketNames: []string{"udp:" + sock.LocalAddr().String()},
 		Call:        func(req []byte) ([]byte, error) { return location.Serve(kept, req), nil },
@@ -153,7 +160,8 @@ func TestNewUsesSupervisorStore(t *testing.T) {
 	}
 	reg := "REGISTER sip:127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bK-n\r\nFrom: <sip:carol@127.0.0.1>;tag=c\r\nTo: <sip:carol@127.0.0.1>\r\nCall-ID: n@x\r\nCSeq: 1 REGISTER\r\nContact: <sip:carol@127.0.0.1:5999>\r\nContent-Length: 0\r\n\r\n"
 	h.HandleMessage(&pool.Message{Socket: 0, From: netip.MustParseAddrPort("127.0.0.1:5999"), Data: []byte(reg)})
-	if bs := kept.List(); len(bs) != 1 || bs[0].AOR != "carol" {
+	// Registered at this server's address, filed under its domain.
+	if bs, _ := kept.List(); len(bs) != 1 || bs[0].AOR != "sip:carol@example.com" {
 		t.Fatalf("want carol's binding in the supervisor's store, have %+v", bs)
 	}
 }

@@ -46,6 +46,19 @@ type Options struct {
 	Listen []config.Socket
 	// Store holds the registrations save() and lookup() use.
 	Store location.Store
+	// Domains are the served domains (the domain setting): is_myself() is
+	// true of them, and the first is the home of AORs at this server's own
+	// addresses.
+	Domains []string
+	// NonceExpire is how long a digest nonce is accepted (nonce_expire;
+	// 300 s when zero), and AuthAlgorithms the algorithms challenges offer
+	// (auth_algorithms; SHA-256 and MD5 when empty).
+	NonceExpire    time.Duration
+	AuthAlgorithms []string
+	// ReportStoreErrors, when set, is told (at most once a second, from
+	// Tick) how many store calls failed since its last call: the
+	// supervisor counts them in a metric.
+	ReportStoreErrors func(n uint64)
 	// Logger receives xlog output and protocol warnings.
 	Logger *slog.Logger
 	// Submit runs fn on the worker's loop; TCP readers hand messages over
@@ -142,6 +155,18 @@ type Worker struct {
 	regex map[string]*regexpEntry
 	tmpl  map[*script.Literal][]tmplPart
 
+	// home is the domain of AORs at this server's own addresses; localIPs
+	// are the host's addresses, which a socket on 0.0.0.0 owns.
+	home     string
+	localIPs map[netip.Addr]bool
+	// The store's credentials and the nonce key, read at first use.
+	authUsers  location.Users
+	authSecret []byte
+	// Store failures: when last logged and reported, and the count then.
+	storeLogAt, storeReportAt  time.Time
+	loopLogAt                  time.Time
+	storeLogged, storeReported uint64
+
 	// Stats, read by tests and reported in logs.
 	Stats Stats
 }
@@ -171,6 +196,14 @@ type Stats struct {
 	// Passed counts requests handed to the worker that holds the
 	// connection to their destination (Options.PassToHolder).
 	Passed uint64
+	// StoreErrors counts registrar and lookup calls the location store
+	// failed.
+	StoreErrors uint64
+	// Loops counts requests answered 482 because their next hop was this
+	// server.
+	Loops uint64
+	// Replays counts credentials refused for a nonce-count already used.
+	Replays uint64
 }
 
 // New builds the handler of a worker process from what the supervisor
@@ -190,11 +223,15 @@ func New(env *pool.Env) (pool.Handler, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	store, err := storeFor(env, cfg, logger)
+	if err != nil {
+		return nil, err
+	}
 	opt := Options{
 		Script:  cfg.Script,
 		Sockets: env.Sockets,
 		Listen:  cfg.Sockets,
-		Store:   storeFor(env, logger),
+		Store:   store,
 		Logger:  logger,
 		Submit:  env.Submit,
 		Admit:   admitFor(env, logger),
@@ -209,8 +246,12 @@ func New(env *pool.Env) (pool.Handler, error) {
 		ConnClosed:  closedFor(env),
 		HandOff:     handOffFor(env),
 
-		PassResponse: passResponseFor(env),
-		PassToHolder: passFor(env, logger),
+		PassResponse:      passResponseFor(env),
+		PassToHolder:      passFor(env, logger),
+		Domains:           cfg.Domains,
+		NonceExpire:       cfg.Auth.NonceExpire,
+		AuthAlgorithms:    cfg.Auth.Algorithms,
+		ReportStoreErrors: reportFor(env, logger),
 	}
 	// A TCP worker's relays over UDP always leave from reply sockets: no
 	// front door knows its transactions, so a response that came to the
@@ -251,6 +292,10 @@ func NewWorker(opt Options) (*Worker, error) {
 	def(&opt.InviteTimeout, DefaultInviteTimeout)
 	def(&opt.Linger, opt.T4)
 	def(&opt.DialTimeout, 2*time.Second)
+	def(&opt.NonceExpire, 300*time.Second)
+	if len(opt.AuthAlgorithms) == 0 {
+		opt.AuthAlgorithms = []string{"SHA-256", "MD5"}
+	}
 
 	var rnd [4]byte
 	rand.Read(rnd[:])
@@ -313,6 +358,8 @@ func NewWorker(opt Options) (*Worker, error) {
 			return nil, fmt.Errorf("sipworker: %w", err)
 		}
 	}
+	w.home = homeDomain(opt.Domains, w.self)
+	w.localIPs = interfaceIPs()
 	return w, nil
 }
 
@@ -343,6 +390,9 @@ func (w *Worker) Reload(path string) error {
 	w.opt.Conn = cfg.Conn
 	w.opt.Script = cfg.Script
 	w.opt.RetryAfter = cfg.RetryAfter
+	w.opt.Domains = cfg.Domains
+	w.home = homeDomain(cfg.Domains, w.self)
+	w.opt.NonceExpire, w.opt.AuthAlgorithms = cfg.Auth.NonceExpire, cfg.Auth.Algorithms
 	// The cache is keyed by the old script's literals.
 	w.tmpl = map[*script.Literal][]tmplPart{}
 	w.log.Info("script reloaded", "file", path)
@@ -371,6 +421,7 @@ func (w *Worker) Tick(now time.Time) {
 	if w.draining {
 		w.handOffParked()
 	}
+	w.reportStoreErrors(now)
 	for {
 		t, ok := w.timers.due(now)
 		if !ok {
@@ -591,11 +642,14 @@ func hostIP(host string) (netip.Addr, error) {
 	return ips[0].Unmap(), nil
 }
 
-// isMyself reports whether host[:port] is one of this server's addresses.
-// A missing port means 5060.
+// isMyself reports whether host[:port] is one of this server's addresses,
+// or host one of its served domains (any port). A missing port means 5060.
 func (w *Worker) isMyself(host string, port int) bool {
 	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
 	if err != nil {
+		if w.served(host) {
+			return true
+		}
 		if !strings.EqualFold(host, "localhost") {
 			return false
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/ctl"
 	"github.com/sipvisor/sipvisor/frontdoor"
+	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/sipscan"
 )
 
@@ -128,10 +129,62 @@ func (b backend) Reload() (ctl.ReloadResult, error) {
 	return r, err
 }
 
-func (b backend) Locations() []ctl.Binding {
+func (b backend) Locations(aor string) ([]ctl.Binding, error) {
+	bs, err := b.s.findBindings(aor)
+	if err != nil {
+		return nil, err
+	}
 	var out []ctl.Binding
-	for _, l := range b.s.locations.List() {
+	for _, l := range bs {
 		out = append(out, ctl.Binding{AOR: l.AOR, Contact: l.Contact, Expires: l.Expires, Source: l.Received})
 	}
-	return out
+	return out, nil
+}
+
+func (b backend) RemoveLocation(aor, contact string) (int, error) {
+	return b.s.removeBindings(aor, contact)
+}
+
+func (b backend) Users() ([]ctl.User, error) {
+	us, err := b.s.users()
+	if err != nil {
+		return nil, err
+	}
+	list, err := us.ListUsers()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ctl.User, 0, len(list))
+	for _, u := range list {
+		out = append(out, ctl.User{Name: u.Name, Realm: u.Realm})
+	}
+	return out, nil
+}
+
+func (b backend) AddUser(u ctl.User) error {
+	us, err := b.s.users()
+	if err != nil {
+		return err
+	}
+	if err := us.PutUser(location.User{Name: u.Name, Realm: u.Realm, HA1MD5: u.HA1MD5, HA1SHA256: u.HA1SHA256}); err != nil {
+		return err
+	}
+	b.s.log.Info("subscriber added by ctl user add", "user", u.Name, "realm", u.Realm)
+	return nil
+}
+
+func (b backend) RemoveUser(name, realm string) error {
+	us, err := b.s.users()
+	if err != nil {
+		return err
+	}
+	ok, err := us.RemoveUser(name, realm)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ctl.ErrNoUser
+	}
+	b.s.log.Info("subscriber removed by ctl user rm", "user", name, "realm", realm)
+	return nil
 }

@@ -20,6 +20,8 @@ type metrics struct {
 	reloads        *prometheus.CounterVec
 	timerJobs      *prometheus.CounterVec
 	maxWorkers     *prometheus.GaugeVec
+	storeErrors    *prometheus.CounterVec
+	storeUp        prometheus.Gauge
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -64,6 +66,15 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		Help: "The most workers a scaling group's profile lets it have (scale up to N); only groups with a profile.",
 	}, []string{"group"})
 	reg.MustRegister(m.maxWorkers)
+	m.storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "sipvisor", Subsystem: "location", Name: "store_errors_total",
+		Help: "Calls to the location store that failed, by the process that made them: a worker's REGISTER or lookup (answered 503), or the supervisor's count and sweep.",
+	}, []string{"process"})
+	m.storeUp = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "sipvisor", Subsystem: "location", Name: "store_up",
+		Help: "1 if the supervisor's last call to the location store succeeded, 0 if it failed.",
+	})
+	reg.MustRegister(m.storeErrors, m.storeUp)
 	m.reloadOK.Set(1)
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "sipvisor", Name: "build_info", Help: "Build information; always 1.",

@@ -59,6 +59,10 @@ var liveSettings = []struct {
 	// Connections: the supervisor reads the limits at each accept; TCP
 	// workers reload in place and give new connections the new timeouts
 	// and certificates, while those up keep theirs.
+	// Workers read these on a reload (renewed or in place).
+	{"domain", func(c *config.Config) any { return fmt.Sprint(c.Domains) }},
+	{"nonce_expire", func(c *config.Config) any { return c.Auth.NonceExpire }},
+	{"auth_algorithms", func(c *config.Config) any { return fmt.Sprint(c.Auth.Algorithms) }},
 	{"tcp_max_connections", func(c *config.Config) any { return c.Conn.Max }},
 	{"tcp_max_connections_per_ip", func(c *config.Config) any { return c.Conn.MaxPerIP }},
 	{"tcp_connection_lifetime", func(c *config.Config) any { return c.Conn.Lifetime }},
@@ -117,6 +121,9 @@ var restartSettings = []struct {
 	{"timer_workers", "the size the timer group starts with", func(c *config.Config) any { return c.TimerWorkers.Workers }},
 	{"http_listen", "the control address is bound at start-up", func(c *config.Config) any { return c.HTTPListen }},
 	{"http_token", "the control server takes its token at start-up", func(c *config.Config) any { return c.HTTPToken }},
+	// A reload that moves the store is refused whole (doReload): workers
+	// renewed by it would open the new store and the others keep the old.
+	{"location_store", "every worker opens the store at start-up", func(c *config.Config) any { return c.LocationStore }},
 }
 
 // planReload compares the config in force (the file as loaded, with the

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -74,6 +75,13 @@ func (s *Supervisor) doReload() (reloadPlan, error) {
 		return reloadPlan{}, nil
 	}
 	cfg, err := config.LoadFile(s.opts.ConfigPath)
+	if err == nil {
+		// New workers would open the new store and old ones keep the old:
+		// registrations would split between them.
+		if sp, _ := cfg.Store(); sp != s.storeSpec {
+			err = fmt.Errorf("location_store changed from %s to %s: it changes only on a restart; the running config stays", s.storeSpec, sp)
+		}
+	}
 	if err != nil {
 		s.m.reloadOK.Set(0)
 		s.m.reloads.WithLabelValues("failure").Inc()

@@ -96,7 +96,8 @@ type Supervisor struct {
 	started time.Time
 	params  *ctl.Params
 	// locations holds the registrations, outside every worker, so that
-	// scaling down or a crash never loses one.
+	// scaling down or a crash never loses one: the shared store the
+	// workers open too, or the memory one they reach through answerCall.
 	locations location.Store
 	// connSess counts the sessions that come in over connections, conns
 	// the connections themselves.
@@ -104,6 +105,9 @@ type Supervisor struct {
 	conns    *connCounts
 	// passCounts counts requests passed to the worker holding a connection.
 	passCounts *passCounts
+	storeSpec  location.Spec
+	// storeDown is set while the supervisor's calls to the store fail.
+	storeDown atomic.Bool
 
 	// cpuProfiling is set while the supervisor's own CPU profile is taken;
 	// profileWait bounds the wait for a worker's profile (nanoseconds; tests
@@ -219,6 +223,12 @@ func New(o Options) (*Supervisor, error) {
 		listeners.Close(s.sockets)
 		return nil, err
 	}
+	if err := s.openStore(o.Config); err != nil {
+		s.httpLn.Close()
+		listeners.Close(s.sockets)
+		os.RemoveAll(s.snapDir)
+		return nil, err
+	}
 	s.makeGroups()
 	// The doors exist before Run so that metrics and the control API, which
 	// read their counters, never see one appear.
@@ -266,6 +276,7 @@ func (s *Supervisor) Groups() []*pool.Group {
 //	  | control HTTP              |                     +---------+
 //	  +---------------------------+
 func (s *Supervisor) Run(ctx context.Context) error {
+	defer s.locations.Close()
 	defer listeners.Close(s.sockets)
 	defer os.RemoveAll(s.snapDir)
 	defer func() {
@@ -341,6 +352,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	{
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return s.hupLoop(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return s.registrationsLoop(ctx) }, func(error) { cancel() })
 	}
 	{
 		ctx, cancel := context.WithCancel(ctx)
@@ -560,9 +575,7 @@ func (s *Supervisor) cycleLoop(ctx context.Context) error {
 // runCycle is one cycle: sample, decide, act, for every group independently.
 func (s *Supervisor) runCycle(now time.Time) {
 	start := time.Now()
-	s.locations.Expire(now)
 	s.connSess.expire(now)
-	s.refreshRegistrations()
 	s.ov.sample(now)
 	s.mu.Lock()
 	s.cycle++
@@ -665,8 +678,13 @@ func (s *Supervisor) retryAfter() int { return s.config().RetryAfter.Draw() }
 // config is the running config; a reload swaps it whole.
 func (s *Supervisor) config() *config.Config { return s.cfg.Load() }
 
-// answerCall answers a worker's request: today, the location service.
+// answerCall answers a worker's request: the memory location store, the
+// count of a worker's failed store calls, and admission.
 func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
+	if n, ok := location.ParseErrorReport(req); ok {
+		s.m.storeErrors.WithLabelValues("worker").Add(float64(n))
+		return nil
+	}
 	if location.IsRequest(req) {
 		return location.Serve(s.locations, req)
 	}
@@ -748,8 +766,12 @@ func (s *Supervisor) echoLoop(ctx context.Context) error {
 }
 
 // refreshRegistrations recounts the bindings and their REGISTER Call-IDs.
-func (s *Supervisor) refreshRegistrations() {
-	bs := s.locations.List()
+// A store out of reach keeps the last counts.
+func (s *Supervisor) refreshRegistrations() error {
+	bs, err := s.locations.List()
+	if err != nil {
+		return err
+	}
 	ids := make(map[uint64]struct{}, len(bs))
 	for _, b := range bs {
 		if b.CallID != "" {
@@ -758,6 +780,7 @@ func (s *Supervisor) refreshRegistrations() {
 	}
 	s.regIDs.Store(&ids)
 	s.regCount.Store(int64(len(bs)))
+	return nil
 }
 
 // refreshesBinding reports whether a REGISTER refreshes a live binding.

@@ -1,0 +1,407 @@
+package location
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver (pure Go, no cgo)
+)
+
+// SQLite is a Store in an SQLite database file, in WAL mode so that every
+// worker process reads and writes it at once: readers never wait for the
+// writer, and writers take turns (busy_timeout). It survives restarts of
+// the server. With synchronous=NORMAL a commit is safe from a crash of the
+// process but may be lost with the last moments before a power failure,
+// as Kamailio's usrloc in its write-back modes may.
+type SQLite struct {
+	db   *sql.DB
+	path string
+	// Now is the clock used to hide lapsed bindings; tests replace it.
+	Now func() time.Time
+
+	upsert, del, delAll, lookup, list, expire *sql.Stmt
+
+	putUser, getUser, rmUser, listUsers, useNonce, expireNonces *sql.Stmt
+	secretMu                                                    sync.Mutex
+	secret                                                      []byte
+
+	// Register's own connection and statements, one call at a time.
+	regMu                                                 sync.Mutex
+	regConn                                               *sql.Conn
+	begin, commit, rollback, regUpsert, regDel, regLookup *sql.Stmt
+}
+
+// sqliteTimeout bounds every statement, including its wait for another
+// process's write: well under SIP's T1, so a client is answered before it
+// retransmits.
+const sqliteTimeout = 400 * time.Millisecond
+
+// sqliteSchema has no index on expires: it would add a page to every
+// REGISTER's write (a third of its cost, measured with
+// BenchmarkSQLiteRegister), for the supervisor's rare sweep of lapsed rows,
+// which reads the table anyway. Lookups filter lapsed rows out themselves.
+const sqliteSchema = `
+CREATE TABLE IF NOT EXISTS location (
+	aor        TEXT    NOT NULL,
+	contact    TEXT    NOT NULL,
+	expires    INTEGER NOT NULL, -- Unix nanoseconds
+	call_id    TEXT    NOT NULL,
+	cseq       INTEGER NOT NULL,
+	received   TEXT    NOT NULL,
+	proto      TEXT    NOT NULL,
+	user_agent TEXT    NOT NULL,
+	PRIMARY KEY (aor, contact)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS subscriber (
+	name       TEXT NOT NULL,
+	realm      TEXT NOT NULL,
+	ha1_md5    TEXT NOT NULL,
+	ha1_sha256 TEXT NOT NULL,
+	PRIMARY KEY (name, realm)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS nonce (
+	nonce   TEXT    NOT NULL PRIMARY KEY,
+	nc      INTEGER NOT NULL,
+	expires INTEGER NOT NULL -- Unix nanoseconds
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS secret (
+	id  INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
+	key BLOB    NOT NULL
+);
+`
+
+const (
+	bindingCols = `aor, contact, expires, call_id, cseq, received, proto, user_agent`
+	upsertSQL   = `INSERT INTO location (` + bindingCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (aor, contact) DO UPDATE SET expires = excluded.expires, call_id = excluded.call_id,
+		cseq = excluded.cseq, received = excluded.received, proto = excluded.proto, user_agent = excluded.user_agent`
+	deleteSQL = `DELETE FROM location WHERE aor = ? AND contact = ?`
+	lookupSQL = `SELECT ` + bindingCols + ` FROM location WHERE aor = ? AND expires > ? ORDER BY expires DESC`
+)
+
+// OpenSQLite opens (and creates, with its table) the database at path.
+func OpenSQLite(path string) (*SQLite, error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if _, err := os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("directory of the database: %w", err)
+		}
+	}
+	q := url.Values{}
+	for _, p := range []string{"busy_timeout(400)", "journal_mode(WAL)", "synchronous(NORMAL)", "mmap_size(268435456)"} {
+		q.Add("_pragma", p)
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	// A worker asks one thing at a time; the supervisor a few (ctl, expiry).
+	db.SetMaxOpenConns(4)
+	db.SetMaxIdleConns(4)
+	db.SetConnMaxIdleTime(0)
+	s := &SQLite{db: db, path: path, Now: time.Now}
+	if err := s.init(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *SQLite) init() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, sqliteSchema); err != nil {
+		return fmt.Errorf("create table: %w", err)
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	s.regConn = conn
+	prep := func(dst **sql.Stmt, query string) error {
+		st, err := s.db.PrepareContext(ctx, query)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", query, err)
+		}
+		*dst = st
+		return nil
+	}
+	prepConn := func(dst **sql.Stmt, query string) error {
+		st, err := conn.PrepareContext(ctx, query)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", query, err)
+		}
+		*dst = st
+		return nil
+	}
+	return errors.Join(
+		prep(&s.upsert, upsertSQL),
+		prep(&s.del, deleteSQL),
+		prep(&s.delAll, `DELETE FROM location WHERE aor = ?`),
+		prep(&s.lookup, lookupSQL),
+		prep(&s.list, `SELECT `+bindingCols+` FROM location WHERE expires > ? ORDER BY aor, contact`),
+		prep(&s.expire, `DELETE FROM location WHERE expires <= ?`),
+		prep(&s.putUser, `INSERT INTO subscriber (name, realm, ha1_md5, ha1_sha256) VALUES (?, ?, ?, ?)
+			ON CONFLICT (name, realm) DO UPDATE SET ha1_md5 = excluded.ha1_md5, ha1_sha256 = excluded.ha1_sha256`),
+		prep(&s.getUser, `SELECT ha1_md5, ha1_sha256 FROM subscriber WHERE name = ? AND realm = ?`),
+		prep(&s.rmUser, `DELETE FROM subscriber WHERE name = ? AND realm = ?`),
+		prep(&s.listUsers, `SELECT name, realm, ha1_md5, ha1_sha256 FROM subscriber ORDER BY realm, name`),
+		// A nonce-count is accepted only above every count seen of its
+		// nonce, or once the record of the nonce has lapsed.
+		prep(&s.useNonce, `INSERT INTO nonce (nonce, nc, expires) VALUES (?1, ?2, ?3)
+			ON CONFLICT (nonce) DO UPDATE SET nc = excluded.nc, expires = excluded.expires
+			WHERE excluded.nc > nonce.nc OR nonce.expires <= ?4`),
+		prep(&s.expireNonces, `DELETE FROM nonce WHERE expires <= ?`),
+		prepConn(&s.begin, `BEGIN IMMEDIATE`),
+		prepConn(&s.commit, `COMMIT`),
+		prepConn(&s.rollback, `ROLLBACK`),
+		prepConn(&s.regUpsert, upsertSQL),
+		prepConn(&s.regDel, deleteSQL),
+		prepConn(&s.regLookup, lookupSQL),
+	)
+}
+
+func ctxTimeout() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), sqliteTimeout)
+}
+
+// Save implements Store.
+func (s *SQLite) Save(aor string, b Binding) error {
+	if aor == "" {
+		return ErrEmptyAOR
+	}
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	var err error
+	if !b.Expires.After(s.Now()) {
+		_, err = s.del.ExecContext(ctx, aor, b.Contact)
+	} else {
+		_, err = s.upsert.ExecContext(ctx, aor, b.Contact, b.Expires.UnixNano(), b.CallID, int64(b.CSeq), b.Received, b.Proto, b.UserAgent)
+	}
+	return s.fail("save", err)
+}
+
+// Register implements Store: the save and the lookup in one transaction,
+// which takes the database's locks once. It runs on a connection of its
+// own with no context to watch: database/sql and the driver would start a
+// goroutine per call to watch one, a fifth of the cost; busy_timeout
+// bounds the wait instead.
+func (s *SQLite) Register(aor string, b Binding) ([]Binding, error) {
+	if aor == "" {
+		return nil, ErrEmptyAOR
+	}
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	ctx := context.Background()
+	if _, err := s.begin.ExecContext(ctx); err != nil {
+		return nil, s.fail("register", err)
+	}
+	bs, err := s.register(ctx, aor, b)
+	if err != nil {
+		s.rollback.ExecContext(ctx)
+		return nil, s.fail("register", err)
+	}
+	if _, err := s.commit.ExecContext(ctx); err != nil {
+		s.rollback.ExecContext(ctx)
+		return nil, s.fail("register", err)
+	}
+	return bs, nil
+}
+
+func (s *SQLite) register(ctx context.Context, aor string, b Binding) ([]Binding, error) {
+	now := s.Now()
+	var err error
+	if !b.Expires.After(now) {
+		_, err = s.regDel.ExecContext(ctx, aor, b.Contact)
+	} else {
+		_, err = s.regUpsert.ExecContext(ctx, aor, b.Contact, b.Expires.UnixNano(), b.CallID, int64(b.CSeq), b.Received, b.Proto, b.UserAgent)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.regLookup.QueryContext(ctx, aor, now.UnixNano())
+	if err != nil {
+		return nil, err
+	}
+	return scanBindings(rows)
+}
+
+// Lookup implements Store.
+func (s *SQLite) Lookup(aor string) ([]Binding, error) {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	rows, err := s.lookup.QueryContext(ctx, aor, s.Now().UnixNano())
+	if err != nil {
+		return nil, s.fail("lookup", err)
+	}
+	bs, err := scanBindings(rows)
+	return bs, s.fail("lookup", err)
+}
+
+// Remove implements Store.
+func (s *SQLite) Remove(aor, contact string) error {
+	if aor == "" {
+		return ErrEmptyAOR
+	}
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	var err error
+	if contact == "" {
+		_, err = s.delAll.ExecContext(ctx, aor)
+	} else {
+		_, err = s.del.ExecContext(ctx, aor, contact)
+	}
+	return s.fail("remove", err)
+}
+
+// Expire implements Store.
+func (s *SQLite) Expire(now time.Time) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := s.expire.ExecContext(ctx, now.UnixNano())
+	if err != nil {
+		return 0, s.fail("expire", err)
+	}
+	if _, err := s.expireNonces.ExecContext(ctx, now.UnixNano()); err != nil {
+		return 0, s.fail("expire", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+// List implements Store.
+func (s *SQLite) List() ([]Binding, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := s.list.QueryContext(ctx, s.Now().UnixNano())
+	if err != nil {
+		return nil, s.fail("list", err)
+	}
+	bs, err := scanBindings(rows)
+	return bs, s.fail("list", err)
+}
+
+// Close implements Store.
+func (s *SQLite) Close() error {
+	s.regConn.Close()
+	return s.db.Close()
+}
+
+func (s *SQLite) fail(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return unavailable(fmt.Errorf("sqlite %s %s: %w", op, s.path, err))
+}
+
+func scanBindings(rows *sql.Rows) ([]Binding, error) {
+	defer rows.Close()
+	var out []Binding
+	for rows.Next() {
+		var (
+			b       Binding
+			exp, cs int64
+		)
+		if err := rows.Scan(&b.AOR, &b.Contact, &exp, &b.CallID, &cs, &b.Received, &b.Proto, &b.UserAgent); err != nil {
+			return nil, err
+		}
+		b.Expires = time.Unix(0, exp)
+		b.CSeq = uint32(cs)
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+// PutUser implements Users.
+func (s *SQLite) PutUser(u User) error {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	_, err := s.putUser.ExecContext(ctx, u.Name, u.Realm, u.HA1MD5, u.HA1SHA256)
+	return s.fail("put user", err)
+}
+
+// GetUser implements Users.
+func (s *SQLite) GetUser(name, realm string) (User, bool, error) {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	u := User{Name: name, Realm: realm}
+	err := s.getUser.QueryRowContext(ctx, name, realm).Scan(&u.HA1MD5, &u.HA1SHA256)
+	if errors.Is(err, sql.ErrNoRows) {
+		return User{}, false, nil
+	}
+	if err != nil {
+		return User{}, false, s.fail("get user", err)
+	}
+	return u, true, nil
+}
+
+// RemoveUser implements Users.
+func (s *SQLite) RemoveUser(name, realm string) (bool, error) {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	res, err := s.rmUser.ExecContext(ctx, name, realm)
+	if err != nil {
+		return false, s.fail("remove user", err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+// ListUsers implements Users.
+func (s *SQLite) ListUsers() ([]User, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := s.listUsers.QueryContext(ctx)
+	if err != nil {
+		return nil, s.fail("list users", err)
+	}
+	defer rows.Close()
+	var out []User
+	for rows.Next() {
+		var u User
+		if err := rows.Scan(&u.Name, &u.Realm, &u.HA1MD5, &u.HA1SHA256); err != nil {
+			return nil, s.fail("list users", err)
+		}
+		out = append(out, u)
+	}
+	return out, s.fail("list users", rows.Err())
+}
+
+// UseNonce implements Users.
+func (s *SQLite) UseNonce(nonce string, nc uint32, ttl time.Duration) (bool, error) {
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	now := s.Now()
+	res, err := s.useNonce.ExecContext(ctx, nonce, int64(nc), now.Add(ttl).UnixNano(), now.UnixNano())
+	if err != nil {
+		return false, s.fail("use nonce", err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+// Secret implements Users: the first process to ask makes it.
+func (s *SQLite) Secret() ([]byte, error) {
+	s.secretMu.Lock()
+	defer s.secretMu.Unlock()
+	if s.secret != nil {
+		return s.secret, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO secret (id, key) VALUES (1, ?)`, newSecret()); err != nil {
+		return nil, s.fail("secret", err)
+	}
+	var key []byte
+	if err := s.db.QueryRowContext(ctx, `SELECT key FROM secret WHERE id = 1`).Scan(&key); err != nil {
+		return nil, s.fail("secret", err)
+	}
+	s.secret = key
+	return key, nil
+}

@@ -1,0 +1,314 @@
+package location
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sipvisor/sipvisor/location/redistest"
+)
+
+func TestParseURL(t *testing.T) {
+	for _, c := range []struct {
+		in, want, err string
+	}{
+		{in: "sqlite:location.db", want: "sqlite:location.db"},
+		{in: "sqlite:/var/lib/sipvisor/location.db", want: "sqlite:/var/lib/sipvisor/location.db"},
+		{in: "sqlite:///var/lib/x.db", want: "sqlite:/var/lib/x.db"},
+		{in: "redis://10.0.0.5:6379/2", want: "redis://10.0.0.5:6379/2"},
+		{in: "redis://:secret@10.0.0.5:6379/0", want: "redis://:xxxxx@10.0.0.5:6379/0"},
+		{in: "memory:", want: "memory:"},
+		{in: "sqlite:", err: "wants a file path"},
+		{in: "location.db", err: "want sqlite:PATH"},
+		{in: "mysql://db/x", err: `unknown kind "mysql"`},
+		{in: "redis://10.0.0.5:6379/x", err: "invalid database number"},
+		{in: "memory:x", err: "takes nothing"},
+	} {
+		sp, err := ParseURL(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("ParseURL(%q): want error with %q, have %v", c.in, c.err, err)
+			}
+			continue
+		}
+		if err != nil || sp.String() != c.want {
+			t.Errorf("ParseURL(%q): want %s, have %s, %v", c.in, c.want, sp, err)
+		}
+	}
+	if sp, _ := ParseURL("sqlite:loc.db"); sp.Resolve("/etc/sipvisor").Path != "/etc/sipvisor/loc.db" {
+		t.Errorf("relative path: want it under the config's directory, have %s", sp.Resolve("/etc/sipvisor").Path)
+	}
+	if sp, _ := ParseURL("sqlite:/x/loc.db"); sp.Resolve("/etc").Path != "/x/loc.db" {
+		t.Errorf("absolute path: want it kept, have %s", sp.Resolve("/etc").Path)
+	}
+}
+
+// Two handles on one file stand for two worker processes: each sees what
+// the other wrote, and a handle opened after both closed (a restart) sees
+// every binding.
+func TestSQLiteSharedAndDurable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "location.db")
+	a, err := OpenSQLite(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenSQLite(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Now().Add(time.Hour)
+	if _, err := a.Register("sip:alice@example.com", Binding{Contact: "sip:alice@10.0.0.1", Expires: exp, CallID: "c1", CSeq: 7, Received: "10.0.0.1:5060", Proto: "udp", UserAgent: "ua"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Register("sip:bob@example.com", Binding{Contact: "sip:bob@10.0.0.2", Expires: exp}); err != nil {
+		t.Fatal(err)
+	}
+	if bs, err := b.Lookup("sip:alice@example.com"); err != nil || len(bs) != 1 || bs[0].CSeq != 7 || bs[0].UserAgent != "ua" {
+		t.Fatalf("b sees a's binding: have %+v, %v", bs, err)
+	}
+	a.Close()
+	b.Close()
+	c, err := OpenSQLite(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	bs, err := c.List()
+	if err != nil || len(bs) != 2 || !bs[0].Expires.Equal(exp) {
+		t.Fatalf("after reopening: want both bindings, have %+v, %v", bs, err)
+	}
+}
+
+func TestSQLiteOpenErrors(t *testing.T) {
+	_, err := Open(Spec{Kind: KindSQLite, Path: "/nonexistent-dir/sub/location.db"})
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent-dir/sub") {
+		t.Fatalf("want an error naming the directory, have %v", err)
+	}
+}
+
+// Each binding's key lapses in Redis at the binding's expiry, and its
+// AOR's index with the last of them: nothing outlives a node.
+func TestRedisTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	r, err := OpenRedis(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	const aor = "sip:alice@example.com"
+	if _, err := r.Register(aor, Binding{Contact: "sip:alice@10.0.0.1", Expires: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Register(aor, Binding{Contact: "sip:alice@10.0.0.2", Expires: time.Now().Add(2 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: strings.TrimSuffix(strings.TrimPrefix(srv.URL(), "redis://"), "/0")})
+	defer c.Close()
+	near := func(key string, want time.Duration) {
+		t.Helper()
+		ttl, err := c.PTTL(ctx, key).Result()
+		if err != nil || ttl < want-time.Minute || ttl > want {
+			t.Errorf("%s: want a TTL near %v, have %v, %v", key, want, ttl, err)
+		}
+	}
+	near(indexKey(aor)+"|sip:alice@10.0.0.1", time.Hour)
+	near(indexKey(aor)+"|sip:alice@10.0.0.2", 2*time.Hour)
+	near(indexKey(aor), 2*time.Hour)
+	// A binding about to lapse takes its keys with it.
+	if _, err := r.Register("sip:bob@example.com", Binding{Contact: "sip:bob@10.0.0.3", Expires: time.Now().Add(300 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := c.Exists(ctx, indexKey("sip:bob@example.com"), indexKey("sip:bob@example.com")+"|sip:bob@10.0.0.3").Result()
+		if err == nil && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bob's keys still there after his binding lapsed: %d, %v", n, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A Redis that is not there is an error at Open naming it; one that goes
+// away makes calls fail as unavailable, at once while paused, and they
+// work again once it is back.
+func TestRedisDownAndBack(t *testing.T) {
+	srv := redistest.Start(t)
+	url := srv.URL()
+	srv.Stop()
+	if _, err := Open(Spec{Kind: KindRedis, URL: url}); err == nil || !strings.Contains(err.Error(), url) {
+		t.Fatalf("open with no server: want an error naming %s, have %v", url, err)
+	}
+	srv.Start()
+	st, err := Open(Spec{Kind: KindRedis, URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	g := st.(*guarded)
+	g.pause = 200 * time.Millisecond
+	const aor = "sip:alice@example.com"
+	if _, err := st.Register(aor, Binding{Contact: "sip:alice@10.0.0.1", Expires: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	_, err = st.Lookup(aor)
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Fatalf("lookup with the server gone: want ErrUnavailable naming the server, have %v", err)
+	}
+	start := time.Now()
+	if _, err := st.Register(aor, Binding{Contact: "sip:alice@10.0.0.2", Expires: time.Now().Add(time.Hour)}); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "not asked again") {
+		t.Fatalf("register while paused: want a fast ErrUnavailable, have %v", err)
+	}
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Errorf("register while paused took %v; want an answer at once", d)
+	}
+	srv.Start()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		bs, err := st.Lookup(aor)
+		if err == nil {
+			if len(bs) != 1 {
+				t.Fatalf("after the server returned: want alice's binding back (append-only file), have %v", contacts(bs))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("store still unavailable 5s after the server returned: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func benchRegister(b *testing.B, s Store) {
+	bd := Binding{Contact: "sip:alice@10.0.0.1:5062;transport=udp", Expires: time.Now().Add(time.Hour),
+		CallID: "a84b4c76e66710@pc33.example.com", CSeq: 1, Received: "10.0.0.1:5062", Proto: "udp",
+		UserAgent: "Linphone/5.2.0 (belle-sip/5.2.0)"}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		// A new AOR each time, as bench/register.xml's users are.
+		if bs, err := s.Register("sip:user"+itoa(i%10000)+"@example.com", bd); err != nil || len(bs) != 1 {
+			b.Fatal(err, len(bs))
+		}
+	}
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var buf [20]byte
+	n := len(buf)
+	for ; i > 0; i /= 10 {
+		n--
+		buf[n] = byte('0' + i%10)
+	}
+	return string(buf[n:])
+}
+
+// BenchmarkSQLiteRegister is a REGISTER's store call in a worker that opens
+// the file itself: an upsert and the AOR's lookup.
+func BenchmarkSQLiteRegister(b *testing.B) {
+	s, err := OpenSQLite(filepath.Join(b.TempDir(), "location.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	benchRegister(b, s)
+}
+
+func BenchmarkRedisRegister(b *testing.B) {
+	srv := redistest.Start(b)
+	r, err := OpenRedis(srv.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	benchRegister(b, r)
+}
+
+// BenchmarkSQLiteList10k is the supervisor's count of 10,000 bindings.
+func BenchmarkSQLiteList10k(b *testing.B) {
+	s, err := OpenSQLite(filepath.Join(b.TempDir(), "location.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; i < 10000; i++ {
+		s.Save("sip:user"+itoa(i)+"@example.com", Binding{Contact: "sip:u@10.0.0.1:5062", Expires: time.Now().Add(time.Hour), CallID: "call" + itoa(i)})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if bs, err := s.List(); err != nil || len(bs) != 10000 {
+			b.Fatal(err, len(bs))
+		}
+	}
+}
+
+// Every store that keeps users keeps their HA1s, refuses a nonce-count not
+// above the last one seen of its nonce, and gives every caller one secret.
+func TestUsers(t *testing.T) {
+	now := time.Now()
+	for name, open := range stores(&now) {
+		if name == "remote" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			s := open(t)
+			u, err := UsersOf(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			alice := NewUser("alice", "example.com", "secret")
+			if alice.HA1MD5 != "8c4a3ba1d2a2a0cd3ae9d4fd2e26f3fc" && len(alice.HA1MD5) != 32 || len(alice.HA1SHA256) != 64 {
+				t.Fatalf("HA1s: %+v", alice)
+			}
+			if err := u.PutUser(alice); err != nil {
+				t.Fatal(err)
+			}
+			if err := u.PutUser(NewUser("bob", "example.com", "x")); err != nil {
+				t.Fatal(err)
+			}
+			got, ok, err := u.GetUser("alice", "example.com")
+			if err != nil || !ok || got != alice {
+				t.Fatalf("get alice: want %+v, have %+v %v %v", alice, got, ok, err)
+			}
+			if _, ok, err := u.GetUser("alice", "example.org"); ok || err != nil {
+				t.Fatalf("alice in another realm: want none, have %v %v", ok, err)
+			}
+			if us, err := u.ListUsers(); err != nil || len(us) != 2 || us[0].Name != "alice" {
+				t.Fatalf("list: %+v %v", us, err)
+			}
+			if ok, err := u.RemoveUser("bob", "example.com"); !ok || err != nil {
+				t.Fatalf("remove bob: %v %v", ok, err)
+			}
+			if ok, _ := u.RemoveUser("bob", "example.com"); ok {
+				t.Fatalf("remove bob twice: want false")
+			}
+			for i, c := range []struct {
+				nonce string
+				nc    uint32
+				want  bool
+			}{{"n1", 1, true}, {"n1", 1, false}, {"n1", 2, true}, {"n1", 2, false}, {"n1", 1, false}, {"n2", 1, true}} {
+				if ok, err := u.UseNonce(c.nonce, c.nc, time.Minute); err != nil || ok != c.want {
+					t.Errorf("use %d (%s nc %d): want %v, have %v %v", i, c.nonce, c.nc, c.want, ok, err)
+				}
+			}
+			a, err1 := u.Secret()
+			b, err2 := u.Secret()
+			if err1 != nil || err2 != nil || len(a) != 32 || string(a) != string(b) {
+				t.Fatalf("secret: %x %x %v %v", a, b, err1, err2)
+			}
+		})
+	}
+}

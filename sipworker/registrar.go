@@ -1,0 +1,169 @@
+package sipworker
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+
+	"github.com/sipvisor/sipvisor/location"
+)
+
+// aorOf is the address of record a URI names (RFC 3261 section 10):
+// sip:user@domain, normalised by location.Key. A host that is one of this
+// server's own addresses stands for the home domain (the first domain
+// setting), so that a phone registered through one address, or through
+// another node of a cluster, is found through any other.
+func (w *Worker) aorOf(u *sip.Uri) string {
+	host := u.Host
+	if w.isOwnAddr(host, u.Port) {
+		host = w.home
+	} else if u.Port != 0 && u.Port != 5060 && u.Port != 5061 {
+		host = net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(u.Port))
+	}
+	if u.User == "" {
+		return location.Key("sip:" + host)
+	}
+	return location.Key("sip:" + u.User + "@" + host)
+}
+
+// homeDomain is what AORs at this server's own addresses are filed under:
+// the first served domain, else the first socket's address.
+func homeDomain(domains []string, self []netip.AddrPort) string {
+	if len(domains) > 0 {
+		return domains[0]
+	}
+	if len(self) == 0 {
+		return "localhost"
+	}
+	a := self[0]
+	if a.Port() == 5060 {
+		return a.Addr().String()
+	}
+	return a.String()
+}
+
+// served reports whether host is one of the domain setting's domains.
+func (w *Worker) served(host string) bool {
+	for _, d := range w.opt.Domains {
+		if strings.EqualFold(d, host) {
+			return true
+		}
+	}
+	return false
+}
+
+// isOwnAddr reports whether host:port is an address this server receives
+// SIP on, strictly: a socket bound to 0.0.0.0 owns the addresses of this
+// host's interfaces, not every address with its port.
+func (w *Worker) isOwnAddr(host string, port int) bool {
+	ip, err := hostIPNoLookup(host)
+	if err != nil {
+		return false
+	}
+	if port == 0 {
+		port = 5060
+	}
+	return w.ownAddrPort(netip.AddrPortFrom(ip, uint16(port)))
+}
+
+func (w *Worker) ownAddrPort(ap netip.AddrPort) bool {
+	ip := ap.Addr().Unmap()
+	for _, s := range w.self {
+		if s.Port() != ap.Port() {
+			continue
+		}
+		if s.Addr() == ip || s.Addr().IsUnspecified() && (ip.IsLoopback() || w.localIPs[ip]) {
+			return true
+		}
+	}
+	return false
+}
+
+func hostIPNoLookup(host string) (netip.Addr, error) {
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return netip.AddrFrom4([4]byte{127, 0, 0, 1}), nil
+	}
+	ip, err := netip.ParseAddr(host)
+	return ip.Unmap(), err
+}
+
+// interfaceIPs are this host's addresses, what a socket bound to 0.0.0.0
+// receives on.
+func interfaceIPs() map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return out
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out[p.Addr().Unmap()] = true
+		}
+	}
+	return out
+}
+
+// errLoop is a relay whose next hop is this server itself.
+var errLoop = errors.New("next hop is this server")
+
+// contactLoops reports whether a registered contact would route requests
+// back here: one of this server's addresses, or a domain it serves (which
+// lookup would resolve to itself again).
+func (w *Worker) contactLoops(u *sip.Uri) bool {
+	if w.served(u.Host) {
+		return true
+	}
+	return w.isOwnAddr(u.Host, u.Port)
+}
+
+// storeFailed answers a request whose registrar or lookup call failed: 503
+// with Retry-After when the store is out of reach (the client will try
+// again, and may reach another node), 500 for anything else. The log says
+// so at most once a second, with the count in between, so that a store
+// outage at thousands of REGISTERs a second does not drown the log.
+func (w *Worker) storeFailed(c *msgCtx, op, aor string, err error) {
+	w.Stats.StoreErrors++
+	now := time.Now()
+	if now.Sub(w.storeLogAt) >= time.Second {
+		w.log.Error("location store call failed", "op", op, "aor", aor, "error", err,
+			"failures_since_last_log", w.Stats.StoreErrors-w.storeLogged)
+		w.storeLogAt, w.storeLogged = now, w.Stats.StoreErrors
+	}
+	if errors.Is(err, location.ErrUnavailable) {
+		retry := w.opt.RetryAfter.Draw()
+		if retry == 0 {
+			retry = 5
+		}
+		w.replyStateless(c.req, c.src, 503, "Location Store Unavailable", []string{"Retry-After: " + strconv.Itoa(retry)})
+	} else {
+		w.replyStateless(c.req, c.src, 500, "Server Internal Error", nil)
+	}
+	c.stopped = true
+}
+
+// reportStoreErrors hands the store failures counted since the last report
+// to Options.ReportStoreErrors, at most once a second (from Tick).
+func (w *Worker) reportStoreErrors(now time.Time) {
+	if w.opt.ReportStoreErrors == nil || w.Stats.StoreErrors == w.storeReported || now.Sub(w.storeReportAt) < time.Second {
+		return
+	}
+	w.opt.ReportStoreErrors(w.Stats.StoreErrors - w.storeReported)
+	w.storeReported, w.storeReportAt = w.Stats.StoreErrors, now
+}
+
+// loop counts a request whose next hop was this server and says so in the
+// log, at most once a second.
+func (w *Worker) loop(req *sip.Request) {
+	w.Stats.Loops++
+	if now := time.Now(); now.Sub(w.loopLogAt) >= time.Second {
+		w.loopLogAt = now
+		w.log.Warn("request not relayed: its next hop is this server (482 Loop Detected)",
+			"method", string(req.Method), "ruri", req.Recipient.String(), "loops", w.Stats.Loops)
+	}
+}

@@ -1,0 +1,133 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/location"
+)
+
+// openStore opens the location store the config names, so that one out of
+// reach stops the start with its reason, before any worker is forked.
+func (s *Supervisor) openStore(cfg *config.Config) error {
+	sp, err := cfg.Store()
+	if err != nil {
+		return err
+	}
+	st, err := location.Open(sp)
+	if err != nil {
+		return fmt.Errorf("%w (location_store in %s)", err, cfg.File)
+	}
+	s.locations, s.storeSpec = st, sp
+	s.m.storeUp.Set(1)
+	return nil
+}
+
+// sweepEvery is how often lapsed rows are deleted from a store that does
+// not lapse them itself (SQLite): lookups skip them meanwhile, and the
+// sweep reads the whole table.
+const sweepEvery = 30 * time.Second
+
+// sharedCountEvery is how often the bindings of a shared store are
+// counted: the count reads every binding (27 ms for 10,000 in SQLite,
+// BenchmarkSQLiteList10k), too much to do each second.
+const sharedCountEvery = 5 * time.Second
+
+// registrationsLoop counts the bindings (for max_registrations and for
+// telling refreshes from new registrations) and sweeps lapsed ones, apart
+// from the cycle loop, so that a slow or absent store never delays scaling
+// decisions: each cycle for the memory store, every sharedCountEvery for
+// a shared one.
+func (s *Supervisor) registrationsLoop(ctx context.Context) error {
+	every := s.config().AutoScalingCycle
+	if s.storeSpec.Shared() {
+		every = max(every, sharedCountEvery)
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var lastSweep time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case now := <-t.C:
+			err := s.refreshRegistrations()
+			if err == nil && (!s.storeSpec.Shared() || now.Sub(lastSweep) >= sweepEvery) {
+				_, err = s.locations.Expire(now)
+				lastSweep = now
+			}
+			s.noteStore(err)
+		}
+	}
+}
+
+// noteStore logs the store's going and coming back once each, and keeps
+// the metrics.
+func (s *Supervisor) noteStore(err error) {
+	if err != nil {
+		s.m.storeErrors.WithLabelValues("supervisor").Inc()
+		s.m.storeUp.Set(0)
+		if !s.storeDown.Swap(true) {
+			s.log.Error("location store out of reach: REGISTERs and lookups are answered 503 until it is back", "store", s.storeSpec.String(), "error", err)
+		}
+		return
+	}
+	s.m.storeUp.Set(1)
+	if s.storeDown.Swap(false) {
+		s.log.Info("location store reachable again", "store", s.storeSpec.String())
+	}
+}
+
+// findBindings is `ul show`: every binding, those of one AOR (normalised
+// as the registrar files it), or those of one user name in any domain.
+func (s *Supervisor) findBindings(aor string) ([]location.Binding, error) {
+	switch {
+	case aor == "":
+		return s.locations.List()
+	case strings.Contains(aor, "@"):
+		return s.locations.Lookup(location.Key(aor))
+	}
+	all, err := s.locations.List()
+	if err != nil {
+		return nil, err
+	}
+	var out []location.Binding
+	for _, b := range all {
+		if user, _, ok := strings.Cut(strings.TrimPrefix(b.AOR, "sip:"), "@"); ok && user == aor {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// removeBindings is `ul rm`: contact matches a binding's contact as `ul
+// show` prints it, with or without its angle brackets.
+func (s *Supervisor) removeBindings(aor, contact string) (int, error) {
+	key := location.Key(aor)
+	bs, err := s.locations.Lookup(key)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, b := range bs {
+		if contact != "" && b.Contact != contact && b.Contact != strings.Trim(contact, "<>") {
+			continue
+		}
+		if err := s.locations.Remove(key, b.Contact); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if n == 0 {
+		return 0, ctl.ErrNoBinding
+	}
+	s.log.Info("bindings removed by ctl ul rm", "aor", key, "contact", contact, "removed", n)
+	return n, nil
+}
+
+// users is the credentials side of the location store.
+func (s *Supervisor) users() (location.Users, error) { return location.UsersOf(s.locations) }

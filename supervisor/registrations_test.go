@@ -1,0 +1,111 @@
+package supervisor
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/location"
+)
+
+// A store out of reach stops the start, naming the store and the file
+// that chose it, before any worker is forked.
+func TestStoreOutOfReachStopsStart(t *testing.T) {
+	for _, store := range []string{"redis://127.0.0.1:1/0", "sqlite:/nonexistent-dir/location.db"} {
+		path := filepath.Join(t.TempDir(), "sipvisor.cfg")
+		text := "socket = udp:127.0.0.1:0\nhttp_listen = 127.0.0.1:0\nlocation_store = \"" + store + "\"\nroute { exit; }\n"
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.LoadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = New(Options{Config: cfg, ConfigPath: path, Worker: costWorker(0)})
+		if err == nil || !strings.Contains(err.Error(), store) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: want a start error naming the store and %s, have %v", store, path, err)
+		}
+	}
+}
+
+// ul show finds bindings by full AOR, normalised as the registrar files
+// them, or by user name; ul rm drops one contact or all of an AOR's.
+func TestULShowAndRemove(t *testing.T) {
+	st := startSupervisor(t, cfgf(`
+socket = udp:127.0.0.1:0
+http_listen = 127.0.0.1:0
+udp_workers = 1
+route { exit; }
+`), costWorker(0), nil)
+	b := backend{st.s}
+	exp := time.Now().Add(time.Hour)
+	for _, c := range []struct{ aor, contact string }{
+		{"sip:alice@example.com", "sip:alice@10.0.0.1:5062"},
+		{"sip:alice@example.com", "sip:alice@10.0.0.2:5062"},
+		{"sip:alice@example.org", "sip:alice@10.0.0.3:5062"},
+		{"sip:bob@example.com", "sip:bob@10.0.0.4"},
+	} {
+		if err := st.s.locations.Save(c.aor, location.Binding{Contact: c.contact, Expires: exp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(aor string) int {
+		t.Helper()
+		bs, err := b.Locations(aor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(bs)
+	}
+	if n := count("sip:Alice@EXAMPLE.com"); n != 0 {
+		t.Errorf("the user part keeps its case: want no binding for Alice, have %d", n)
+	}
+	for aor, want := range map[string]int{"": 4, "sip:alice@EXAMPLE.com:5060;transport=udp": 2, "alice": 3, "<sip:bob@example.com>": 1} {
+		if n := count(aor); n != want {
+			t.Errorf("ul show %q: want %d bindings, have %d", aor, want, n)
+		}
+	}
+	if n, err := b.RemoveLocation("sip:alice@example.com", "<sip:alice@10.0.0.2:5062>"); err != nil || n != 1 {
+		t.Fatalf("ul rm one contact: want 1 removed, have %d, %v", n, err)
+	}
+	if _, err := b.RemoveLocation("sip:alice@example.com", "sip:alice@10.9.9.9"); !errors.Is(err, ctl.ErrNoBinding) {
+		t.Fatalf("ul rm of a contact not bound: want ErrNoBinding, have %v", err)
+	}
+	if n, err := b.RemoveLocation("sip:alice@example.org", ""); err != nil || n != 1 {
+		t.Fatalf("ul rm of an AOR: want 1 removed, have %d, %v", n, err)
+	}
+	if n := count(""); n != 2 {
+		t.Errorf("after removing: want 2 bindings left, have %d", n)
+	}
+}
+
+// A reload may not move the registrations: new workers would open the new
+// store while the old ones keep theirs.
+func TestReloadKeepsTheStore(t *testing.T) {
+	text := cfgf(`
+socket = udp:127.0.0.1:0
+http_listen = 127.0.0.1:0
+udp_workers = 1
+route { exit; }
+`)
+	st := startSupervisor(t, text, costWorker(0), nil)
+	moved := text + "location_store = \"sqlite:elsewhere.db\"\n"
+	if err := os.WriteFile(st.path, []byte(moved), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := st.s.Reload()
+	if err == nil || !strings.Contains(err.Error(), "location_store changed") || !strings.Contains(err.Error(), "elsewhere.db") {
+		t.Fatalf("reload moving the store: want it refused with the reason, have %v", err)
+	}
+	if err := os.WriteFile(st.path, []byte(text+"log_level = debug\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.s.Reload(); err != nil {
+		t.Fatalf("reload keeping the store: %v", err)
+	}
+}
