@@ -6,15 +6,16 @@
 # shared machine's load hits both): the idle server's CPU; full TLS
 # handshakes from bench/tlsload at each --hs-rates for --hs-secs, each
 # connection closed once its handshake is done (open loop: a handshake due
-# while 200 are under way counts failed); handshakes as fast as
-# --hs-inflight at a time allow for --hs-max-secs (handshakes per second,
-# client and server on the same cores); then calls (INVITE, 200, ACK, BYE,
+# while 200 are under way counts failed); calls (INVITE, 200, ACK, BYE,
 # 200) over --conns TLS connections to SIPp's UAS on UDP at each --rates
 # for --secs, the CPU counted from --warmup seconds on, so that a run is
-# measured at its steady state. CPU is the server's whole process tree's,
-# from /proc, as run.sh reads it. The certificate is an ECDSA P-256 one
-# made here with openssl; the key exchange X25519, TLS 1.3 (--tls 1.2 to
-# compare).
+# measured at its steady state; last, handshakes as fast as --hs-inflight
+# at a time allow for --hs-max-secs (handshakes per second, client and
+# server on the same cores). CPU is the server's whole process tree's,
+# from /proc, as run.sh reads it. A server that exits during a run is
+# counted, its log kept, and started again. The certificate is an ECDSA
+# P-256 one made here with openssl; the key exchange X25519, TLS 1.3
+# (--tls 1.2 to compare).
 #
 #   bench/tls.sh [--servers sipvisor,kamailio] [--hs-rates 200]
 #                [--hs-secs 20] [--hs-max-secs 10] [--hs-inflight 16]
@@ -117,7 +118,7 @@ echo "openssl: $(openssl version)" >>"$out/machine.txt"
 echo "settings: servers=$servers hs_rates=$hs_rates hs_secs=$hs_secs hs_max_secs=$hs_max_secs hs_inflight=$hs_inflight rates=$rates secs=$secs warmup=$warmup conns=$conns tls=$tls_version reps=$reps settle=$settle children=$CHILDREN" >>"$out/machine.txt"
 
 csv=$out/results.csv
-echo "server,kind,rate,rep,started,successful,failed,p50_ms,p99_ms,elapsed_s,achieved_per_s,client_cpu_s,cpu_s,cpu_ms_per_op,ctxsw_per_op" >"$csv"
+echo "server,kind,rate,rep,started,successful,failed,p50_ms,p99_ms,elapsed_s,achieved_per_s,client_cpu_s,cpu_s,cpu_ms_per_op,ctxsw_per_op,server_exited" >"$csv"
 
 # val FILE KEY prints KEY's value from a tlsload summary, NA if absent.
 val() { sed -n "s/^$2=//p" "$1" 2>/dev/null | head -1 | grep . || echo NA; }
@@ -167,19 +168,100 @@ role_split() {
 		}' <(echo "$1") <(echo "$2")
 }
 
-# record SERVER KIND RATE REP DIR C0 C1 OK0 X0 X1 writes a row: CPU from C0
-# to C1 and context switches from X0 to X1 over the operations that
-# succeeded after OK0.
+# record SERVER KIND RATE REP DIR C0 C1 OK0 X0 X1 EXITED writes a row: CPU
+# from C0 to C1 and context switches from X0 to X1 over the operations
+# that succeeded after OK0; none when the server exited (EXITED 1), as its
+# tree's CPU went with it.
 record() {
-	local server=$1 kind=$2 rate=$3 rep=$4 dir=$5 c0=$6 c1=$7 ok0=$8 x0=$9 x1=${10} o row
+	local server=$1 kind=$2 rate=$3 rep=$4 dir=$5 c0=$6 c1=$7 ok0=$8 x0=$9 x1=${10} exited=${11} o row
 	o=$dir/out.txt
-	row=$(awk -v a="$c0" -v b="$c1" -v ok="$(val "$o" successful)" -v ok0="$ok0" -v x0="$x0" -v x1="$x1" 'BEGIN {
+	row=$(awk -v a="$c0" -v b="$c1" -v ok="$(val "$o" successful)" -v ok0="$ok0" -v x0="$x0" -v x1="$x1" -v exited="$exited" 'BEGIN {
 		cpu = b - a; n = ok - ok0
-		printf "%.2f,%s,%s", cpu, (n > 0) ? sprintf("%.4f", cpu / n * 1000) : "NA", (n > 0) ? sprintf("%.2f", (x1 - x0) / n) : "NA"
+		if (exited) { print "NA,NA,NA,1"; exit }
+		printf "%.2f,%s,%s,0", cpu, (n > 0) ? sprintf("%.4f", cpu / n * 1000) : "NA", (n > 0) ? sprintf("%.2f", (x1 - x0) / n) : "NA"
 	}')
 	echo "$server,$kind,$rate,$rep,$(val "$o" started),$(val "$o" successful),$(val "$o" failed),$(val "$o" p50_ms),$(val "$o" p99_ms),$(val "$o" elapsed_s),$(val "$o" rate_per_s),$(val "$o" client_cpu_s),$row" >>"$csv"
-	log "  $(val "$o" successful) ok, $(val "$o" failed) failed, $(val "$o" rate_per_s)/s, p50 $(val "$o" p50_ms) ms p99 $(val "$o" p99_ms) ms, cpu ${row//,/ } (s, ms and context switches per one; $(val "$o" version) $(val "$o" cipher))"
+	log "  $(val "$o" successful) ok, $(val "$o" failed) failed, $(val "$o" rate_per_s)/s, p50 $(val "$o" p50_ms) ms p99 $(val "$o" p99_ms) ms, cpu ${row//,/ } (s, ms and context switches per one, exited; $(val "$o" version) $(val "$o" cipher))"
 	[ ! -s "$dir/err.txt" ] || log "  tlsload: $(tail -1 "$dir/err.txt")"
+}
+
+# alive_or_restart SERVER WORK DIR: after a run, a server that exited
+# (Kamailio 5.6.3's tls module with OpenSSL 3 can crash under handshakes)
+# leaves its log in DIR/server.log and is started again for the next run.
+# Sets EXITED to 1 if it had exited, else 0.
+alive_or_restart() {
+	EXITED=0
+	kill -0 "$SERVER_PID" 2>/dev/null && return
+	EXITED=1
+	log "  $1 EXITED during the run; its log is in $3/server.log; starting it again"
+	cp "$2/$1.log" "$3/server.log" 2>/dev/null || true
+	end_tree "$SERVER_PID" 5
+	SERVER_PID=
+	local i
+	for ((i = 0; i < 100; i++)); do port_free "$SIP_PORT" && port_free "$TLS_PORT" && break; sleep 0.1; done
+	start_server "$1" "$2"
+}
+
+# handshake_run SERVER WORK KIND RATE SECS INFLIGHT: KIND handshake at RATE
+# per second, or handshake-max (RATE 0) with INFLIGHT at a time.
+handshake_run() {
+	local server=$1 work=$2 kind=$3 rate=$4 secs=$5 inflight=$6 dir c0 c1 x0 x1 s0
+	dir=$work/$kind-$rate-$rep
+	[ "$kind" = handshake ] || dir=$work/$kind-$rep
+	rm -rf "$dir"
+	if ((rate > 0)); then
+		log "rep $rep/$reps $server handshakes $rate/s for ${secs}s"
+	else
+		log "rep $rep/$reps $server handshakes, $inflight at a time, for ${secs}s"
+	fi
+	c0=$(tree_cpu "$SERVER_PID") x0=$(tree_ctxsw "$SERVER_PID") s0=$(snapshot "$SERVER_PID")
+	tlsload "$dir" "$secs" -mode handshake -rate "$rate" -secs "$secs" -inflight "$inflight" -timeout 10s
+	# Closed connections are cleaned up after the last handshake.
+	sleep "$settle"
+	c1=$(tree_cpu "$SERVER_PID") x1=$(tree_ctxsw "$SERVER_PID")
+	role_split "$s0" "$(snapshot "$SERVER_PID")" "$(val "$dir/out.txt" successful)" >"$dir/procs.txt"
+	alive_or_restart "$server" "$work" "$dir"
+	record "$server" "$kind" "$rate" "$rep" "$dir" "$c0" "$c1" 0 "$x0" "$x1" "$EXITED"
+}
+
+# call_run SERVER WORK RATE
+call_run() {
+	local server=$1 work=$2 rate=$3 dir uac begin next counted c0 c1 x0 x1 s0 ok0 t
+	dir=$work/call-$rate-$rep
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	log "rep $rep/$reps $server calls $rate/s over $conns connections for ${secs}s, counted from ${warmup}s"
+	tlsload "$dir" $((secs + 35)) -mode calls -rate "$rate" -secs "$secs" -conns "$conns" \
+		-uas "127.0.0.1:$UAS_PORT" &
+	uac=$!
+	BG_PIDS+=("$uac")
+	# DIR/cpu.csv samples the server's CPU and the calls done every 10 s,
+	# to show whether the counted part was steady.
+	begin=$SECONDS next=10 counted=0
+	c0=$(tree_cpu "$SERVER_PID") x0=$(tree_ctxsw "$SERVER_PID") s0=$(snapshot "$SERVER_PID")
+	ok0=0
+	echo "t_s,cpu_s,successful" >"$dir/cpu.csv"
+	while kill -0 "$uac" 2>/dev/null; do
+		sleep 1
+		t=$((SECONDS - begin))
+		if ((warmup > 0 && !counted && t >= warmup)); then
+			c0=$(tree_cpu "$SERVER_PID") x0=$(tree_ctxsw "$SERVER_PID") s0=$(snapshot "$SERVER_PID")
+			ok0=$(ok_now "$dir")
+			counted=1
+		fi
+		if ((t >= next)); then
+			echo "$t,$(tree_cpu "$SERVER_PID"),$(ok_now "$dir")" >>"$dir/cpu.csv"
+			next=$((next + 10))
+		fi
+	done
+	wait "$uac" || true
+	# Transactions linger after their last message (Kamailio's wait
+	# timer, sipvisor's 5 s); their cleanup belongs to the run.
+	sleep "$settle"
+	c1=$(tree_cpu "$SERVER_PID") x1=$(tree_ctxsw "$SERVER_PID")
+	role_split "$s0" "$(snapshot "$SERVER_PID")" "$(awk -v ok="$(val "$dir/out.txt" successful)" -v ok0="$ok0" 'BEGIN { print ok - ok0 }')" >"$dir/procs.txt"
+	alive_or_restart "$server" "$work" "$dir"
+	record "$server" call "$rate" "$rep" "$dir" "$c0" "$c1" "$ok0" "$x0" "$x1" "$EXITED"
 }
 
 for ((rep = 1; rep <= reps; rep++)); do
@@ -191,69 +273,15 @@ for ((rep = 1; rep <= reps; rep++)); do
 		c0=$(tree_cpu "$SERVER_PID")
 		sleep "$settle"
 		c1=$(tree_cpu "$SERVER_PID")
-		echo "$server,idle,0,$rep,0,0,0,NA,NA,$settle,NA,NA,$(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.2f", b-a}'),NA,NA" >>"$csv"
-
+		echo "$server,idle,0,$rep,0,0,0,NA,NA,$settle,NA,NA,$(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.2f", b-a}'),NA,NA,0" >>"$csv"
 		for rate in ${hs_rates//,/ }; do
-			dir=$work/handshake-$rate-$rep
-			rm -rf "$dir"
-			log "rep $rep/$reps $server handshakes $rate/s for ${hs_secs}s"
-			c0=$(tree_cpu "$SERVER_PID") x0=$(tree_ctxsw "$SERVER_PID") s0=$(snapshot "$SERVER_PID")
-			tlsload "$dir" "$hs_secs" -mode handshake -rate "$rate" -secs "$hs_secs" -inflight 200 -timeout 10s
-			# Closed connections are cleaned up after the last handshake.
-			sleep "$settle"
-			c1=$(tree_cpu "$SERVER_PID") x1=$(tree_ctxsw "$SERVER_PID")
-			role_split "$s0" "$(snapshot "$SERVER_PID")" "$(val "$dir/out.txt" successful)" >"$dir/procs.txt"
-			record "$server" handshake "$rate" "$rep" "$dir" "$c0" "$c1" 0 "$x0" "$x1"
+			handshake_run "$server" "$work" handshake "$rate" "$hs_secs" 200
 		done
-		if ((hs_max_secs > 0)); then
-			dir=$work/handshake-max-$rep
-			rm -rf "$dir"
-			log "rep $rep/$reps $server handshakes, $hs_inflight at a time, for ${hs_max_secs}s"
-			c0=$(tree_cpu "$SERVER_PID") x0=$(tree_ctxsw "$SERVER_PID") s0=$(snapshot "$SERVER_PID")
-			tlsload "$dir" "$hs_max_secs" -mode handshake -rate 0 -secs "$hs_max_secs" -inflight "$hs_inflight" -timeout 10s
-			sleep "$settle"
-			c1=$(tree_cpu "$SERVER_PID") x1=$(tree_ctxsw "$SERVER_PID")
-			role_split "$s0" "$(snapshot "$SERVER_PID")" "$(val "$dir/out.txt" successful)" >"$dir/procs.txt"
-			record "$server" handshake-max 0 "$rep" "$dir" "$c0" "$c1" 0 "$x0" "$x1"
-		fi
-		kill -0 "$SERVER_PID" 2>/dev/null || die "$server exited during the handshakes"
-
 		for rate in ${rates//,/ }; do
-			dir=$work/call-$rate-$rep
-			rm -rf "$dir"
-			log "rep $rep/$reps $server calls $rate/s over $conns connections for ${secs}s, counted from ${warmup}s"
-			tlsload "$dir" $((secs + 35)) -mode calls -rate "$rate" -secs "$secs" -conns "$conns" \
-				-uas "127.0.0.1:$UAS_PORT" &
-			uac=$!
-			BG_PIDS+=("$uac")
-			# DIR/cpu.csv samples the server's CPU and the calls done every
-			# 10 s, to show whether the counted part was steady.
-			begin=$SECONDS next=10 counted=0
-			c0=$(tree_cpu "$SERVER_PID") x0=$(tree_ctxsw "$SERVER_PID") s0=$(snapshot "$SERVER_PID")
-			ok0=0
-			echo "t_s,cpu_s,successful" >"$dir/cpu.csv"
-			while kill -0 "$uac" 2>/dev/null; do
-				sleep 1
-				t=$((SECONDS - begin))
-				if ((warmup > 0 && !counted && t >= warmup)); then
-					c0=$(tree_cpu "$SERVER_PID") x0=$(tree_ctxsw "$SERVER_PID") s0=$(snapshot "$SERVER_PID")
-					ok0=$(ok_now "$dir")
-					counted=1
-				fi
-				if ((t >= next)); then
-					echo "$t,$(tree_cpu "$SERVER_PID"),$(ok_now "$dir")" >>"$dir/cpu.csv"
-					next=$((next + 10))
-				fi
-			done
-			wait "$uac" || true
-			# Transactions linger after their last message (Kamailio's
-			# wait timer, sipvisor's 5 s); their cleanup belongs to the run.
-			sleep "$settle"
-			c1=$(tree_cpu "$SERVER_PID") x1=$(tree_ctxsw "$SERVER_PID")
-			kill -0 "$SERVER_PID" 2>/dev/null || die "$server exited during the run"
-			role_split "$s0" "$(snapshot "$SERVER_PID")" "$(awk -v ok="$(val "$dir/out.txt" successful)" -v ok0="$ok0" 'BEGIN { print ok - ok0 }')" >"$dir/procs.txt"
-			record "$server" call "$rate" "$rep" "$dir" "$c0" "$c1" "$ok0" "$x0" "$x1"
+			call_run "$server" "$work" "$rate"
 		done
+		# Last, as it is the run most likely to bring a server down.
+		((hs_max_secs == 0)) || handshake_run "$server" "$work" handshake-max 0 "$hs_max_secs" "$hs_inflight"
 		stop_server
 		stop_uas
 	done
@@ -310,6 +338,12 @@ row() { # LABEL KIND RATE COLUMN
 		row "" call "$rate" p99_ms
 	done
 	row "idle CPU s over ${settle} s" idle 0 cpu_s
+	line="| runs in which the server exited (crashed)"
+	for server in ${servers//,/ }; do
+		line="$line | $(awk -F, -v s="$server" 'NR > 1 && $1 == s && $NF == 1 { n++; k = k sep $2 (($3 > 0) ? " " $3 "/s" : ""); sep = ", " } END { print n + 0 (n ? " (" k ")" : "") }' "$csv")"
+	done
+	case ",$servers," in *,sipvisor,*kamailio,* | *,kamailio,*sipvisor,*) line="$line | " ;; esac
+	echo "$line |"
 	echo
 	echo "Medians of $reps repetition(s); TLS $tls_version, X25519, ECDSA P-256; $conns connections for the calls; $CHILDREN TCP workers or readers."
 } >"$out/summary.md"
