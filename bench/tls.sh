@@ -345,7 +345,7 @@ row() { # LABEL KIND RATE COLUMN
 	case ",$servers," in *,sipvisor,*kamailio,* | *,kamailio,*sipvisor,*) line="$line | " ;; esac
 	echo "$line |"
 	echo
-	echo "Medians of $reps repetition(s); TLS $tls_version, X25519, ECDSA P-256; $conns connections for the calls; $CHILDREN TCP workers or readers."
+	echo "Medians of $reps repetition(s); TLS $tls_version, X25519, ECDSA P-256; calls over $conns connections; TCP workers (sipvisor) or TCP readers (Kamailio): $CHILDREN."
 } >"$out/summary.md"
 log "wrote $csv and $out/summary.md"
 cat "$out/summary.md"
