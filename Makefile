@@ -49,7 +49,7 @@ clean:
 
 # Side by side with Kamailio under SIPp (bench/, docs/PERFORMANCE.md).
 # Pass flags through BENCH_FLAGS, e.g. BENCH_FLAGS='--rates 200 --reps 1'.
-.PHONY: bench-install bench-compare bench-capacity
+.PHONY: bench-install bench-compare bench-capacity bench-tls
 BENCH_FLAGS ?=
 
 bench-install:
@@ -60,3 +60,6 @@ bench-compare:
 
 bench-capacity:
 	bash bench/capacity.sh $(BENCH_FLAGS)
+
+bench-tls:
+	bash bench/tls.sh $(BENCH_FLAGS)

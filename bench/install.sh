@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Installs what the benchmarks need from Debian: Kamailio (the server
-# sipvisor is compared with) and SIPp (sip-tester). Does nothing for a
-# package that is already there.
+# sipvisor is compared with), its TLS module (bench/tls.sh) and SIPp
+# (sip-tester). Does nothing for a package that is already there.
 set -euo pipefail
 
 need=()
 command -v kamailio >/dev/null 2>&1 || need+=(kamailio)
 command -v sipp >/dev/null 2>&1 || need+=(sip-tester)
+# The module is a file, not a command: ask dpkg. (Read into a variable, as
+# below, so that pipefail does not trip on grep closing the pipe.)
+tls_status=$(dpkg-query -W -f='${Status}' kamailio-tls-modules 2>/dev/null || true)
+[ "$tls_status" = "install ok installed" ] || need+=(kamailio-tls-modules)
 if [ ${#need[@]} -eq 0 ]; then
-	echo "kamailio and sipp already installed"
+	echo "kamailio, its tls module and sipp already installed"
 	exit 0
 fi
 

@@ -13,6 +13,7 @@ CLK_TCK=$(getconf CLK_TCK)
 PORT_BASE=${BENCH_PORT_BASE:-17060}
 set_ports() {
 	SIP_PORT=$PORT_BASE
+	TLS_PORT=$((PORT_BASE + 1))
 	UAS_PORT=$((PORT_BASE + 10))
 	UAC_PORT=$((PORT_BASE + 20))
 	LONG_UAC_PORT=$((PORT_BASE + 21))
@@ -23,7 +24,7 @@ pick_ports() {
 	for ((i = 0; i < 20; i++)); do
 		set_ports
 		busy=
-		for p in $SIP_PORT $UAS_PORT $UAC_PORT $LONG_UAC_PORT $HTTP_PORT; do
+		for p in $SIP_PORT $TLS_PORT $UAS_PORT $UAC_PORT $LONG_UAC_PORT $HTTP_PORT; do
 			port_free "$p" || busy=$p
 		done
 		[ -n "$busy" ] || return 0
@@ -123,6 +124,8 @@ port_free() {
 # render TEMPLATE OUT fills a config template's @NAME@ placeholders.
 render() {
 	sed -e "s/@SIP_PORT@/$SIP_PORT/g" \
+		-e "s/@TLS_PORT@/$TLS_PORT/g" \
+		-e "s#@CERT_DIR@#${CERT_DIR:-}#g" \
 		-e "s#@UAS@#sip:127.0.0.1:$UAS_PORT#g" \
 		-e "s/@CHILDREN@/$CHILDREN/g" \
 		-e "s/@HTTP_PORT@/$HTTP_PORT/g" \
@@ -154,13 +157,16 @@ build_sipvisor() {
 
 # start_server NAME WORKDIR starts sipvisor or kamailio in the foreground of
 # a background job and waits until it serves. Sets SERVER_PID.
+# SIPVISOR_CFG and KAMAILIO_CFG name other templates than bench/sipvisor.cfg
+# and bench/kamailio.cfg; KAMAILIO_TLS_CFG, a template of the tls module's
+# file, rendered as RUNDIR/tls.cfg (tls.sh).
 start_server() {
 	local name=$1 work=$2 cfg i
 	port_free "$SIP_PORT" || die "port $SIP_PORT is in use (set BENCH_PORT_BASE)"
 	case $name in
 	sipvisor)
 		cfg=$work/sipvisor.cfg
-		render "$BENCH_DIR/sipvisor.cfg" "$cfg"
+		render "${SIPVISOR_CFG:-$BENCH_DIR/sipvisor.cfg}" "$cfg"
 		# BENCH_SIPVISOR_SET adds global settings, one per line
 		# ("queue_admission_threshold = 2"), to try one without editing.
 		[ -z "${BENCH_SIPVISOR_SET:-}" ] || printf '%s\n' "$BENCH_SIPVISOR_SET" >>"$cfg"
@@ -175,8 +181,9 @@ start_server() {
 		;;
 	kamailio)
 		cfg=$work/kamailio.cfg
-		render "$BENCH_DIR/kamailio.cfg" "$cfg"
+		render "${KAMAILIO_CFG:-$BENCH_DIR/kamailio.cfg}" "$cfg"
 		mkdir -p "$cfg.run"
+		[ -z "${KAMAILIO_TLS_CFG:-}" ] || render "$KAMAILIO_TLS_CFG" "$cfg.run/tls.cfg"
 		# TLSF for both private (-x) and shared (-X) memory, as its users
 		# run it under load. 1 GB shared: with 256 MB, transactions held
 		# through their wait timer at 2,700 calls/s ran it out of memory and
