@@ -26,6 +26,31 @@ func defaultCfgOn(t *testing.T, sipPort int) string {
 	return strings.ReplaceAll(cfg, "127.0.0.1:8888", "127.0.0.1:HTTP_PORT")
 }
 
+// withoutAuth takes the digest authentication out of the built-in
+// config's script, for tests of other things that register by hand.
+func withoutAuth(t *testing.T, cfg string) string {
+	t.Helper()
+	for _, block := range []string{`
+		if (!www_authorize("", "subscriber")) {
+			www_challenge("", "0");
+			exit;
+		}
+		consume_credentials();`, `
+	if (is_method("INVITE") && is_myself($fu)) {
+		if (!proxy_authorize("", "subscriber")) {
+			proxy_challenge("", "0");
+			exit;
+		}
+		consume_credentials();
+	}`} {
+		if !strings.Contains(cfg, block) {
+			t.Fatalf("the built-in config's authentication changed; update withoutAuth:\n%s", block)
+		}
+		cfg = strings.Replace(cfg, block, "", 1)
+	}
+	return cfg
+}
+
 // tcpOptions sends an OPTIONS over a new TCP connection and returns the
 // final response.
 func tcpOptions(t *testing.T, sipPort int, ruri string) ovResp {

@@ -18,7 +18,7 @@ import (
 // applies. A SIGHUP does the same.
 func TestReloadAppliesSettings(t *testing.T) {
 	sip, other := freePort(t), freePort(t)
-	base := defaultCfgOn(t, sip)
+	base := withoutAuth(t, defaultCfgOn(t, sip))
 	before := "auto_scaling_cycle = 1\nthrottle_rtt_threshold = 1s\n"
 	s := startServer(t, strings.Replace(base, "route {", before+"route {", 1))
 	base = strings.ReplaceAll(base, "127.0.0.1:HTTP_PORT", s.http)
