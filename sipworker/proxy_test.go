@@ -245,26 +245,34 @@ func TestTimeout408(t *testing.T) {
 	p.waitHeld0()
 }
 
+// handConn connects a client to the worker over TCP, handing the worker
+// its end as the supervisor does, and returns the client's end.
+func (p *proxy) handConn() net.Conn {
+	p.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Cleanup(func() { client.Close() })
+	server, err := ln.Accept()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.do(func() { p.w.HandleConn(server) })
+	return client
+}
+
 // TestTCPUpstream takes the caller's leg over a TCP connection handed to
 // the worker, as the supervisor does, and relays to a UDP callee.
 func TestTCPUpstream(t *testing.T) {
 	p := startProxy(t, config.DefaultText, nil)
 	bob := newUA(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.do(func() { p.w.HandleConn(server) })
+	client := p.handConn()
 
 	la := client.LocalAddr().String()
 	msg := strings.ReplaceAll(invite(p.addr(), p.addr(), "sip:bob@"+bob.addr().String(), "tcp@test", "z9hG4bK-tcp", 70), "SIP/2.0/UDP "+p.addr().String(), "SIP/2.0/TCP "+la)
@@ -340,21 +348,7 @@ func TestTCPLateRequests(t *testing.T) {
 		o.RetryAfter = config.RetryAfter{Min: 7 * time.Second, Max: 7 * time.Second}
 	})
 	bob := newUA(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.do(func() { p.w.HandleConn(server) })
+	client := p.handConn()
 	r := newStreamReader(client)
 	la := client.LocalAddr().String()
 	overTCP := func(msg string) {
