@@ -12,25 +12,30 @@
 //
 //	fd 3  control  unix SOCK_SEQPACKET, both ways, one message per packet.
 //	               Worker → supervisor: 'R' ready, 'e' echo answer,
-//	               'd' drained, 'c' call (id, request); supervisor →
-//	               worker: 'a' answer (the call's id, answer). EOF tells
-//	               the worker its supervisor is gone, and it exits at once
+//	               'd' drained, 'c' call (id, request), 'n' note (no
+//	               answer); supervisor → worker: 'a' answer (the call's
+//	               id, answer). EOF tells the worker its supervisor is
+//	               gone, and it exits at once
 //	fd 4  data     unix SOCK_SEQPACKET, supervisor → worker, one frame per
 //	               packet, handled strictly in order: 'M' SIP message,
-//	               'E' echo, 'J' timer job, 'C' TCP connection (SCM_RIGHTS),
+//	               'E' echo, 'J' timer job, 'C' TCP connection (SCM_RIGHTS;
+//	               any bytes after the kind were read from it by the
+//	               worker that handed it back),
 //	               'R' reload in place (the config snapshot's path),
 //	               'P' profile (SCM_RIGHTS: a pipe's write end; see below),
 //	               'D' drain, 'Z' end of work
 //	fd 5  stats    a shared memory page. The worker writes and the
 //	               supervisor reads: frames handled, busy nanoseconds, the
 //	               start of the frame in progress, heap in use, sessions
-//	               held, GC CPU seconds, requests dropped for having waited
-//	               too long. The supervisor writes and the worker reads: how
+//	               held, GC CPU seconds, requests dropped (UDP) or refused
+//	               (TCP) for having waited too long. The supervisor writes
+//	               and the worker reads: how
 //	               long a request may wait ('M' frames carry the time the
 //	               datagram was read)
 //	fd 6… sockets  the UDP SIP sockets, named in SIPVISOR_SOCKETS
 //
-// Environment: SIPVISOR_WORKER (cookie), SIPVISOR_GROUP, SIPVISOR_WORKER_ID,
+// Environment: SIPVISOR_WORKER (cookie), SIPVISOR_GROUP, SIPVISOR_KIND (the
+// group's kind: udp, tcp or timer), SIPVISOR_WORKER_ID,
 // SIPVISOR_SOCKETS (comma-separated socket names), SIPVISOR_CONFIG (the file
 // the worker loads its script from), GOMEMLIMIT.
 //
@@ -38,11 +43,21 @@
 //
 // # Calls
 //
-// A worker's call ('c', answered by 'a') carries one of two requests: a
-// location store operation (location's binary format: save, lookup of
-// registrations, which the supervisor keeps), or an admission question
-// (AdmitRequest: a new session's method and Call-ID, read by a worker from
-// a TCP connection no front door saw), answered with the door's decision.
+// A worker's call ('c', answered by 'a') carries a request the worker waits
+// for: an admission question (AdmitRequest: a new session's method and
+// Call-ID, read by a worker from a TCP connection no front door saw),
+// answered with the door's decision; a request to pass to the worker that
+// holds a connection to its destination; or, with the memory location
+// store, a location operation (location's binary format).
+//
+// # Notes
+//
+// A note ('n') tells the supervisor something without waiting, in order with
+// the worker's calls: a request read from a connection that moves a session
+// on (SessionNote), a connection that ended and why (ConnClosedNote), a
+// draining worker's connection given back at a message boundary with the
+// bytes read past it (HandOffNote), and a response whose branch another
+// worker made, to pass to that worker (ForwardNote).
 //
 // # Profiles
 //
@@ -77,5 +92,7 @@
 //     messages for what it already holds.
 //   - Workers never outlive the supervisor: Pdeathsig kills them when it dies,
 //     and EOF on the control channel makes them exit if that ever fails.
-//   - The supervisor, not the worker, holds every SIP socket for its whole life.
+//   - The supervisor, not the worker, holds every SIP socket for its whole life,
+//     and a copy of every TCP connection it hands on, so that a draining
+//     worker can give one back and none is closed by a scale-down.
 package pool

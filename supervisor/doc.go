@@ -1,0 +1,32 @@
+// Package supervisor is the sipvisor process: it owns the SIP sockets and
+// the control address, runs the worker groups (package pool) and decides,
+// every cycle, how large each one is, and in front of the workers it
+// decides which new sessions are taken.
+//
+// One process, several loops, joined with oklog/run (Run in supervisor.go):
+// a front door per UDP socket reading datagrams (frontdoor.go, the decision
+// itself in package frontdoor), an accept loop per TCP or TLS socket
+// (frontdoor.go), the scaling cycle (supervisor.go: sample each group's
+// load, ask its profile, fork or drain), the overload monitors and the echo
+// ticker of the RTT throttle (overload.go), slow start (slowstart.go),
+// timer routes (timers.go), and the HTTP control server (http.go, ctl's
+// handler over backend.go).
+//
+// Where each decision lives:
+//   - admission of a new session, on every transport: overload.admit, asked
+//     by the UDP doors and, for what workers read from connections, by
+//     answerAdmit;
+//   - the sessions counted: the doors' tables and, for connections,
+//     connsessions.go;
+//   - TCP and TLS connections: conns.go counts them for the connection
+//     limits, keeps a copy of each to move it off a draining worker, and
+//     passes responses and requests to the worker that holds their
+//     transaction or connection (pass.go);
+//   - a reload: reload.go plans it (a pure function of the config in force
+//     and the new one), signals.go applies it.
+//
+// The invariant the package keeps: every message of a transaction reaches
+// the worker that holds it, and no call or connection that is up is lost to
+// a scale-down, a reload or an overload; what is refused is refused before
+// any worker spends work on it, with 503 and Retry-After.
+package supervisor
