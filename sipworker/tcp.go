@@ -438,16 +438,9 @@ func (w *Worker) noteSession(req *sip.Request) {
 	if w.opt.NoteSession == nil {
 		return
 	}
-	var m sipscan.Method
-	switch req.Method {
-	case sip.INVITE:
-		m = sipscan.Invite
-	case sip.ACK:
-		m = sipscan.Ack
-	case sip.BYE:
-		m = sipscan.Bye
-	case sip.SUBSCRIBE:
-		m = sipscan.Subscribe
+	m := sipscan.ParseMethod([]byte(req.Method))
+	switch m {
+	case sipscan.Invite, sipscan.Ack, sipscan.Bye, sipscan.Subscribe:
 	default:
 		return
 	}
