@@ -11,15 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/sipscan"
+	"github.com/sipvisor/sipvisor/worker"
 )
 
 // The test binary doubles as a worker that handles messages by counting
 // them (the stats page does that): the door is what is under test.
 func TestMain(m *testing.M) {
-	if pool.IsWorker() {
-		if err := pool.RunWorker(context.Background(), nil, func(*pool.Env) (pool.Handler, error) { return discard{}, nil }); err != nil {
+	if worker.IsWorker() {
+		if err := worker.Run(context.Background(), nil, func(*worker.Env) (worker.Handler, error) { return discard{}, nil }); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -30,11 +32,11 @@ func TestMain(m *testing.M) {
 
 type discard struct{}
 
-func (discard) HandleMessage(*pool.Message) {}
-func (discard) HandleJob(string)            {}
-func (discard) HandleConn(c net.Conn)       { c.Close() }
-func (discard) Tick(time.Time)              {}
-func (discard) Held() int                   { return 0 }
+func (discard) HandleMessage(*worker.Message) {}
+func (discard) HandleJob(string)              {}
+func (discard) HandleConn(c net.Conn)         { c.Close() }
+func (discard) Tick(time.Time)                {}
+func (discard) Held() int                     { return 0 }
 
 func startGroup(tb testing.TB, n int) *pool.Group {
 	tb.Helper()
@@ -77,7 +79,7 @@ func invite(callID string, toTag string) []byte {
 }
 
 func frame(dgram []byte) []byte {
-	return append(make([]byte, pool.MsgHeaderLen), dgram...)
+	return append(make([]byte, wire.MsgHeaderLen), dgram...)
 }
 
 // recorder collects stateless replies.

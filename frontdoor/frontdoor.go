@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/frontdoor/sessions"
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/sipscan"
 )
@@ -179,7 +180,7 @@ func New(socket int, pick Picker, admit Admission, reply Replier) *Door {
 		queued: make(map[uint64]queuedReq, 1024), out: make([]byte, 0, 4096)}
 }
 
-// Handle handles one datagram. frame holds pool.MsgHeaderLen free bytes and
+// Handle handles one datagram. frame holds wire.MsgHeaderLen free bytes and
 // then the datagram; the door writes the header there and hands the frame to
 // a worker as is.
 func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
@@ -191,7 +192,7 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 	if d.ends.waiting.Load() {
 		d.ends.take(d.endSession)
 	}
-	dgram := frame[pool.MsgHeaderLen:]
+	dgram := frame[wire.MsgHeaderLen:]
 	m := &d.msg
 	if err := d.limits.Scan(dgram, m); err != nil {
 		e := err.(sipscan.Error)
@@ -209,7 +210,7 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 		}
 		return
 	}
-	pool.PutMsgHeader(frame, d.socket, from, now)
+	wire.PutMsgHeader(frame, d.socket, from, now)
 	key := sipscan.CallIDHash(m.CallID)
 
 	// A retransmission whose original still waits in a worker's queue is

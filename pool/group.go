@@ -9,16 +9,18 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sipvisor/sipvisor/internal/wire"
 )
 
-// Kind is what a group serves.
-type Kind string
+// Kind is what a group serves; its workers are told it.
+type Kind = wire.Kind
 
 // The kinds of group.
 const (
-	KindUDP   Kind = "udp"
-	KindTCP   Kind = "tcp"
-	KindTimer Kind = "timer"
+	KindUDP   = wire.KindUDP
+	KindTCP   = wire.KindTCP
+	KindTimer = wire.KindTimer
 )
 
 // GroupOptions configures a group.
@@ -44,11 +46,11 @@ type GroupOptions struct {
 	OnExit func(w *Worker, reason string)
 	// OnReady, when set, is told when a worker becomes ready.
 	OnReady func(w *Worker)
-	// OnCall answers a worker's request (Env.Call). It runs on the worker's
-	// control reader, so one worker's calls are answered in order.
+	// OnCall answers a worker's request (worker.Env.Call). It runs on the
+	// worker's control reader, so one worker's calls are answered in order.
 	OnCall func(w *Worker, req []byte) []byte
-	// OnNote receives a worker's note (Env.Note), on the worker's control
-	// reader, in order with its calls.
+	// OnNote receives a worker's note (worker.Env.Note), on the worker's
+	// control reader, in order with its calls.
 	OnNote func(w *Worker, note []byte)
 }
 
@@ -219,7 +221,7 @@ func (g *Group) spawnLocked() (*Worker, error) {
 	o := g.opts
 	t0 := time.Now()
 	cmd := o.Command
-	cmd.Env = append(cmd.Env[:len(cmd.Env):len(cmd.Env)], EnvKind+"="+string(o.Kind))
+	cmd.Env = append(cmd.Env[:len(cmd.Env):len(cmd.Env)], wire.EnvKind+"="+string(o.Kind))
 	p, err := start(cmd, o.Name, id, o.ConfigPath, o.MemoryLimit, o.Sockets, o.SocketNames)
 	if err != nil {
 		return nil, fmt.Errorf("spawn worker for %s: %w", o.Name, err)
@@ -240,7 +242,7 @@ func (g *Group) spawnLocked() (*Worker, error) {
 
 // readControl handles the worker's control messages until its channel closes.
 func (g *Group) readControl(w *Worker, readyTimer *time.Timer) {
-	buf := make([]byte, maxCall+9)
+	buf := make([]byte, wire.MaxCall+9)
 	var ans []byte
 	for {
 		n, err := w.p.ctl.Read(buf)
@@ -249,34 +251,34 @@ func (g *Group) readControl(w *Worker, readyTimer *time.Timer) {
 			return
 		}
 		switch buf[0] {
-		case ctlReady:
+		case wire.CtlReady:
 			readyTimer.Stop()
 			g.event(w, EvReady)
-		case ctlEcho:
-			if seq, sent, ok := parseEcho(buf[:n]); ok {
+		case wire.CtlEcho:
+			if seq, sent, ok := wire.ParseEcho(buf[:n]); ok {
 				w.echoDone.Store(seq)
 				if g.opts.OnEcho != nil {
 					g.opts.OnEcho(w, time.Duration(time.Now().UnixNano()-sent))
 				}
 			}
-		case ctlCall:
+		case wire.CtlCall:
 			if n < 9 {
 				continue
 			}
-			ans = append(ans[:0], ctlAnswer)
+			ans = append(ans[:0], wire.CtlAnswer)
 			ans = append(ans, buf[1:9]...)
 			if g.opts.OnCall != nil {
 				ans = append(ans, g.opts.OnCall(w, buf[9:n])...)
 			}
-			if len(ans) > maxCall+9 {
+			if len(ans) > wire.MaxCall+9 {
 				ans = ans[:9]
 			}
 			w.p.ctl.Write(ans)
-		case ctlNote:
+		case wire.CtlNote:
 			if g.opts.OnNote != nil {
 				g.opts.OnNote(w, buf[1:n])
 			}
-		case ctlDrained:
+		case wire.CtlDrained:
 			// Nothing it holds needs more messages: end its work. Frames
 			// already queued are still handled before the end frame.
 			w.end()
@@ -303,7 +305,7 @@ func (g *Group) wait(w *Worker) {
 	w.p.data.Close()
 	w.sendMu.Unlock()
 	g.event(w, EvExit)
-	w.p.stats.unmap()
+	w.p.stats.Unmap()
 	close(w.done)
 }
 
@@ -322,7 +324,7 @@ func (g *Group) event(w *Worker, e Event) {
 	case from == Spawning && to == Ready:
 		w.readyAt = time.Now()
 		w.lastAt = w.readyAt.UnixNano()
-		w.lastBusy = w.p.stats.busyAt(w.lastAt)
+		w.lastBusy = w.p.stats.BusyAt(w.lastAt)
 		o.Metrics.ready.WithLabelValues(o.Name).Observe(w.readyAt.Sub(w.Started).Seconds())
 		g.log.Info("worker ready", "worker", w.ID, "pid", w.Pid, "after", w.readyAt.Sub(w.Started))
 		if o.OnReady != nil {
@@ -332,7 +334,7 @@ func (g *Group) event(w *Worker, e Event) {
 	switch action {
 	case SendDrain:
 		go func() {
-			if _, err := w.send([]byte{FrameDrain}, false, time.Now().UnixNano()); err != nil {
+			if _, err := w.send([]byte{wire.FrameDrain}, false, time.Now().UnixNano()); err != nil {
 				// No room for the drain frame: the deadline will kill it.
 				g.log.Warn("drain frame not delivered", "worker", w.ID, "pid", w.Pid, "error", err)
 			}
@@ -487,10 +489,10 @@ func (g *Group) Drain(w *Worker) { g.event(w, EvDrain) }
 
 // ReloadInPlace asks every worker that is not draining to load the group's
 // config snapshot (SetConfigPath) without a restart, for handlers that are
-// pool.Reloader, and returns how many it asked.
+// worker.Reloader, and returns how many it asked.
 func (g *Group) ReloadInPlace() int {
 	g.mu.Lock()
-	frame := append([]byte{FrameReload}, g.opts.ConfigPath...)
+	frame := append([]byte{wire.FrameReload}, g.opts.ConfigPath...)
 	g.mu.Unlock()
 	n := 0
 	for _, w := range g.Workers() {
@@ -593,7 +595,7 @@ func (g *Group) Sample(now time.Time) (load float64, ok bool, ws []WorkerSample)
 		s := WorkerSample{ID: w.ID, Pid: w.Pid, State: w.State(), Queue: w.Queue(), Sessions: w.Sessions(),
 			Heap: w.HeapBytes(), GCCPU: w.GCCPUSeconds(), Handled: w.Handled(), Dropped: w.Dropped(), Age: now.Sub(w.Started)}
 		if s.State == Ready || s.State == Draining {
-			busy := w.p.stats.busyAt(nowNs)
+			busy := w.p.stats.BusyAt(nowNs)
 			if dt := nowNs - w.lastAt; dt > 0 {
 				w.load = clamp(100*float64(busy-w.lastBusy)/float64(dt), 0, 100)
 			}
@@ -636,11 +638,11 @@ func frameCost(busy int64, handled uint64, last int64) int64 {
 // Echo sends every ready or draining worker an echo frame, queued behind its
 // real work; answers come to OnEcho.
 func (g *Group) Echo(now time.Time) {
-	var b [echoLen]byte
+	var b [wire.EchoLen]byte
 	for _, w := range g.Workers() {
 		if s := w.State(); s == Ready || s == Draining {
 			seq := w.echoSent.Load() + 1
-			frame := putEcho(b[:0], FrameEcho, seq, now.UnixNano())
+			frame := wire.PutEcho(b[:0], wire.FrameEcho, seq, now.UnixNano())
 			if w.sendOwn(frame) == nil {
 				w.echoTimes[seq%uint64(len(w.echoTimes))].Store(now.UnixNano())
 				w.echoSent.Store(seq)

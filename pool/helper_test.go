@@ -10,13 +10,16 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/worker"
 )
 
 // The test binary doubles as the worker, as go-plugin's helper processes do:
 // the supervisor side under test re-executes it, and TestMain sends it here.
 func TestMain(m *testing.M) {
-	if IsWorker() {
-		err := RunWorker(context.Background(), nil, newTestHandler)
+	if worker.IsWorker() {
+		err := worker.Run(context.Background(), nil, newTestHandler)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
 			os.Exit(1)
@@ -36,13 +39,13 @@ const envMode, envCost = "POOL_TEST_MODE", "POOL_TEST_COST"
 // after a cost), never-ready, crash-after-ready, slow-drain (holds a session
 // forever), gc (echo after a garbage collection).
 type testHandler struct {
-	env  *Env
+	env  *worker.Env
 	mode string
 	cost time.Duration
 	n    int
 }
 
-func newTestHandler(env *Env) (Handler, error) {
+func newTestHandler(env *worker.Env) (worker.Handler, error) {
 	h := &testHandler{env: env, mode: os.Getenv(envMode)}
 	h.cost, _ = time.ParseDuration(os.Getenv(envCost))
 	switch h.mode {
@@ -57,7 +60,7 @@ func newTestHandler(env *Env) (Handler, error) {
 	return h, nil
 }
 
-func (h *testHandler) HandleMessage(m *Message) {
+func (h *testHandler) HandleMessage(m *worker.Message) {
 	if h.cost > 0 {
 		time.Sleep(h.cost)
 	}
@@ -175,8 +178,8 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 
 // send hands one numbered message to w, as the front door would.
 func (fx *fixture) send(w *Worker, seq int) error {
-	frame := make([]byte, MsgHeaderLen, MsgHeaderLen+16)
-	PutMsgHeader(frame, 0, fx.client.LocalAddr().(*net.UDPAddr).AddrPort(), time.Now().UnixNano())
+	frame := make([]byte, wire.MsgHeaderLen, wire.MsgHeaderLen+16)
+	wire.PutMsgHeader(frame, 0, fx.client.LocalAddr().(*net.UDPAddr).AddrPort(), time.Now().UnixNano())
 	frame = strconv.AppendInt(frame, int64(seq), 10)
 	return w.Send(frame)
 }

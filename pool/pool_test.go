@@ -2,7 +2,6 @@ package pool
 
 import (
 	"bufio"
-	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -15,15 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sipvisor/sipvisor/internal/wire"
 )
-
-func TestRunWorkerRefusedByHand(t *testing.T) {
-	t.Setenv(EnvCookie, "")
-	err := RunWorker(t.Context(), nil, newTestHandler)
-	if !errors.Is(err, ErrNotChild) {
-		t.Fatalf("want %v, have %v", ErrNotChild, err)
-	}
-}
 
 func TestWorkersServeThroughSharedSocket(t *testing.T) {
 	fx := newFixture(t, GroupOptions{Initial: 2, Command: testCommand("echo", 0)})
@@ -264,7 +256,7 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
-// A worker reaches state kept in the supervisor with Env.Call.
+// A worker reaches state kept in the supervisor with worker.Env.Call.
 func TestWorkerCallsSupervisor(t *testing.T) {
 	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("call", 0),
 		OnCall: func(w *Worker, req []byte) []byte { return append([]byte("7"), req...) }})
@@ -283,7 +275,7 @@ func TestWorkerCallsSupervisor(t *testing.T) {
 	}
 }
 
-// A worker tells the supervisor what needs no answer with Env.Note, in
+// A worker tells the supervisor what needs no answer with worker.Env.Note, in
 // order.
 func TestWorkerNotesSupervisor(t *testing.T) {
 	var mu sync.Mutex
@@ -389,8 +381,8 @@ func TestStaleRequestsDropped(t *testing.T) {
 	from := fx.client.LocalAddr().(*net.UDPAddr).AddrPort()
 	send := func(body string, age time.Duration) {
 		t.Helper()
-		frame := make([]byte, MsgHeaderLen, MsgHeaderLen+len(body))
-		PutMsgHeader(frame, 0, from, time.Now().Add(-age).UnixNano())
+		frame := make([]byte, wire.MsgHeaderLen, wire.MsgHeaderLen+len(body))
+		wire.PutMsgHeader(frame, 0, from, time.Now().Add(-age).UnixNano())
 		if err := w.Send(append(frame, body...)); err != nil {
 			t.Fatal(err)
 		}
@@ -432,8 +424,8 @@ func TestQueueAge(t *testing.T) {
 	}
 	defer syscall.Kill(w.Pid, syscall.SIGCONT)
 	base := time.Now().UnixNano()
-	frame := make([]byte, MsgHeaderLen, MsgHeaderLen+8)
-	PutMsgHeader(frame, 0, fx.client.LocalAddr().(*net.UDPAddr).AddrPort(), base)
+	frame := make([]byte, wire.MsgHeaderLen, wire.MsgHeaderLen+8)
+	wire.PutMsgHeader(frame, 0, fx.client.LocalAddr().(*net.UDPAddr).AddrPort(), base)
 	frame = append(frame, "OPTIONS"...)
 	for i := range 3 {
 		if _, err := w.SendSeq(frame, base+int64(i)*int64(time.Second)); err != nil {
@@ -447,5 +439,48 @@ func TestQueueAge(t *testing.T) {
 	waitFor(t, "the queue empty", 10*time.Second, func() bool { return w.Queue() == 0 })
 	if age := w.QueueAge(base + int64(5*time.Second)); age != 0 {
 		t.Fatalf("an empty queue: want age 0, have %v", age)
+	}
+}
+
+func TestFrameCost(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		busy    int64
+		handled uint64
+		last    int64
+		want    int64
+	}{
+		{"busy time per frame", 30_000_000, 3, 0, 10_000_000},
+		{"idle keeps the last cost", 0, 0, 7_000, 7_000},
+		{"only echoes handled: idle", 0, 2, 7_000, 7_000},
+		{"stuck on one frame: at least its time so far", 1_000_000_000, 0, 10_000_000, 1_000_000_000},
+		{"stuck, but cost more before", 5_000_000, 0, 10_000_000, 10_000_000},
+		{"fast frames replace a slow past", 3_000, 100, 10_000_000, 30},
+	} {
+		if have := frameCost(c.busy, c.handled, c.last); have != c.want {
+			t.Errorf("%s: want %d, have %d", c.name, c.want, have)
+		}
+	}
+}
+
+// A worker reports its heap and its GC's CPU time on the stats page, and a
+// sample carries them.
+func TestWorkerReportsHeapAndGCCPU(t *testing.T) {
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("gc", 0)})
+	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	w := fx.g.Routable()[0]
+	waitFor(t, "the heap reported", 5*time.Second, func() bool { return w.HeapBytes() > 0 })
+	for i := range 3 {
+		if err := fx.send(w, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := fx.receive(3, 10*time.Second); len(got) != 3 {
+		t.Fatalf("want 3 replies, have %d", len(got))
+	}
+	waitFor(t, "the GC's CPU time reported", 5*time.Second, func() bool { return w.GCCPUSeconds() > 0 })
+	_, _, ws := fx.g.Sample(time.Now())
+	if len(ws) != 1 || ws[0].Heap == 0 || ws[0].GCCPU <= 0 {
+		t.Fatalf("want a sample with heap and GC CPU time, have %+v", ws)
 	}
 }

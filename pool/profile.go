@@ -1,41 +1,22 @@
 package pool
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"runtime/pprof"
-	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"golang.org/x/sys/unix"
 )
 
-// ProfileNames are the profiles a worker can be asked for, named as
-// net/http/pprof names them: the runtime's profiles, and CPUProfile.
-var ProfileNames = []string{"heap", "allocs", "goroutine", CPUProfile, "block", "mutex", "threadcreate"}
-
-// CPUProfile is the CPU profile's name; it is taken over a number of seconds.
-const CPUProfile = "profile"
-
-// Bounds of a CPU profile's length. A profile runs beside the worker's work,
-// so a long one costs little, but it holds the process's one CPU profiler.
-const (
-	DefaultProfileSeconds = 10
-	MaxProfileSeconds     = 120
-)
-
-// Errors of Worker.Profile.
+// Errors of Worker.Profile, besides those of wire.CheckProfile.
 var (
-	ErrUnknownProfile = errors.New("unknown profile")
-	ErrProfileSeconds = errors.New("bad CPU profile length")
 	// ErrProfileBusy: the worker is taking a CPU profile already; the
 	// runtime takes one at a time.
 	ErrProfileBusy = errors.New("CPU profile in progress")
@@ -44,18 +25,6 @@ var (
 	ErrWorkerGone = errors.New("worker gone before sending its profile")
 	// ErrProfileTimeout: the worker did not answer before the deadline.
 	ErrProfileTimeout = errors.New("no profile in time")
-)
-
-// The profile pipe carries one status byte, then for profileOK the
-// profile's length (8 bytes) and the profile, else an error message. The
-// worker builds the whole profile before it writes anything, so that the
-// length goes first: a pipe that ends short is then a failure the
-// supervisor can tell from the end of a profile.
-const (
-	profileOK     = 0
-	profileBusy   = 1
-	profileFailed = 2
-	maxProfileErr = 4 << 10
 )
 
 // profileBodyWait bounds the transfer of a profile once its length has
@@ -75,22 +44,6 @@ func (e *profileError) Unwrap() error { return e.kind }
 
 func profileErrorf(kind error, format string, args ...any) error {
 	return &profileError{fmt.Sprintf(format, args...), kind}
-}
-
-// CheckProfile says why the profile name of seconds cannot be taken, or
-// returns nil; seconds counts for CPUProfile only.
-func CheckProfile(name string, seconds int) error {
-	if !slices.Contains(ProfileNames, name) {
-		hint := ""
-		if strings.EqualFold(name, "cpu") {
-			hint = fmt.Sprintf(" (the CPU profile is %q)", CPUProfile)
-		}
-		return profileErrorf(ErrUnknownProfile, "unknown profile %q: want one of %s%s", name, strings.Join(ProfileNames, ", "), hint)
-	}
-	if name == CPUProfile && (seconds < 1 || seconds > MaxProfileSeconds) {
-		return profileErrorf(ErrProfileSeconds, "a CPU profile of %d seconds: want 1 to %d", seconds, MaxProfileSeconds)
-	}
-	return nil
 }
 
 // ProfileData is a profile on its way from a worker: Size bytes of pprof
@@ -130,7 +83,7 @@ func (p *ProfileData) Close() error {
 // through Profile.
 func (w *Worker) CPUProfiling() bool { return w.cpuProfiling.Load() }
 
-// Profile asks the worker for the profile name (one of ProfileNames);
+// Profile asks the worker for the profile name (one of wire.ProfileNames);
 // seconds is the CPU profile's length, ignored for the others. ctx bounds
 // the wait for the profile to start arriving: the request is a data frame,
 // so it waits behind the work queued to the worker, and a CPU profile takes
@@ -139,11 +92,11 @@ func (w *Worker) CPUProfiling() bool { return w.cpuProfiling.Load() }
 // The worker writes the profile to a pipe from a goroutine of its own, so
 // its loop goes on handling messages meanwhile.
 func (w *Worker) Profile(ctx context.Context, name string, seconds int) (*ProfileData, error) {
-	if err := CheckProfile(name, seconds); err != nil {
+	if err := wire.CheckProfile(name, seconds); err != nil {
 		return nil, err
 	}
 	release := func() {}
-	if name == CPUProfile {
+	if name == wire.CPUProfile {
 		// Answered here rather than by the worker, so that a second request
 		// is refused at once, not after the queue in front of it.
 		if !w.cpuProfiling.CompareAndSwap(false, true) {
@@ -157,7 +110,7 @@ func (w *Worker) Profile(ctx context.Context, name string, seconds int) (*Profil
 		release()
 		return nil, fmt.Errorf("profile pipe: %w", err)
 	}
-	frame := []byte{FrameProfile, 0, 0}
+	frame := []byte{wire.FrameProfile, 0, 0}
 	binary.BigEndian.PutUint16(frame[1:3], uint16(seconds))
 	frame = append(frame, name...)
 	err = w.sendFile(frame, wr)
@@ -182,14 +135,14 @@ func (w *Worker) Profile(ctx context.Context, name string, seconds int) (*Profil
 		// body's deadline short, so the profile is as good as late.
 		err = os.ErrDeadlineExceeded
 	}
-	if err == nil && status == profileOK {
+	if err == nil && status == wire.ProfileOK {
 		rd.SetReadDeadline(time.Now().Add(profileBodyWait))
 		return &ProfileData{Size: size, w: w, f: rd, left: size, release: release}, nil
 	}
 	rd.Close()
 	release()
 	switch {
-	case err == nil && status == profileBusy:
+	case err == nil && status == wire.ProfileBusy:
 		return nil, profileErrorf(ErrProfileBusy, "worker %d (pid %d): %s: one CPU profile at a time per process", w.ID, w.Pid, msg)
 	case err == nil:
 		return nil, fmt.Errorf("worker %d (pid %d): %s", w.ID, w.Pid, msg)
@@ -214,8 +167,8 @@ func readProfileHeader(r io.Reader) (status byte, size int64, msg string, err er
 	if _, err := io.ReadFull(r, b[:1]); err != nil {
 		return 0, 0, "", err
 	}
-	if b[0] != profileOK {
-		m, err := io.ReadAll(io.LimitReader(r, maxProfileErr))
+	if b[0] != wire.ProfileOK {
+		m, err := io.ReadAll(io.LimitReader(r, wire.MaxProfileErr))
 		return b[0], 0, string(m), err
 	}
 	if _, err := io.ReadFull(r, b[1:9]); err != nil {
@@ -256,85 +209,4 @@ func (w *Worker) sendFile(frame []byte, f syscall.Conn) error {
 		return ErrQueueFull
 	}
 	return sendErr
-}
-
-// handleProfile takes the profile a 'P' frame asks for and writes it to
-// the descriptor the frame brought, from a goroutine of its own: a CPU
-// profile lasts seconds, and the loop must go on meanwhile.
-func handleProfile(b []byte, fd int) {
-	if len(b) < 3 {
-		unix.Close(fd)
-		return
-	}
-	seconds := int(binary.BigEndian.Uint16(b[1:3]))
-	name := string(b[3:])
-	// The supervisor made the pipe non-blocking; set it anyway so that the
-	// writes below go through the network poller and never hold a thread.
-	unix.SetNonblock(fd, true)
-	out := os.NewFile(uintptr(fd), "profile")
-	go func() {
-		defer out.Close()
-		var buf bytes.Buffer
-		status, err := takeProfile(&buf, out, name, seconds)
-		var hdr [9]byte
-		hdr[0] = status
-		if status != profileOK {
-			out.Write(append(hdr[:1], err.Error()...))
-			return
-		}
-		binary.BigEndian.PutUint64(hdr[1:], uint64(buf.Len()))
-		if _, err := out.Write(hdr[:]); err == nil {
-			out.Write(buf.Bytes())
-		}
-	}()
-}
-
-// takeProfile writes the profile name to buf; out is the pipe it is for,
-// watched so that a CPU profile nobody waits for any more ends early.
-func takeProfile(buf *bytes.Buffer, out *os.File, name string, seconds int) (byte, error) {
-	if err := CheckProfile(name, seconds); err != nil {
-		return profileFailed, err
-	}
-	if name != CPUProfile {
-		if err := pprof.Lookup(name).WriteTo(buf, 0); err != nil {
-			return profileFailed, err
-		}
-		return profileOK, nil
-	}
-	if err := pprof.StartCPUProfile(buf); err != nil {
-		return profileBusy, err
-	}
-	defer pprof.StopCPUProfile()
-	end := time.NewTimer(time.Duration(seconds) * time.Second)
-	defer end.Stop()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-end.C:
-			return profileOK, nil
-		case <-tick.C:
-			if readerGone(out) {
-				return profileFailed, errors.New("the supervisor stopped waiting")
-			}
-		}
-	}
-}
-
-// readerGone reports whether the pipe's read end is closed: the supervisor
-// gave up (its client left, or its deadline passed), and holding the
-// process's one CPU profiler any longer would only refuse the next request.
-func readerGone(f *os.File) bool {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return true
-	}
-	gone := false
-	rc.Control(func(fd uintptr) {
-		p := []unix.PollFd{{Fd: int32(fd)}}
-		if n, err := unix.Poll(p, 0); err == nil && n > 0 {
-			gone = p[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0
-		}
-	})
-	return gone
 }

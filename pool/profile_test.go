@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sipvisor/sipvisor/internal/wire"
 )
 
 // pipes counts the pipes process pid ("self" for this one) holds open.
@@ -75,8 +77,8 @@ func TestProfileFromWorker(t *testing.T) {
 	_, w := readyWorker(t, "echo", 0)
 	pid := strconv.Itoa(w.Pid)
 	ours, theirs := pipes("self"), pipes(pid)
-	for _, name := range ProfileNames {
-		if name == CPUProfile {
+	for _, name := range wire.ProfileNames {
+		if name == wire.CPUProfile {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -103,7 +105,7 @@ func TestProfileCPUOneAtATime(t *testing.T) {
 	}
 	first := make(chan result, 1)
 	go func() {
-		p, err := w.Profile(t.Context(), CPUProfile, 1)
+		p, err := w.Profile(t.Context(), wire.CPUProfile, 1)
 		if err != nil {
 			first <- result{err: err}
 			return
@@ -114,7 +116,7 @@ func TestProfileCPUOneAtATime(t *testing.T) {
 	}()
 	waitFor(t, "the first CPU profile to start", 5*time.Second, w.cpuProfiling.Load)
 	start := time.Now()
-	_, err := w.Profile(t.Context(), CPUProfile, 1)
+	_, err := w.Profile(t.Context(), wire.CPUProfile, 1)
 	if !errors.Is(err, ErrProfileBusy) {
 		t.Fatalf("second CPU profile: want %v, have %v", ErrProfileBusy, err)
 	}
@@ -141,7 +143,7 @@ func TestProfileWorkerRefusesSecondCPUProfile(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer rd.Close()
-		if err := w.sendFile(append([]byte{FrameProfile, 0, 1}, CPUProfile...), wr); err != nil {
+		if err := w.sendFile(append([]byte{wire.FrameProfile, 0, 1}, wire.CPUProfile...), wr); err != nil {
 			t.Fatal(err)
 		}
 		wr.Close()
@@ -155,11 +157,11 @@ func TestProfileWorkerRefusesSecondCPUProfile(t *testing.T) {
 			t.Fatal(err)
 		}
 		statuses[status]++
-		if status == profileBusy && !strings.Contains(msg, "in use") {
+		if status == wire.ProfileBusy && !strings.Contains(msg, "in use") {
 			t.Errorf("busy answer: want the runtime's reason, have %q", msg)
 		}
 	}
-	if statuses[profileOK] != 1 || statuses[profileBusy] != 1 {
+	if statuses[wire.ProfileOK] != 1 || statuses[wire.ProfileBusy] != 1 {
 		t.Fatalf("want one profile and one refusal, have %v", statuses)
 	}
 }
@@ -172,7 +174,7 @@ func TestProfileWorkerExitsMidProfile(t *testing.T) {
 	handled := w.Handled()
 	errc := make(chan error, 1)
 	go func() {
-		p, err := w.Profile(t.Context(), CPUProfile, 30)
+		p, err := w.Profile(t.Context(), wire.CPUProfile, 30)
 		if err == nil {
 			p.Close()
 		}
@@ -228,10 +230,10 @@ func TestProfileRefusesBadRequests(t *testing.T) {
 		want    error
 		msg     string
 	}{
-		{"cpu", 1, ErrUnknownProfile, `the CPU profile is "profile"`},
-		{"trace", 0, ErrUnknownProfile, "want one of heap, allocs"},
-		{CPUProfile, 0, ErrProfileSeconds, "want 1 to 120"},
-		{CPUProfile, MaxProfileSeconds + 1, ErrProfileSeconds, "121 seconds"},
+		{"cpu", 1, wire.ErrUnknownProfile, `the CPU profile is "profile"`},
+		{"trace", 0, wire.ErrUnknownProfile, "want one of heap, allocs"},
+		{wire.CPUProfile, 0, wire.ErrProfileSeconds, "want 1 to 120"},
+		{wire.CPUProfile, wire.MaxProfileSeconds + 1, wire.ErrProfileSeconds, "121 seconds"},
 	} {
 		_, err := w.Profile(t.Context(), tt.name, tt.seconds)
 		if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {

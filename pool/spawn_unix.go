@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,10 +23,10 @@ type Command struct {
 // spawned is what start hands back: the process and the supervisor's ends.
 type spawned struct {
 	proc   *os.Process
-	ctl    *frameConn
+	ctl    *wire.ControlConn
 	dataFD int
 	data   *os.File
-	stats  *statsPage
+	stats  *wire.StatsPage
 }
 
 // wait reaps the process; nil for exit status 0.
@@ -68,7 +69,7 @@ func rawFD(f *os.File) (int, error) {
 }
 
 // start forks and execs one worker. The child gets its descriptors at fixed
-// numbers (see the package doc) and dies with the supervisor (Pdeathsig).
+// numbers (see package wire) and dies with the supervisor (Pdeathsig).
 // It uses syscall.StartProcess, which takes raw descriptors, rather than
 // os/exec, which calls Fd on every file it passes (see rawFD).
 func start(c Command, group string, id int, configPath string, memLimit int64, sockets []*os.File, socketNames []string) (*spawned, error) {
@@ -83,7 +84,7 @@ func start(c Command, group string, id int, configPath string, memLimit int64, s
 		return nil, err
 	}
 	defer dataTheirs.Close()
-	statsFile, stats, err := newStatsFile(fmt.Sprintf("sipvisor-%s-%d", group, id))
+	statsFile, stats, err := wire.NewStatsFile(fmt.Sprintf("sipvisor-%s-%d", group, id))
 	if err != nil {
 		ctlOurs.Close()
 		dataOurs.Close()
@@ -94,7 +95,7 @@ func start(c Command, group string, id int, configPath string, memLimit int64, s
 	cleanup := func() {
 		ctlOurs.Close()
 		dataOurs.Close()
-		stats.unmap()
+		stats.Unmap()
 	}
 	dataFD := int(dataOurs.Fd())
 	_ = unix.SetsockoptInt(dataFD, unix.SOL_SOCKET, unix.SO_SNDBUF, sndBuf)
@@ -105,11 +106,11 @@ func start(c Command, group string, id int, configPath string, memLimit int64, s
 
 	env := append(os.Environ(), c.Env...)
 	env = append(env,
-		EnvCookie+"="+cookie,
-		EnvGroup+"="+group,
-		EnvWorkerID+"="+strconv.Itoa(id),
-		EnvSockets+"="+strings.Join(socketNames, ","),
-		EnvConfig+"="+configPath,
+		wire.EnvCookie+"="+wire.Cookie,
+		wire.EnvGroup+"="+group,
+		wire.EnvWorkerID+"="+strconv.Itoa(id),
+		wire.EnvSockets+"="+strings.Join(socketNames, ","),
+		wire.EnvConfig+"="+configPath,
 	)
 	if memLimit > 0 {
 		env = append(env, "GOMEMLIMIT="+strconv.FormatInt(memLimit, 10))
@@ -140,9 +141,9 @@ func start(c Command, group string, id int, configPath string, memLimit int64, s
 	}
 	fc, err := net.FileConn(ctlOurs)
 	ctlOurs.Close()
-	var ctl *frameConn
+	var ctl *wire.ControlConn
 	if err == nil {
-		if ctl, err = newFrameConn(fc.(*net.UnixConn)); err != nil {
+		if ctl, err = wire.NewControlConn(fc.(*net.UnixConn)); err != nil {
 			fc.Close()
 		}
 	}
@@ -150,7 +151,7 @@ func start(c Command, group string, id int, configPath string, memLimit int64, s
 		proc.Kill()
 		proc.Wait()
 		dataOurs.Close()
-		stats.unmap()
+		stats.Unmap()
 		return nil, fmt.Errorf("control channel: %w", err)
 	}
 	return &spawned{proc: proc, ctl: ctl, dataFD: dataFD, data: dataOurs, stats: stats}, nil

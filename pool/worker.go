@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/rawio"
 	"golang.org/x/sys/unix"
 )
@@ -165,7 +166,7 @@ func (w *Worker) send(frame []byte, capped bool, now int64) (uint64, error) {
 // SendConn hands the worker a TCP connection (by descriptor) and closes the
 // supervisor's copy once the worker has it.
 func (w *Worker) SendConn(c *net.TCPConn) error {
-	if err := w.sendFile([]byte{FrameConn}, c); err != nil {
+	if err := w.sendFile([]byte{wire.FrameConn}, c); err != nil {
 		return err
 	}
 	c.Close()
@@ -175,10 +176,10 @@ func (w *Worker) SendConn(c *net.TCPConn) error {
 // SendConnFile hands the worker a connection the supervisor holds a copy
 // of, with the bytes another worker read from it past its last message.
 func (w *Worker) SendConnFile(f *os.File, prefix []byte) error {
-	if len(prefix)+1 > maxFrame {
+	if len(prefix)+1 > wire.MaxFrame {
 		return errors.New("hand-off prefix too large")
 	}
-	return w.sendFile(append([]byte{FrameConn}, prefix...), f)
+	return w.sendFile(append([]byte{wire.FrameConn}, prefix...), f)
 }
 
 // end sends the end-of-work frame; after it the worker gets nothing more.
@@ -192,7 +193,7 @@ func (w *Worker) end() {
 	// The end frame must get through even behind a full queue: retry until
 	// the worker has room or is gone.
 	for i := 0; i < 1000; i++ {
-		_, err := unix.Write(w.p.dataFD, []byte{FrameEnd})
+		_, err := unix.Write(w.p.dataFD, []byte{wire.FrameEnd})
 		if err != unix.EAGAIN && err != unix.EINTR {
 			if err == nil {
 				w.count(time.Now().UnixNano())
@@ -205,7 +206,7 @@ func (w *Worker) end() {
 
 // Queue is how many frames the worker has been handed and not yet handled.
 func (w *Worker) Queue() int {
-	q := int64(w.sent.Load()) - int64(w.p.stats.load(offHandled))
+	q := int64(w.sent.Load()) - int64(w.p.stats.Load(wire.OffHandled))
 	if q < 0 {
 		return 0
 	}
@@ -229,7 +230,7 @@ func (w *Worker) QueueDelay() time.Duration {
 func (w *Worker) Waiting(seq uint64) bool {
 	w.sendMu.RLock()
 	defer w.sendMu.RUnlock()
-	return !w.ended && w.p.stats.load(offHandled) < seq
+	return !w.ended && w.p.stats.Load(wire.OffHandled) < seq
 }
 
 // count counts a frame written at now and returns its sequence number.
@@ -244,7 +245,7 @@ func (w *Worker) count(now int64) uint64 {
 // QueueAge is how long the oldest frame still queued has waited at now
 // (unix ns); 0 for an empty queue.
 func (w *Worker) QueueAge(now int64) time.Duration {
-	handled, sent := w.p.stats.load(offHandled), w.sent.Load()
+	handled, sent := w.p.stats.Load(wire.OffHandled), w.sent.Load()
 	if handled >= sent {
 		return 0
 	}
@@ -263,28 +264,28 @@ func (w *Worker) QueueAge(now int64) time.Duration {
 // (requests read from a connection) for having waited longer than its
 // group's MaxQueueWait.
 func (w *Worker) Stale() (dropped, refused uint64) {
-	return w.p.stats.load(offStale), w.p.stats.load(offStaleRefused)
+	return w.p.stats.Load(wire.OffStale), w.p.stats.Load(wire.OffStaleRefused)
 }
 
-func (w *Worker) setMaxWait(d time.Duration) { w.p.stats.store(offMaxWait, uint64(max(d, 0))) }
+func (w *Worker) setMaxWait(d time.Duration) { w.p.stats.Store(wire.OffMaxWait, uint64(max(d, 0))) }
 
 // Handled is how many frames the worker has handled.
-func (w *Worker) Handled() uint64 { return w.p.stats.load(offHandled) }
+func (w *Worker) Handled() uint64 { return w.p.stats.Load(wire.OffHandled) }
 
 // Dropped is how many frames could not be handed to the worker.
 func (w *Worker) Dropped() uint64 { return w.dropped.Load() }
 
 // Sessions is how many sessions or transactions the worker holds.
-func (w *Worker) Sessions() int { return int(w.p.stats.load(offSessions)) }
+func (w *Worker) Sessions() int { return int(w.p.stats.Load(wire.OffSessions)) }
 
 // HeapBytes is the worker's Go heap in use (heap objects), 0 until the
 // worker has first reported it.
-func (w *Worker) HeapBytes() uint64 { return w.p.stats.load(offHeap) }
+func (w *Worker) HeapBytes() uint64 { return w.p.stats.Load(wire.OffHeap) }
 
 // GCCPUSeconds is the CPU time the worker's garbage collector has taken,
 // the runtime's estimate (/cpu/classes/gc/total:cpu-seconds), as of its
 // last report.
-func (w *Worker) GCCPUSeconds() float64 { return math.Float64frombits(w.p.stats.load(offGCCPU)) }
+func (w *Worker) GCCPUSeconds() float64 { return math.Float64frombits(w.p.stats.Load(wire.OffGCCPU)) }
 
 // Done is closed when the process has exited and been reaped.
 func (w *Worker) Done() <-chan struct{} { return w.done }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/config"
-	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/worker"
 )
 
 // callDriver drives proxied calls through a Worker with the built-in
@@ -54,7 +54,7 @@ func newCallDriver(tb testing.TB) *callDriver {
 func crlf(s string) []byte { return []byte(strings.ReplaceAll(s, "\n", "\r\n")) }
 
 func (d *callDriver) msg(from netip.AddrPort, data []byte) {
-	d.w.HandleMessage(&pool.Message{Socket: 0, From: from, Data: data})
+	d.w.HandleMessage(&worker.Message{Socket: 0, From: from, Data: data})
 }
 
 func (d *callDriver) lastBranch() string {

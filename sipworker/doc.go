@@ -5,7 +5,7 @@
 // statefully, sending from the supervisor's own sockets so the source
 // address is the listening one.
 //
-// New is pool.RunWorker's newHandler; NewWorker builds one from Options, as
+// New is worker.Run's newHandler; NewWorker builds one from Options, as
 // tests do. Registrations go to a location.Store outside the worker, so
 // that no worker's exit loses one: the SQLite file or Redis server of
 // location_store, which the worker opens itself, or the supervisor's memory

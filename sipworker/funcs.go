@@ -13,10 +13,11 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/location"
-	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/script"
 	"github.com/sipvisor/sipvisor/sipscan"
+	"github.com/sipvisor/sipvisor/worker"
 )
 
 // storeFor picks where registrations live. A shared store (an SQLite file,
@@ -24,7 +25,7 @@ import (
 // trip through the supervisor did (docs/PERFORMANCE.md). The memory store
 // is the supervisor's, reached over the control channel. A worker run
 // without a supervisor (as in tests) keeps them in this process.
-func storeFor(env *pool.Env, cfg *config.Config, logger *slog.Logger) (location.Store, error) {
+func storeFor(env *worker.Env, cfg *config.Config, logger *slog.Logger) (location.Store, error) {
 	if env.Call == nil {
 		logger.Warn("no supervisor to keep registrations; they live in this worker only")
 		return location.NewMemory(), nil
@@ -41,7 +42,7 @@ func storeFor(env *pool.Env, cfg *config.Config, logger *slog.Logger) (location.
 
 // reportFor sends the count of failed store calls to the supervisor, for
 // its sipvisor_location_store_errors_total.
-func reportFor(env *pool.Env, logger *slog.Logger) func(uint64) {
+func reportFor(env *worker.Env, logger *slog.Logger) func(uint64) {
 	if env.Call == nil {
 		return nil
 	}
@@ -56,17 +57,17 @@ func reportFor(env *pool.Env, logger *slog.Logger) func(uint64) {
 // call it. A call that fails (the supervisor is stuck or gone) admits: the
 // worker is no judge of the server's load, and refusing every new session
 // on a control channel's hiccup would be worse than serving them.
-func admitFor(env *pool.Env, logger *slog.Logger) func(sipscan.Method, []byte) (bool, int) {
+func admitFor(env *worker.Env, logger *slog.Logger) func(sipscan.Method, []byte) (bool, int) {
 	if env.Call == nil {
 		return nil
 	}
 	return func(m sipscan.Method, callID []byte) (bool, int) {
-		ans, err := env.Call(pool.AdmitRequest(byte(m), callID))
+		ans, err := env.Call(wire.AdmitRequest(byte(m), callID))
 		if err != nil {
 			logger.Warn("admission call failed; admitting", "error", err)
 			return false, 0
 		}
-		reason, retry, err := pool.ParseAdmitAnswer(ans)
+		reason, retry, err := wire.ParseAdmitAnswer(ans)
 		if err != nil {
 			logger.Warn("admission answer unreadable; admitting", "error", err)
 			return false, 0
@@ -77,12 +78,12 @@ func admitFor(env *pool.Env, logger *slog.Logger) func(sipscan.Method, []byte) (
 
 // passFor asks the supervisor to pass a request to the worker that holds
 // the connection it is to go over, when the worker has one.
-func passFor(env *pool.Env, logger *slog.Logger) func(int, netip.AddrPort, netip.AddrPort, []byte) bool {
+func passFor(env *worker.Env, logger *slog.Logger) func(int, netip.AddrPort, netip.AddrPort, []byte) bool {
 	if env.Call == nil {
 		return nil
 	}
 	return func(sock int, to, from netip.AddrPort, msg []byte) bool {
-		ans, err := env.Call(pool.PassRequest(sock, to, from, msg))
+		ans, err := env.Call(wire.PassRequest(sock, to, from, msg))
 		if err != nil {
 			logger.Warn("passing a request to the worker holding its connection failed", "to", to.String(), "error", err)
 			return false
@@ -93,38 +94,38 @@ func passFor(env *pool.Env, logger *slog.Logger) func(int, netip.AddrPort, netip
 
 // noteFor passes session notes to the supervisor, when the worker has one.
 // A note that cannot be written costs the count one session, not the call.
-func noteFor(env *pool.Env) func(sipscan.Method, bool, int32, []byte, []byte) {
+func noteFor(env *worker.Env) func(sipscan.Method, bool, int32, []byte, []byte) {
 	if env.Note == nil {
 		return nil
 	}
 	return func(m sipscan.Method, toTag bool, expires int32, branch, callID []byte) {
-		env.Note(pool.SessionNote(byte(m), toTag, expires, branch, callID))
+		env.Note(wire.SessionNote(byte(m), toTag, expires, branch, callID))
 	}
 }
 
 // closedFor tells the supervisor of the connections that end.
-func closedFor(env *pool.Env) func(reason, remote string) {
+func closedFor(env *worker.Env) func(reason, remote string) {
 	if env.Note == nil {
 		return nil
 	}
-	return func(reason, remote string) { env.Note(pool.ConnClosedNote(reason, remote)) }
+	return func(reason, remote string) { env.Note(wire.ConnClosedNote(reason, remote)) }
 }
 
 // handOffFor gives connections back to the supervisor.
-func handOffFor(env *pool.Env) func(remote string, prefix []byte) {
+func handOffFor(env *worker.Env) func(remote string, prefix []byte) {
 	if env.Note == nil {
 		return nil
 	}
-	return func(remote string, prefix []byte) { env.Note(pool.HandOffNote(remote, prefix)) }
+	return func(remote string, prefix []byte) { env.Note(wire.HandOffNote(remote, prefix)) }
 }
 
 // passResponseFor passes responses to the worker that holds their
 // transaction.
-func passResponseFor(env *pool.Env) func(int, string, []byte) {
+func passResponseFor(env *worker.Env) func(int, string, []byte) {
 	if env.Note == nil {
 		return nil
 	}
-	return func(pid int, from string, msg []byte) { env.Note(pool.ForwardNote(pid, from, msg)) }
+	return func(pid int, from string, msg []byte) { env.Note(wire.ForwardNote(pid, from, msg)) }
 }
 
 // funcImpl runs one script function; its result is the condition value.

@@ -15,7 +15,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/config"
-	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/worker"
 )
 
 // wait is the deadline of every wait in these tests: long enough for a
@@ -80,7 +80,7 @@ func startProxy(t *testing.T, cfg string, tune func(*Options)) *proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := make(chan pool.Message, 64)
+	msgs := make(chan worker.Message, 64)
 	p.done.Add(2)
 	go func() {
 		defer p.done.Done()
@@ -91,7 +91,7 @@ func startProxy(t *testing.T, cfg string, tune func(*Options)) *proxy {
 				return
 			}
 			select {
-			case msgs <- pool.Message{Socket: 0, From: from, Data: append([]byte(nil), buf[:n]...)}:
+			case msgs <- worker.Message{Socket: 0, From: from, Data: append([]byte(nil), buf[:n]...)}:
 			case <-p.stop:
 				return
 			}

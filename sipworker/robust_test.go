@@ -13,7 +13,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/location"
-	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/worker"
 )
 
 // TestMalformed: bad datagrams are counted and dropped, and the worker
@@ -60,7 +60,7 @@ func FuzzHandle(f *testing.F) {
 	from := sock.LocalAddr().(*net.UDPAddr).AddrPort()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// Datagrams go to the worker's own socket, which nobody reads.
-		w.HandleMessage(&pool.Message{Socket: 0, From: from, Data: b})
+		w.HandleMessage(&worker.Message{Socket: 0, From: from, Data: b})
 	})
 }
 
@@ -148,7 +148,7 @@ func TestNewUsesSupervisorStore(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("socket = udp:127.0.0.1:5060\nlocation_store = memory\ndomain = \"example.com\"\nroute { save(\"location\"); exit; }\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := &pool.Env{
+	env := &worker.Env{
 		Config:      cfg,
 		Sockets:     []net.PacketConn{sock},
 		SocketNames: []string{"udp:" + sock.LocalAddr().String()},
@@ -159,7 +159,7 @@ func TestNewUsesSupervisorStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := "REGISTER sip:127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bK-n\r\nFrom: <sip:carol@127.0.0.1>;tag=c\r\nTo: <sip:carol@127.0.0.1>\r\nCall-ID: n@x\r\nCSeq: 1 REGISTER\r\nContact: <sip:carol@127.0.0.1:5999>\r\nContent-Length: 0\r\n\r\n"
-	h.HandleMessage(&pool.Message{Socket: 0, From: netip.MustParseAddrPort("127.0.0.1:5999"), Data: []byte(reg)})
+	h.HandleMessage(&worker.Message{Socket: 0, From: netip.MustParseAddrPort("127.0.0.1:5999"), Data: []byte(reg)})
 	// Registered at this server's address, filed under its domain.
 	if bs, _ := kept.List(); len(bs) != 1 || bs[0].AOR != "sip:carol@example.com" {
 		t.Fatalf("want carol's binding in the supervisor's store, have %+v", bs)

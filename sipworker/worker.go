@@ -18,10 +18,11 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/location"
-	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/script"
 	"github.com/sipvisor/sipvisor/sipscan"
+	"github.com/sipvisor/sipvisor/worker"
 )
 
 // DefaultInviteTimeout is InviteTimeout when none is set: OpenSIPS's and
@@ -38,7 +39,7 @@ type Options struct {
 	Sockets []net.PacketConn
 	// ReplySockets, when set, stand beside Sockets (same index): requests
 	// relayed over UDP leave from them and name them in their Via, so their
-	// responses come straight back to this worker (pool.Env.OpenReplySockets).
+	// responses come straight back to this worker (worker.Env.OpenReplySockets).
 	ReplySockets []net.PacketConn
 	// Listen lists the config's sockets: with Sockets' real addresses they
 	// make up "myself", and the TCP ones are advertised in Via and
@@ -71,13 +72,13 @@ type Options struct {
 	// Nil admits everything.
 	Admit func(method sipscan.Method, callID []byte) (refuse bool, retryAfter int)
 	// Late, when set, says whether a message read from a connection at
-	// readAt (unix ns) waited longer than max_queue_wait (pool.Env.Late);
+	// readAt (unix ns) waited longer than max_queue_wait (worker.Env.Late);
 	// RefusedLate counts the requests refused for it.
 	Late        func(readAt int64) bool
 	RefusedLate func()
 	// NoteSession, when set, tells the supervisor of each request read from
 	// a connection that moves a session on, for the session count
-	// (pool.SessionNote); the door counts those that come over UDP.
+	// (wire.SessionNote); the door counts those that come over UDP.
 	NoteSession func(method sipscan.Method, toTag bool, expires int32, branch, callID []byte)
 	// RetryAfter is what the worker's own refusals send, as the door's do.
 	RetryAfter config.RetryAfter
@@ -90,10 +91,10 @@ type Options struct {
 	// handed over that ends, and why.
 	ConnClosed func(reason, remote string)
 	// HandOff, when set, gives a draining worker's connection back to the
-	// supervisor (pool.HandOffNote); nil keeps connections to the end.
+	// supervisor (wire.HandOffNote); nil keeps connections to the end.
 	HandOff func(remote string, prefix []byte)
 	// PassResponse, when set, passes a response to the worker whose pid its
-	// branch names (pool.ForwardNote).
+	// branch names (wire.ForwardNote).
 	PassResponse func(pid int, from string, msg []byte)
 
 	// T1, T2 and T4 are RFC 3261's timer bases (500ms, 4s, 5s).
@@ -119,7 +120,7 @@ type Options struct {
 
 // Worker is the SIP engine of one worker process: it parses each message,
 // runs the routing script and keeps the transaction table. All its methods
-// run on the worker's single loop (pool.Handler), so it holds no locks.
+// run on the worker's single loop (worker.Handler), so it holds no locks.
 type Worker struct {
 	opt    Options
 	log    *slog.Logger
@@ -208,8 +209,8 @@ type Stats struct {
 
 // New builds the handler of a worker process from what the supervisor
 // passed: the config file's script (or the built-in one) and the shared
-// sockets. It is pool.RunWorker's newHandler.
-func New(env *pool.Env) (pool.Handler, error) {
+// sockets. It is worker.Run's newHandler.
+func New(env *worker.Env) (worker.Handler, error) {
 	var cfg *config.Config
 	if env.Config == "" {
 		cfg = config.Default()
@@ -257,7 +258,7 @@ func New(env *pool.Env) (pool.Handler, error) {
 	// front door knows its transactions, so a response that came to the
 	// SIP socket would reach a UDP worker that holds nothing of the call
 	// (the callee's 180 and 200 of a TCP caller's call were lost so).
-	if (cfg.Workers.ReplySockets || env.Kind == pool.KindTCP) && env.OpenReplySockets != nil && len(env.Sockets) > 0 {
+	if (cfg.Workers.ReplySockets || env.Kind == wire.KindTCP) && env.OpenReplySockets != nil && len(env.Sockets) > 0 {
 		rs, err := env.OpenReplySockets()
 		if err != nil {
 			return nil, err
@@ -368,7 +369,7 @@ func NewWorker(opt Options) (*Worker, error) {
 func (w *Worker) Held() int { return len(w.stx) + len(w.ctx) + w.heldConns() }
 
 // Reload loads the config file at path and runs its script from the next
-// message on (pool.Reloader). Transactions armed with t_on_reply or
+// message on (worker.Reloader). Transactions armed with t_on_reply or
 // t_on_failure before it find their route by name in the new script, and
 // skip it if the new script has no such route. Sockets and other settings
 // stay as they were: they change only when a worker starts.
@@ -400,7 +401,7 @@ func (w *Worker) Reload(path string) error {
 }
 
 // HandleMessage handles one datagram received on the supervisor's socket.
-func (w *Worker) HandleMessage(m *pool.Message) {
+func (w *Worker) HandleMessage(m *worker.Message) {
 	w.handle(m.Data, source{proto: "udp", addr: m.From, sock: m.Socket, direct: m.Direct})
 }
 

@@ -9,18 +9,19 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/pool"
 )
 
 // connCounts keeps the TCP and TLS connections open from clients, by source
 // IP and by the worker that reads each: the supervisor accepts them and
-// hands them on, and the workers say when one ends (pool.ConnClosedNote),
+// hands them on, and the workers say when one ends (wire.ConnClosedNote),
 // so tcp_max_connections and tcp_max_connections_per_ip hold at accept. A
 // worker that exits takes its connections with it.
 //
 // The supervisor keeps a copy of each connection's descriptor, so that a
 // draining worker can give one back at a message boundary
-// (pool.HandOffNote) and another worker go on reading it: scaling the TCP
+// (wire.HandOffNote) and another worker go on reading it: scaling the TCP
 // group down closes no client's connection.
 type connCounts struct {
 	mu       sync.Mutex
@@ -96,7 +97,7 @@ func (c *connCounts) handedLocked(w *pool.Worker, ap netip.AddrPort, f *os.File)
 // pick returns, with the bytes read past its last message. It reports
 // whether the note was a hand-off.
 func (c *connCounts) handOff(from *pool.Worker, note []byte, pick func() *pool.Worker) (bool, error) {
-	remote, prefix, ok := pool.ParseHandOffNote(note)
+	remote, prefix, ok := wire.ParseHandOffNote(note)
 	if !ok {
 		return false, nil
 	}
@@ -144,7 +145,7 @@ func (c *connCounts) release(ap netip.AddrPort) {
 // closedNote takes a worker's note that a connection ended; it reports
 // whether the note was one.
 func (c *connCounts) closedNote(w *pool.Worker, note []byte) bool {
-	reason, remote, ok := pool.ParseConnClosedNote(note)
+	reason, remote, ok := wire.ParseConnClosedNote(note)
 	if !ok {
 		return false
 	}
@@ -198,11 +199,11 @@ func (c *connCounts) dropLocked(ap netip.AddrPort) {
 	c.open.Set(float64(c.total))
 }
 
-// passResponse hands a response a worker passed on (pool.ForwardNote) to
+// passResponse hands a response a worker passed on (wire.ForwardNote) to
 // the worker whose pid its branch names, in any group. It reports whether
 // the note was one.
 func (s *Supervisor) passResponse(note []byte) bool {
-	pid, from, msg, ok := pool.ParseForwardNote(note)
+	pid, from, msg, ok := wire.ParseForwardNote(note)
 	if !ok {
 		return false
 	}
@@ -212,9 +213,9 @@ func (s *Supervisor) passResponse(note []byte) bool {
 			if w.Pid != pid {
 				continue
 			}
-			frame := make([]byte, pool.MsgHeaderLen+len(msg))
-			pool.PutMsgHeader(frame, 0, ap, time.Now().UnixNano())
-			copy(frame[pool.MsgHeaderLen:], msg)
+			frame := make([]byte, wire.MsgHeaderLen+len(msg))
+			wire.PutMsgHeader(frame, 0, ap, time.Now().UnixNano())
+			copy(frame[wire.MsgHeaderLen:], msg)
 			if err := w.Send(frame); err != nil {
 				s.conns.passed.WithLabelValues("queue_full").Inc()
 			} else {

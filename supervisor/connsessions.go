@@ -6,13 +6,13 @@ import (
 
 	"github.com/sipvisor/sipvisor/frontdoor"
 	"github.com/sipvisor/sipvisor/frontdoor/sessions"
-	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/sipscan"
 )
 
 // connSessions counts the sessions that come in over connections (TCP),
 // which no front door sees: the workers that read them note each request
-// that moves a session on (pool.SessionNote), and one table follows them as
+// that moves a session on (wire.SessionNote), and one table follows them as
 // a door follows its datagrams. One table for all of them, as a call's
 // requests may arrive on connections that different workers read. A call
 // between a TCP phone and a UDP one begins in one table and may end in the
@@ -30,7 +30,7 @@ func newConnSessions(doors func() []*frontdoor.Door) *connSessions {
 
 // note follows one worker's session note.
 func (c *connSessions) note(b []byte, now time.Time) {
-	method, toTag, expires, branch, callID, ok := pool.ParseSessionNote(b)
+	method, toTag, expires, branch, callID, ok := wire.ParseSessionNote(b)
 	if !ok {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sipvisor/sipvisor/frontdoor"
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/rawio"
@@ -29,7 +30,7 @@ type udpDoor struct {
 
 func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 	gr := s.udp[udpIndex]
-	u := &udpDoor{s: s, sock: sk, gr: gr, buf: make([]byte, pool.MsgHeaderLen+65535), fd: -1}
+	u := &udpDoor{s: s, sock: sk, gr: gr, buf: make([]byte, wire.MsgHeaderLen+65535), fd: -1}
 	if a, ok := sk.UDP.LocalAddr().(*net.UDPAddr); ok && a.IP.To4() == nil {
 		u.v6 = true
 	}
@@ -62,10 +63,10 @@ func (u *udpDoor) run() error {
 	read := func(fd uintptr) bool {
 		u.fd = int(fd)
 		for i := 0; i < doorBatch; i++ {
-			n, from, e := rawio.Recvfrom(u.fd, u.buf[pool.MsgHeaderLen:])
+			n, from, e := rawio.Recvfrom(u.fd, u.buf[wire.MsgHeaderLen:])
 			switch e {
 			case 0:
-				u.door.Handle(u.buf[:pool.MsgHeaderLen+n], from, time.Now().UnixNano())
+				u.door.Handle(u.buf[:wire.MsgHeaderLen+n], from, time.Now().UnixNano())
 			case rawio.EINTR:
 			case rawio.EAGAIN:
 				return false

@@ -13,14 +13,15 @@ import (
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/worker"
 )
 
 // The test binary doubles as a worker with a synthetic per-message cost, so
 // that the scaling tests control load exactly; the SIP engine is tested with
 // the real binary elsewhere.
 func TestMain(m *testing.M) {
-	if pool.IsWorker() && os.Getenv("SUPERVISOR_TEST_WORKER") != "" {
-		if err := pool.RunWorker(context.Background(), nil, newCostHandler); err != nil {
+	if worker.IsWorker() && os.Getenv("SUPERVISOR_TEST_WORKER") != "" {
+		if err := worker.Run(context.Background(), nil, newCostHandler); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
 			os.Exit(1)
 		}
@@ -32,17 +33,17 @@ func TestMain(m *testing.M) {
 // costHandler spends a fixed time on each message, then sends it back to its
 // source: every reply proves a message was handled.
 type costHandler struct {
-	env  *pool.Env
+	env  *worker.Env
 	cost time.Duration
 }
 
-func newCostHandler(env *pool.Env) (pool.Handler, error) {
+func newCostHandler(env *worker.Env) (worker.Handler, error) {
 	h := &costHandler{env: env}
 	h.cost, _ = time.ParseDuration(os.Getenv("SUPERVISOR_TEST_COST"))
 	return h, nil
 }
 
-func (h *costHandler) HandleMessage(m *pool.Message) {
+func (h *costHandler) HandleMessage(m *worker.Message) {
 	time.Sleep(h.cost)
 	h.env.Sockets[m.Socket].WriteTo(m.Data, net.UDPAddrFromAddrPort(m.From))
 }

@@ -6,11 +6,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/pool"
 )
 
 // passCounts counts the requests workers asked to have passed to the
-// worker reading a connection (pool.PassRequest), by outcome.
+// worker reading a connection (wire.PassRequest), by outcome.
 type passCounts struct {
 	passed, noHolder, refused prometheus.Counter
 }
@@ -46,7 +47,7 @@ func (s *Supervisor) answerPass(asker *pool.Worker, sock int, to, from netip.Add
 		s.passCounts.noHolder.Inc()
 		return []byte{0}
 	}
-	if err := h.Send(pool.MessageFrame(sock, from, time.Now().UnixNano(), msg)); err != nil {
+	if err := h.Send(wire.MessageFrame(sock, from, time.Now().UnixNano(), msg)); err != nil {
 		s.passCounts.refused.Inc()
 		return []byte{0}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/pool"
 )
 
@@ -43,7 +44,7 @@ func (s *Supervisor) registerPprof(mux *http.ServeMux) {
 	handle("GET /debug/pprof/worker/{id}/{profile}", s.workerProfile)
 	handle("GET /debug/pprof/worker/", func(w http.ResponseWriter, r *http.Request) {
 		profileError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %q: want /debug/pprof/worker/ID/PROFILE, PROFILE one of %s",
-			r.URL.Path, strings.Join(pool.ProfileNames, ", ")))
+			r.URL.Path, strings.Join(wire.ProfileNames, ", ")))
 	})
 }
 
@@ -55,11 +56,11 @@ func profileError(w http.ResponseWriter, code int, msg string) {
 // absent.
 func profileSeconds(q url.Values) (int, error) {
 	if !q.Has("seconds") {
-		return pool.DefaultProfileSeconds, nil
+		return wire.DefaultProfileSeconds, nil
 	}
 	n, err := strconv.Atoi(q.Get("seconds"))
-	if err != nil || n < 1 || n > pool.MaxProfileSeconds {
-		return 0, fmt.Errorf("seconds=%q: want a whole number of seconds from 1 to %d", q.Get("seconds"), pool.MaxProfileSeconds)
+	if err != nil || n < 1 || n > wire.MaxProfileSeconds {
+		return 0, fmt.Errorf("seconds=%q: want a whole number of seconds from 1 to %d", q.Get("seconds"), wire.MaxProfileSeconds)
 	}
 	return n, nil
 }
@@ -95,18 +96,18 @@ func (s *Supervisor) workerProfile(w http.ResponseWriter, r *http.Request) {
 		profileError(w, http.StatusBadRequest, fmt.Sprintf("worker %q: want a worker's ID, as in the ID column of `sipvisor ctl ps`", r.PathValue("id")))
 		return
 	}
-	if err := pool.CheckProfile(name, 1); err != nil {
+	if err := wire.CheckProfile(name, 1); err != nil {
 		profileError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	seconds := 0
-	if name == pool.CPUProfile {
+	if name == wire.CPUProfile {
 		if seconds, err = profileSeconds(q); err != nil {
 			profileError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 	} else if q.Has("seconds") {
-		profileError(w, http.StatusBadRequest, fmt.Sprintf("seconds is for the CPU profile (%q) only", pool.CPUProfile))
+		profileError(w, http.StatusBadRequest, fmt.Sprintf("seconds is for the CPU profile (%q) only", wire.CPUProfile))
 		return
 	}
 	wk, group, code, msg := s.findWorker(q.Get("group"), id)

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/ctl"
-	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/internal/wire"
 )
 
 // pprofConfig has a UDP group of two workers, a TCP group and a timer group
@@ -201,7 +201,7 @@ func TestPprofProfiles(t *testing.T) {
 	}
 	// The worker's loop is in it: the profile is the worker's, not the
 	// supervisor's.
-	wantStrings(t, "worker goroutines", pprofStrings(t, a.body), "goroutine", "github.com/sipvisor/sipvisor/pool.(*workerLoop).run")
+	wantStrings(t, "worker goroutines", pprofStrings(t, a.body), "goroutine", "github.com/sipvisor/sipvisor/worker.(*workerLoop).run")
 
 	start := time.Now()
 	a = get(t, st, "/debug/pprof/worker/1/profile?seconds=1&group=tcp")
@@ -384,8 +384,8 @@ func openPipes() int {
 // profile that parses, and says where; a worker ID in several groups is
 // refused with the reason.
 func TestCtlPprof(t *testing.T) {
-	if !slices.Equal(ctl.ProfileNames, pool.ProfileNames) {
-		t.Fatalf("ctl offers profiles %v, workers take %v", ctl.ProfileNames, pool.ProfileNames)
+	if !slices.Equal(ctl.ProfileNames, wire.ProfileNames) {
+		t.Fatalf("ctl offers profiles %v, workers take %v", ctl.ProfileNames, wire.ProfileNames)
 	}
 	st := startPprof(t, "")
 	dir := t.TempDir()

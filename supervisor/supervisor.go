@@ -21,6 +21,7 @@ import (
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/ctl"
 	"github.com/sipvisor/sipvisor/frontdoor"
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/pool"
@@ -688,10 +689,10 @@ func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
 	if location.IsRequest(req) {
 		return location.Serve(s.locations, req)
 	}
-	if method, callID, ok := pool.ParseAdmitRequest(req); ok {
+	if method, callID, ok := wire.ParseAdmitRequest(req); ok {
 		return s.answerAdmit(w, sipscan.Method(method), callID)
 	}
-	if sock, to, from, msg, ok := pool.ParsePassRequest(req); ok {
+	if sock, to, from, msg, ok := wire.ParsePassRequest(req); ok {
 		return s.answerPass(w, sock, to, from, msg)
 	}
 	return nil
@@ -703,13 +704,13 @@ func (s *Supervisor) answerAdmit(w *pool.Worker, method sipscan.Method, callID [
 	if method == sipscan.Options {
 		// Workers ask about an OPTIONS only for a probe of the server.
 		if refuse, retry := s.probeRefused(); refuse {
-			return pool.AdmitAnswer(byte(frontdoor.RefuseSuspended), retry)
+			return wire.AdmitAnswer(byte(frontdoor.RefuseSuspended), retry)
 		}
-		return pool.AdmitAnswer(byte(frontdoor.RefuseNone), 0)
+		return wire.AdmitAnswer(byte(frontdoor.RefuseNone), 0)
 	}
 	gr := s.groupOf(w)
 	if gr == nil {
-		return pool.AdmitAnswer(byte(frontdoor.RefuseNone), 0)
+		return wire.AdmitAnswer(byte(frontdoor.RefuseNone), 0)
 	}
 	m := sipscan.Msg{IsRequest: true, Method: method, CSeqMethod: method, CallID: callID,
 		MaxForwards: -1, ContentLength: -1, Expires: -1}
@@ -717,7 +718,7 @@ func (s *Supervisor) answerAdmit(w *pool.Worker, method sipscan.Method, callID [
 	if r != frontdoor.RefuseNone {
 		gr.refusedConn[r].Add(1)
 	}
-	return pool.AdmitAnswer(byte(r), retry)
+	return wire.AdmitAnswer(byte(r), retry)
 }
 
 // pickTCP is the TCP worker to take a connection, nil without one.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/internal/wire"
 )
 
 // timerLoop runs each timer_route[name, seconds] every interval on the
@@ -33,7 +33,7 @@ func (s *Supervisor) timerLoop(ctx context.Context) error {
 			return
 		}
 		for _, t := range cfg.Script.Timers {
-			j := &due{name: t.Name, frame: append([]byte{pool.FrameJob}, t.Name...), every: t.Interval, next: now.Add(t.Interval)}
+			j := &due{name: t.Name, frame: append([]byte{wire.FrameJob}, t.Name...), every: t.Interval, next: now.Add(t.Interval)}
 			for _, o := range old {
 				if o.name == j.name && o.every == j.every {
 					j.next = o.next

@@ -6,15 +6,15 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/worker"
 )
 
 // RunWorker is the "sipvisor worker" command: the life of one worker process.
 func RunWorker(ctx context.Context, stderr io.Writer) int {
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	if err := pool.RunWorker(ctx, logger, newWorkerHandler); err != nil {
+	if err := worker.Run(ctx, logger, newWorkerHandler); err != nil {
 		fmt.Fprintln(stderr, "sipvisor worker:", err)
-		if err == pool.ErrNotChild {
+		if err == worker.ErrNotChild {
 			return 2
 		}
 		return 1

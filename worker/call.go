@@ -1,4 +1,4 @@
-package pool
+package worker
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/sipvisor/sipvisor/internal/wire"
 )
 
 // ErrCallTimeout: the supervisor did not answer a call in time.
@@ -21,26 +23,26 @@ const callTimeout = 5 * time.Second
 // save is one). Calls are one at a time; an answer with another id is one
 // to a call that timed out, and is skipped.
 type caller struct {
-	ctl  *frameConn
+	ctl  *wire.ControlConn
 	mu   sync.Mutex
 	next uint64
 	msg  []byte
 	buf  []byte
 }
 
-func newCaller(ctl *frameConn) *caller {
-	return &caller{ctl: ctl, buf: make([]byte, maxCall+9)}
+func newCaller(ctl *wire.ControlConn) *caller {
+	return &caller{ctl: ctl, buf: make([]byte, wire.MaxCall+9)}
 }
 
 func (c *caller) call(req []byte) ([]byte, error) {
-	if len(req) > maxCall {
+	if len(req) > wire.MaxCall {
 		return nil, errors.New("call request too large")
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.next++
 	id := c.next
-	c.msg = append(c.msg[:0], ctlCall)
+	c.msg = append(c.msg[:0], wire.CtlCall)
 	c.msg = binary.BigEndian.AppendUint64(c.msg, id)
 	c.msg = append(c.msg, req...)
 	if _, err := c.ctl.Write(c.msg); err != nil {
@@ -54,7 +56,7 @@ func (c *caller) call(req []byte) ([]byte, error) {
 			return nil, ErrCallTimeout
 		case err != nil:
 			return nil, err
-		case n >= 9 && c.buf[0] == ctlAnswer && binary.BigEndian.Uint64(c.buf[1:9]) == id:
+		case n >= 9 && c.buf[0] == wire.CtlAnswer && binary.BigEndian.Uint64(c.buf[1:9]) == id:
 			return append([]byte(nil), c.buf[9:n]...), nil
 		}
 	}

@@ -1,4 +1,4 @@
-package pool
+package worker
 
 import (
 	"bytes"
@@ -18,18 +18,19 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/rawio"
 	"golang.org/x/sys/unix"
 )
 
-// ErrNotChild is returned by RunWorker in a process the supervisor did not start.
+// ErrNotChild is returned by Run in a process the supervisor did not start.
 var ErrNotChild = errors.New("sipvisor worker processes are started by the sipvisor supervisor, not by hand; run sipvisor (see sipvisor -h)")
 
 // Env is what a worker is given by its supervisor.
 type Env struct {
 	Group string
 	// Kind is the group's kind: what work the worker gets.
-	Kind   Kind
+	Kind   wire.Kind
 	ID     int
 	Config string
 	// Sockets are the supervisor's UDP SIP sockets, to send from; Message.Socket
@@ -44,8 +45,8 @@ type Env struct {
 	Submit func(fn func())
 
 	// Call sends a request to the supervisor and waits for its answer (see
-	// GroupOptions.OnCall): how workers reach state kept outside them, such
-	// as registrations. Safe for concurrent use.
+	// pool.GroupOptions.OnCall): how workers reach state kept outside them,
+	// such as registrations. Safe for concurrent use.
 	Call func(req []byte) ([]byte, error)
 
 	// OpenReplySockets binds, for each of Sockets, a UDP socket of this
@@ -69,7 +70,8 @@ type Env struct {
 	RefusedLate func()
 
 	// Note tells the supervisor something that needs no answer (see
-	// GroupOptions.OnNote), without waiting for it. Safe for concurrent use.
+	// pool.GroupOptions.OnNote), without waiting for it. Safe for concurrent
+	// use.
 	Note func(note []byte) error
 }
 
@@ -99,7 +101,7 @@ type Handler interface {
 }
 
 // Drainer is a Handler told when its worker starts to drain: a handler
-// that reads connections hands them back (Env.Note, HandOffNote) so that
+// that reads connections hands them back (Env.Note, wire.HandOffNote) so that
 // scaling down closes none.
 type Drainer interface {
 	Drain()
@@ -115,7 +117,7 @@ type Reloader interface {
 }
 
 // IsWorker reports whether this process was started as a worker.
-func IsWorker() bool { return os.Getenv(EnvCookie) != "" }
+func IsWorker() bool { return os.Getenv(wire.EnvCookie) != "" }
 
 // tickEvery is the finest grain of the handler's timers: SIP's shortest
 // timer is T1 (500 ms), so 50 ms is precise enough, and a busy worker moves
@@ -139,21 +141,21 @@ type Timed interface {
 	NextTimer() (time.Time, bool)
 }
 
-// RunWorker is the whole life of a worker process: it rebuilds what the
+// Run is the whole life of a worker process: it rebuilds what the
 // supervisor passed, makes the handler, says ready, and handles frames in
 // order until the end frame (returns nil: exit 0) or an error.
-func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Handler, error)) error {
-	if os.Getenv(EnvCookie) != cookie {
+func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Handler, error)) error {
+	if os.Getenv(wire.EnvCookie) != wire.Cookie {
 		return ErrNotChild
 	}
-	id, _ := strconv.Atoi(os.Getenv(EnvWorkerID))
-	env := &Env{Group: os.Getenv(EnvGroup), Kind: Kind(os.Getenv(EnvKind)), ID: id, Config: os.Getenv(EnvConfig)}
+	id, _ := strconv.Atoi(os.Getenv(wire.EnvWorkerID))
+	env := &Env{Group: os.Getenv(wire.EnvGroup), Kind: wire.Kind(os.Getenv(wire.EnvKind)), ID: id, Config: os.Getenv(wire.EnvConfig)}
 	if logger == nil {
 		logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
 	env.Logger = logger.With("group", env.Group, "worker", id, "pid", os.Getpid())
 
-	fc, err := net.FileConn(os.NewFile(fdControl, "control"))
+	fc, err := net.FileConn(os.NewFile(wire.FDControl, "control"))
 	if err != nil {
 		return fmt.Errorf("control channel: %w", err)
 	}
@@ -161,21 +163,21 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 	if !ok {
 		return fmt.Errorf("control channel: a %T, not a unix socket", fc)
 	}
-	ctl, err := newFrameConn(uc)
+	ctl, err := wire.NewControlConn(uc)
 	if err != nil {
 		return fmt.Errorf("control channel: %w", err)
 	}
-	statsFile := os.NewFile(fdStats, "stats")
-	stats, err := mapStats(statsFile)
+	statsFile := os.NewFile(wire.FDStats, "stats")
+	stats, err := wire.MapStats(statsFile)
 	statsFile.Close()
 	if err != nil {
 		return err
 	}
-	if s := os.Getenv(EnvSockets); s != "" {
+	if s := os.Getenv(wire.EnvSockets); s != "" {
 		env.SocketNames = strings.Split(s, ",")
 	}
 	for i, name := range env.SocketNames {
-		fd := fdSockets + i
+		fd := wire.FDSockets + i
 		unix.CloseOnExec(fd)
 		s, err := newSendSocket(fd)
 		if err != nil {
@@ -185,21 +187,21 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 	}
 	// The data channel stays a raw descriptor: frames may carry descriptors
 	// (TCP connections), which need recvmsg.
-	dataFD := fdData
+	dataFD := wire.FDData
 	unix.CloseOnExec(dataFD)
 
 	w := &workerLoop{env: env, ctl: ctl, stats: stats, dataFD: dataFD, submit: make(chan func(), 64)}
 	env.Submit = w.submitFn
 	env.OpenReplySockets = w.openReplySockets
 	env.Late = w.waitedTooLong
-	env.RefusedLate = func() { w.stats.add(offStaleRefused, 1) }
+	env.RefusedLate = func() { w.stats.Add(wire.OffStaleRefused, 1) }
 	calls := newCaller(ctl)
 	env.Call = calls.call
 	env.Note = func(note []byte) error {
-		if len(note) > maxCall {
+		if len(note) > wire.MaxCall {
 			return errors.New("note too large")
 		}
-		_, err := ctl.Write(append([]byte{ctlNote}, note...))
+		_, err := ctl.Write(append([]byte{wire.CtlNote}, note...))
 		return err
 	}
 	h, err := newHandler(env)
@@ -216,7 +218,7 @@ func RunWorker(ctx context.Context, logger *slog.Logger, newHandler func(env *En
 
 	// The supervisor gone, the data channel reads end of file and the loop
 	// returns: nothing would route to this worker any more.
-	if _, err := ctl.Write([]byte{ctlReady}); err != nil {
+	if _, err := ctl.Write([]byte{wire.CtlReady}); err != nil {
 		return fmt.Errorf("ready: %w", err)
 	}
 	return w.run(ctx)
@@ -227,7 +229,7 @@ type workerLoop struct {
 	data     atomic.Pointer[os.File] // the data channel, once run has started
 	h        Handler
 	ctl      net.Conn
-	stats    *statsPage
+	stats    *wire.StatsPage
 	dataFD   int
 	submit   chan func()
 	draining bool
@@ -274,7 +276,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 		return fmt.Errorf("data channel: %w", err)
 	}
 	w.data.Store(wait)
-	buf := make([]byte, maxFrame)
+	buf := make([]byte, wire.MaxFrame)
 	oob := make([]byte, unix.CmsgSpace(4))
 	var (
 		n, oobn int
@@ -294,7 +296,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 			if i < 0 {
 				n, oobn, e = rawio.Recvmsg(w.dataFD, buf, oob)
 			} else {
-				n, from, e = rawio.Recvfrom(w.replies[i].fd, buf[MsgHeaderLen:])
+				n, from, e = rawio.Recvfrom(w.replies[i].fd, buf[wire.MsgHeaderLen:])
 			}
 			if e != rawio.EAGAIN {
 				src = i
@@ -355,7 +357,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 		}
 		if src >= 0 {
 			if rerr == nil {
-				w.handleReply(src, from, buf[MsgHeaderLen:MsgHeaderLen+n])
+				w.handleReply(src, from, buf[wire.MsgHeaderLen:wire.MsgHeaderLen+n])
 			} else {
 				w.env.Logger.Warn("read reply socket", "socket", w.replies[src].local.String(), "error", rerr)
 			}
@@ -492,30 +494,30 @@ func (w *workerLoop) submitFn(fn func()) {
 
 // handle handles one frame; it reports true for the end frame.
 func (w *workerLoop) handle(f frame) bool {
-	defer w.stats.add(offHandled, 1)
+	defer w.stats.Add(wire.OffHandled, 1)
 	b := f.buf
 	// Only connection and profile frames bring a descriptor; one on any
 	// other frame would stay open for the worker's life.
-	if f.fd >= 0 && b[0] != FrameConn && b[0] != FrameProfile {
+	if f.fd >= 0 && b[0] != wire.FrameConn && b[0] != wire.FrameProfile {
 		unix.Close(f.fd)
 		f.fd = -1
 	}
 	switch b[0] {
-	case FrameMessage:
-		if len(b) < MsgHeaderLen {
+	case wire.FrameMessage:
+		if len(b) < wire.MsgHeaderLen {
 			return false
 		}
-		sock, from, at := parseMsgHeader(b)
-		m := Message{Socket: sock, From: from, Data: b[MsgHeaderLen:]}
+		sock, from, at := wire.ParseMsgHeader(b)
+		m := Message{Socket: sock, From: from, Data: b[wire.MsgHeaderLen:]}
 		if w.stale(m.Data, at) {
-			w.stats.add(offStale, 1)
+			w.stats.Add(wire.OffStale, 1)
 			break
 		}
 		w.busy(func() { w.h.HandleMessage(&m) })
-	case FrameJob:
+	case wire.FrameJob:
 		name := string(b[1:])
 		w.busy(func() { w.h.HandleJob(name) })
-	case FrameConn:
+	case wire.FrameConn:
 		if f.fd < 0 {
 			return false
 		}
@@ -532,25 +534,25 @@ func (w *workerLoop) handle(f frame) bool {
 			c = &prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(append([]byte(nil), b[1:]...)), c)}
 		}
 		w.busy(func() { w.h.HandleConn(c) })
-	case FrameEcho:
+	case wire.FrameEcho:
 		// Answered at once: the round trip is the time the echo waited in the
 		// queue behind real work.
-		var ans [echoLen]byte
+		var ans [wire.EchoLen]byte
 		copy(ans[:], b)
-		ans[0] = ctlEcho
+		ans[0] = wire.CtlEcho
 		w.ctl.Write(ans[:])
-	case FrameProfile:
+	case wire.FrameProfile:
 		// Not busy time: the profile is taken beside the loop, not on it.
 		if f.fd >= 0 {
 			handleProfile(b, f.fd)
 		}
-	case FrameDrain:
+	case wire.FrameDrain:
 		w.draining = true
 		w.env.Logger.Debug("worker draining")
 		if d, ok := w.h.(Drainer); ok {
 			w.busy(d.Drain)
 		}
-	case FrameReload:
+	case wire.FrameReload:
 		if r, ok := w.h.(Reloader); ok {
 			path := string(b[1:])
 			w.busy(func() {
@@ -559,7 +561,7 @@ func (w *workerLoop) handle(f frame) bool {
 				}
 			})
 		}
-	case FrameEnd:
+	case wire.FrameEnd:
 		return true
 	}
 	w.checkDrained()
@@ -582,16 +584,16 @@ func (w *workerLoop) stale(data []byte, at int64) bool {
 }
 
 func (w *workerLoop) waitedTooLong(at int64) bool {
-	max := int64(w.stats.load(offMaxWait))
+	max := int64(w.stats.Load(wire.OffMaxWait))
 	return max > 0 && at > 0 && time.Now().UnixNano()-at > max
 }
 
 func (w *workerLoop) checkDrained() {
 	held := w.h.Held()
-	w.stats.store(offSessions, uint64(held))
+	w.stats.Store(wire.OffSessions, uint64(held))
 	if w.draining && !w.drained && held == 0 {
 		w.drained = true
-		w.ctl.Write([]byte{ctlDrained})
+		w.ctl.Write([]byte{wire.CtlDrained})
 	}
 }
 
@@ -599,11 +601,11 @@ func (w *workerLoop) checkDrained() {
 // OpenSIPS defines: time inside the handler, not CPU time.
 func (w *workerLoop) busy(fn func()) {
 	start := time.Now().UnixNano()
-	w.stats.store(offBusySince, uint64(start))
+	w.stats.Store(wire.OffBusySince, uint64(start))
 	fn()
 	end := time.Now().UnixNano()
-	w.stats.add(offBusyNs, uint64(end-start))
-	w.stats.store(offBusySince, 0)
+	w.stats.Add(wire.OffBusyNs, uint64(end-start))
+	w.stats.Store(wire.OffBusySince, 0)
 }
 
 // reportHeap puts the heap in use and the GC's CPU time on the stats page,
@@ -612,10 +614,10 @@ func (w *workerLoop) busy(fn func()) {
 func (w *workerLoop) reportHeap(now time.Time) {
 	metrics.Read(w.mem[:])
 	if w.mem[0].Value.Kind() == metrics.KindUint64 {
-		w.stats.store(offHeap, w.mem[0].Value.Uint64())
+		w.stats.Store(wire.OffHeap, w.mem[0].Value.Uint64())
 	}
 	if w.mem[1].Value.Kind() == metrics.KindFloat64 {
-		w.stats.store(offGCCPU, math.Float64bits(w.mem[1].Value.Float64()))
+		w.stats.Store(wire.OffGCCPU, math.Float64bits(w.mem[1].Value.Float64()))
 	}
 	w.heapDue = now.Add(heapEvery)
 }

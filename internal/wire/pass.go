@@ -1,4 +1,4 @@
-package pool
+package wire
 
 import (
 	"encoding/binary"
@@ -6,7 +6,7 @@ import (
 )
 
 // A worker that is to send a request over TCP or TLS to an address it
-// holds no connection to asks the supervisor, with a call (Env.Call), to
+// holds no connection to asks the supervisor, with a call (worker.Env.Call), to
 // pass the request to the worker that reads the connection from that
 // address: a caller that accepts no connections (a phone behind NAT) is
 // reachable only over the one it opened. The request is passMagic, the

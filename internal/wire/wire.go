@@ -1,8 +1,19 @@
-package pool
+package wire
 
 import (
 	"encoding/binary"
 	"net/netip"
+)
+
+// Kind is what a group of workers serves; a worker learns its group's kind
+// from EnvKind.
+type Kind string
+
+// The kinds of group.
+const (
+	KindUDP   Kind = "udp"
+	KindTCP   Kind = "tcp"
+	KindTimer Kind = "timer"
 )
 
 // Environment variables of a worker process.
@@ -14,17 +25,17 @@ const (
 	EnvSockets  = "SIPVISOR_SOCKETS"
 	EnvConfig   = "SIPVISOR_CONFIG"
 
-	// cookie is not a secret: it only tells a re-executed worker from a person
+	// Cookie is not a secret: it only tells a re-executed worker from a person
 	// typing "sipvisor worker".
-	cookie = "f3b1c0de-sipvisor-worker"
+	Cookie = "f3b1c0de-sipvisor-worker"
 )
 
 // Descriptor numbers in the worker.
 const (
-	fdControl = 3
-	fdData    = 4
-	fdStats   = 5
-	fdSockets = 6
+	FDControl = 3
+	FDData    = 4
+	FDStats   = 5
+	FDSockets = 6
 )
 
 // Data frame kinds (supervisor → worker).
@@ -41,16 +52,16 @@ const (
 
 // Control message kinds (worker → supervisor).
 const (
-	ctlReady   = 'R'
-	ctlEcho    = 'e'
-	ctlDrained = 'd'
-	ctlCall    = 'c' // worker → supervisor request: id (8 bytes), payload
-	ctlAnswer  = 'a' // supervisor → worker answer: id (8 bytes), payload
-	ctlNote    = 'n' // worker → supervisor, no answer: payload
+	CtlReady   = 'R'
+	CtlEcho    = 'e'
+	CtlDrained = 'd'
+	CtlCall    = 'c' // worker → supervisor request: id (8 bytes), payload
+	CtlAnswer  = 'a' // supervisor → worker answer: id (8 bytes), payload
+	CtlNote    = 'n' // worker → supervisor, no answer: payload
 )
 
-// maxCall bounds a request or an answer on the control channel.
-const maxCall = 64 << 10
+// MaxCall bounds a request or an answer on the control channel.
+const MaxCall = 64 << 10
 
 // MsgHeaderLen is the size of the header in front of a SIP message frame:
 // kind, socket index, source IP (16 bytes, IPv4 mapped), source port, and
@@ -59,8 +70,8 @@ const maxCall = 64 << 10
 // of its buffer and writes the header in front, so a frame costs no copy.
 const MsgHeaderLen = 28
 
-// maxFrame bounds a frame: the largest UDP datagram plus the header.
-const maxFrame = 65535 + MsgHeaderLen
+// MaxFrame bounds a frame: the largest UDP datagram plus the header.
+const MaxFrame = 65535 + MsgHeaderLen
 
 // PutMsgHeader writes a message frame header into b[:MsgHeaderLen]; at is
 // when the datagram was read, in unix ns.
@@ -73,25 +84,29 @@ func PutMsgHeader(b []byte, socket int, from netip.AddrPort, at int64) {
 	binary.BigEndian.PutUint64(b[20:28], uint64(at))
 }
 
-// parseMsgHeader is PutMsgHeader's inverse.
-func parseMsgHeader(b []byte) (socket int, from netip.AddrPort, at int64) {
+// ParseMsgHeader is PutMsgHeader's inverse.
+func ParseMsgHeader(b []byte) (socket int, from netip.AddrPort, at int64) {
 	var ip [16]byte
 	copy(ip[:], b[2:18])
 	return int(b[1]), netip.AddrPortFrom(netip.AddrFrom16(ip).Unmap(), binary.BigEndian.Uint16(b[18:20])),
 		int64(binary.BigEndian.Uint64(b[20:28]))
 }
 
-// echo frames and answers carry a sequence number and the send time.
-const echoLen = 17
+// EchoLen is the length of an echo frame and of its answer: the kind, a
+// sequence number and the send time.
+const EchoLen = 17
 
-func putEcho(b []byte, kind byte, seq uint64, sentNs int64) []byte {
+// PutEcho encodes an echo frame (FrameEcho) or answer (CtlEcho) into b's
+// storage.
+func PutEcho(b []byte, kind byte, seq uint64, sentNs int64) []byte {
 	b = append(b[:0], kind)
 	b = binary.BigEndian.AppendUint64(b, seq)
 	return binary.BigEndian.AppendUint64(b, uint64(sentNs))
 }
 
-func parseEcho(b []byte) (seq uint64, sentNs int64, ok bool) {
-	if len(b) != echoLen {
+// ParseEcho decodes PutEcho.
+func ParseEcho(b []byte) (seq uint64, sentNs int64, ok bool) {
+	if len(b) != EchoLen {
 		return 0, 0, false
 	}
 	return binary.BigEndian.Uint64(b[1:9]), int64(binary.BigEndian.Uint64(b[9:17])), true

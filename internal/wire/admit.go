@@ -1,4 +1,4 @@
-package pool
+package wire
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 )
 
 // A worker that reads its own connections (TCP) asks the supervisor about
-// each new session it receives, with a call (Env.Call), for the front
+// each new session it receives, with a call (worker.Env.Call), for the front
 // door's decision: the same checks and the same 503 with Retry-After on
 // every transport. The request is admitMagic, the method (sipscan.Method)
 // and the Call-ID; the answer is the refusal's reason (0 admits) and the
@@ -46,7 +46,7 @@ func ParseAdmitAnswer(b []byte) (reason byte, retryAfter int, err error) {
 	return b[0], int(binary.BigEndian.Uint16(b[1:])), nil
 }
 
-// Such a worker also notes (Env.Note) each request it reads that moves a
+// Such a worker also notes (worker.Env.Note) each request it reads that moves a
 // session on — a new INVITE or SUBSCRIBE it admitted, an ACK, a BYE, a
 // SUBSCRIBE's refresh — so that sessions count alike on every transport:
 // sessionMagic, the method, flags (1: the To has a tag), Expires (int32,

@@ -1,4 +1,4 @@
-package pool
+package wire
 
 import (
 	"net/netip"
@@ -17,7 +17,7 @@ func TestPassRequestRoundTrip(t *testing.T) {
 		}
 	}
 	f := MessageFrame(2, from, 7, []byte("x"))
-	if s, a, at := parseMsgHeader(f); s != 2 || a != from || at != 7 || string(f[MsgHeaderLen:]) != "x" {
+	if s, a, at := ParseMsgHeader(f); s != 2 || a != from || at != 7 || string(f[MsgHeaderLen:]) != "x" {
 		t.Errorf("frame: want 2 %v 7 x, have %d %v %d %q", from, s, a, at, f[MsgHeaderLen:])
 	}
 }

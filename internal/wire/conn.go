@@ -1,4 +1,4 @@
-package pool
+package wire
 
 import (
 	"io"
@@ -8,25 +8,27 @@ import (
 	"github.com/sipvisor/sipvisor/rawio"
 )
 
-// frameConn is a control channel (SEQPACKET) read and written through the
-// network poller with rawio's calls. Both ends wake for every echo and every
-// call (a REGISTER's save is one), and a read or write through net.Conn woke
-// the runtime's monitor thread each time; see package rawio.
-type frameConn struct {
+// ControlConn is a control channel (SEQPACKET), either end, read and written
+// through the network poller with rawio's calls. Both ends wake for every
+// echo and every call (a REGISTER's save is one), and a read or write
+// through net.Conn woke the runtime's monitor thread each time; see package
+// rawio.
+type ControlConn struct {
 	*net.UnixConn // Close, deadlines, addresses
 	rc            syscall.RawConn
 }
 
-func newFrameConn(c *net.UnixConn) (*frameConn, error) {
+// NewControlConn wraps one end of the control channel.
+func NewControlConn(c *net.UnixConn) (*ControlConn, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
-	return &frameConn{UnixConn: c, rc: rc}, nil
+	return &ControlConn{UnixConn: c, rc: rc}, nil
 }
 
 // Read reads one frame; a frame of 0 bytes is the peer's close.
-func (f *frameConn) Read(b []byte) (int, error) {
+func (f *ControlConn) Read(b []byte) (int, error) {
 	var (
 		n int
 		e syscall.Errno
@@ -47,7 +49,7 @@ func (f *frameConn) Read(b []byte) (int, error) {
 }
 
 // Write writes b as one frame, waiting for room if the channel is full.
-func (f *frameConn) Write(b []byte) (int, error) {
+func (f *ControlConn) Write(b []byte) (int, error) {
 	var (
 		n int
 		e syscall.Errno

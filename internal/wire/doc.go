@@ -1,0 +1,81 @@
+// Package wire is the protocol between the supervisor (package pool) and
+// its worker processes (package worker): the descriptors and environment a
+// worker inherits, the frames and control messages, the calls and notes,
+// the profile pipe, and the layout of the shared stats page. Both sides
+// import it and nothing else of each other, so the protocol is defined once;
+// it does no I/O beyond ControlConn and the stats page's mapping.
+//
+// Invariants: a worker is the supervisor's own binary re-executed, so both
+// ends always speak the same version and nothing here is negotiated; each
+// word of the stats page has one writer, named at its offset.
+//
+// # Descriptors
+//
+// Inherited descriptors (passed to syscall.ForkExec; see pool's start):
+//
+//	fd 3  control  unix SOCK_SEQPACKET, both ways, one message per packet.
+//	               Worker → supervisor: 'R' ready, 'e' echo answer,
+//	               'd' drained, 'c' call (id, request), 'n' note (no
+//	               answer); supervisor → worker: 'a' answer (the call's
+//	               id, answer). EOF tells the worker its supervisor is
+//	               gone, and it exits at once
+//	fd 4  data     unix SOCK_SEQPACKET, supervisor → worker, one frame per
+//	               packet, handled strictly in order: 'M' SIP message,
+//	               'E' echo, 'J' timer job, 'C' TCP connection (SCM_RIGHTS;
+//	               any bytes after the kind were read from it by the
+//	               worker that handed it back),
+//	               'R' reload in place (the config snapshot's path),
+//	               'P' profile (SCM_RIGHTS: a pipe's write end; see below),
+//	               'D' drain, 'Z' end of work
+//	fd 5  stats    a shared memory page. The worker writes and the
+//	               supervisor reads: frames handled, busy nanoseconds, the
+//	               start of the frame in progress, heap in use, sessions
+//	               held, GC CPU seconds, requests dropped (UDP) or refused
+//	               (TCP) for having waited too long. The supervisor writes
+//	               and the worker reads: how
+//	               long a request may wait ('M' frames carry the time the
+//	               datagram was read)
+//	fd 6… sockets  the UDP SIP sockets, named in SIPVISOR_SOCKETS
+//
+// Environment: SIPVISOR_WORKER (cookie), SIPVISOR_GROUP, SIPVISOR_KIND (the
+// group's kind: udp, tcp or timer), SIPVISOR_WORKER_ID,
+// SIPVISOR_SOCKETS (comma-separated socket names), SIPVISOR_CONFIG (the file
+// the worker loads its script from), GOMEMLIMIT.
+//
+// Exit codes: 0 after a drain ('Z' received), anything else is a crash.
+//
+// # Calls
+//
+// A worker's call ('c', answered by 'a') carries a request the worker waits
+// for: an admission question (AdmitRequest: a new session's method and
+// Call-ID, read by a worker from a TCP connection no front door saw),
+// answered with the door's decision; a request to pass to the worker that
+// holds a connection to its destination; or, with the memory location
+// store, a location operation (location's binary format).
+//
+// # Notes
+//
+// A note ('n') tells the supervisor something without waiting, in order with
+// the worker's calls: a request read from a connection that moves a session
+// on (SessionNote), a connection that ended and why (ConnClosedNote), a
+// draining worker's connection given back at a message boundary with the
+// bytes read past it (HandOffNote), and a response whose branch another
+// worker made, to pass to that worker (ForwardNote).
+//
+// # Profiles
+//
+// A 'P' frame carries a CPU profile's length in seconds (2 bytes, big
+// endian), a profile name (one of ProfileNames) and the write end of a pipe
+// whose read end the supervisor keeps. The worker takes the profile in a
+// goroutine of its own, so its loop goes on handling frames, and writes to
+// the pipe one status byte: 0 then the profile's length (8 bytes, big
+// endian) and the profile (pprof's gzipped protocol buffers); or 1 (a CPU
+// profile is in progress: the runtime takes one at a time) or 2 (another
+// failure), then an error message.
+// It closes the pipe when done. Like every frame, a 'P' frame waits behind
+// the work queued to the worker before it: a worker stuck on a message
+// answers only when it is through with it, which is why the supervisor
+// bounds its wait. A worker that exits closes the write end, in its hands
+// or still in the frame it never read, so the supervisor reads end of file
+// and stops waiting.
+package wire

@@ -1,0 +1,54 @@
+package worker
+
+import (
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/sipvisor/sipvisor/internal/wire"
+)
+
+type idle struct{}
+
+func (idle) HandleMessage(*Message) {}
+func (idle) HandleJob(string)       {}
+func (idle) HandleConn(c net.Conn)  { c.Close() }
+func (idle) Tick(time.Time)         {}
+func (idle) Held() int              { return 0 }
+
+func TestRunRefusedByHand(t *testing.T) {
+	t.Setenv(wire.EnvCookie, "")
+	err := Run(t.Context(), nil, func(*Env) (Handler, error) { return idle{}, nil })
+	if !errors.Is(err, ErrNotChild) {
+		t.Fatalf("want %v, have %v", ErrNotChild, err)
+	}
+}
+
+type fixedTimer struct {
+	at time.Time
+	ok bool
+}
+
+func (f fixedTimer) NextTimer() (time.Time, bool) { return f.at, f.ok }
+
+func TestNextTick(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, c := range []struct {
+		name  string
+		timer Timed
+		want  time.Duration // after now
+	}{
+		{"no timer: sleep the idle tick", fixedTimer{}, idleTick},
+		{"timer in 300 ms", fixedTimer{now.Add(300 * time.Millisecond), true}, 300 * time.Millisecond},
+		{"timer overdue: one grain on", fixedTimer{now.Add(-time.Second), true}, tickEvery},
+		{"timer within the grain: the grain", fixedTimer{now.Add(10 * time.Millisecond), true}, tickEvery},
+		{"timer beyond the idle tick: the idle tick", fixedTimer{now.Add(time.Minute), true}, idleTick},
+		{"handler without timers: every grain", tickTimed{}, tickEvery},
+	} {
+		w := &workerLoop{timed: c.timer}
+		if have := w.nextTick(now).Sub(now); have != c.want {
+			t.Errorf("%s: want %v, have %v", c.name, c.want, have)
+		}
+	}
+}
