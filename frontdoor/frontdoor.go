@@ -40,7 +40,7 @@ const AffinityTTL = 32 * time.Second
 // PendingInviteTTL is how long a Call-ID stays with its worker after an
 // INVITE, until the door sees the ACK that ends the INVITE's transaction: a
 // proxied INVITE may ring for up to the worker's fr_inv timeout (120 s,
-// sipworker's InviteTimeout) after its first provisional reply, and then
+// the engine's InviteTimeout) after its first provisional reply, and then
 // live 64×T1 more. Its CANCEL, its retransmissions and, without reply
 // sockets, its final response must reach the worker that holds it all that
 // time; with AffinityTTL alone, a call ringing longer than 32 s could not

@@ -7,7 +7,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/sipscan"
-	"github.com/sipvisor/sipvisor/sipworker"
+	"github.com/sipvisor/sipvisor/worker/engine"
 )
 
 // sipMsg builds a request (code 0) or a response of the call, with the To
@@ -34,9 +34,9 @@ func sipMsg(method, callID, toTag string, code int) []byte {
 // The door keeps a pending INVITE's Call-ID at least as long as a worker may
 // hold the INVITE's transaction.
 func TestPendingInviteTTLCoversTheWorkersInviteTimeout(t *testing.T) {
-	if PendingInviteTTL < sipworker.DefaultInviteTimeout+AffinityTTL {
-		t.Fatalf("PendingInviteTTL %v is shorter than sipworker's InviteTimeout %v plus 64×T1 (%v)",
-			PendingInviteTTL, sipworker.DefaultInviteTimeout, AffinityTTL)
+	if PendingInviteTTL < engine.DefaultInviteTimeout+AffinityTTL {
+		t.Fatalf("PendingInviteTTL %v is shorter than the engine's InviteTimeout %v plus 64×T1 (%v)",
+			PendingInviteTTL, engine.DefaultInviteTimeout, AffinityTTL)
 	}
 }
 

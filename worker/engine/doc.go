@@ -1,9 +1,11 @@
-// Package sipworker is the SIP engine of a worker process: it parses each
+// Package engine is the SIP engine of a worker process: it parses each
 // message the supervisor hands over (github.com/emiago/sipgo's parser and
 // message types), runs the routing script (route, onreply_route,
 // failure_route, timer_route; see docs/SCRIPT.md) and relays requests
 // statefully, sending from the supervisor's own sockets so the source
-// address is the listening one.
+// address is the listening one. It is the worker's Handler (package
+// worker): everything it does runs on the worker's one loop, so it holds no
+// locks, and what it holds is what Held reports to a draining worker.
 //
 // New is worker.Run's newHandler; NewWorker builds one from Options, as
 // tests do. Registrations go to a location.Store outside the worker, so
@@ -72,4 +74,4 @@
 // that came over another connection is not, since its responses must go
 // back on that connection; that worker connects to the peer instead. Next
 // hops named by a host name are resolved on the loop.
-package sipworker
+package engine

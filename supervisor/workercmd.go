@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/sipvisor/sipvisor/worker"
+	"github.com/sipvisor/sipvisor/worker/engine"
 )
 
 // RunWorker is the "sipvisor worker" command: the life of one worker process.
@@ -21,3 +22,6 @@ func RunWorker(ctx context.Context, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// newWorkerHandler makes the SIP engine of a worker process.
+func newWorkerHandler(env *worker.Env) (worker.Handler, error) { return engine.New(env) }

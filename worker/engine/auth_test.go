@@ -1,4 +1,4 @@
-package sipworker
+package engine
 
 import (
 	"net/netip"
