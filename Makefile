@@ -37,7 +37,7 @@ bench:
 
 fuzz:
 	$(GO) test ./config -run '^$$' -fuzz FuzzLoad -fuzztime 60s
-	$(GO) test ./sipscan -run '^$$' -fuzz FuzzScan -fuzztime 60s
+	$(GO) test ./internal/sipscan -run '^$$' -fuzz FuzzScan -fuzztime 60s
 
 # Rewrite the config golden files; review the diff like code.
 golden:

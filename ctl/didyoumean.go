@@ -3,7 +3,7 @@ package ctl
 import (
 	"strings"
 
-	"github.com/sipvisor/sipvisor/didyoumean"
+	"github.com/sipvisor/sipvisor/internal/didyoumean"
 )
 
 // didYouMean returns the candidate closest to word in edit distance, or

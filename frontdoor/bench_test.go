@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/pool"
-	"github.com/sipvisor/sipvisor/sipscan"
 )
 
 // BenchmarkHandle is the front door's cost per datagram: scan, affinity

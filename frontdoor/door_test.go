@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/pool"
-	"github.com/sipvisor/sipvisor/sipscan"
 	"github.com/sipvisor/sipvisor/worker"
 )
 

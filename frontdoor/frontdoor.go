@@ -26,9 +26,9 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/frontdoor/sessions"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/pool"
-	"github.com/sipvisor/sipvisor/sipscan"
 )
 
 // AffinityTTL is how long a Call-ID stays with its worker after its last

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/pool"
-	"github.com/sipvisor/sipvisor/sipscan"
 	"github.com/sipvisor/sipvisor/worker/engine"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/pool"
-	"github.com/sipvisor/sipvisor/sipscan"
 )
 
 // request builds a request for the session table's tests; expires < 0

@@ -3,7 +3,7 @@ package loadgen
 import (
 	"testing"
 
-	"github.com/sipvisor/sipvisor/sipscan"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 )
 
 // Every request sipload sends must get past sipvisor's front door: a

@@ -7,8 +7,8 @@ import (
 
 	"github.com/sipvisor/sipvisor/ctl"
 	"github.com/sipvisor/sipvisor/frontdoor"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/location"
-	"github.com/sipvisor/sipvisor/sipscan"
 )
 
 // backend is the supervisor as the control API sees it.

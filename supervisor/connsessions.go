@@ -6,8 +6,8 @@ import (
 
 	"github.com/sipvisor/sipvisor/frontdoor"
 	"github.com/sipvisor/sipvisor/frontdoor/sessions"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
-	"github.com/sipvisor/sipvisor/sipscan"
 )
 
 // connSessions counts the sessions that come in over connections (TCP),

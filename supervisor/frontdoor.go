@@ -10,11 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sipvisor/sipvisor/frontdoor"
+	"github.com/sipvisor/sipvisor/internal/rawio"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/pool"
-	"github.com/sipvisor/sipvisor/rawio"
-	"github.com/sipvisor/sipvisor/sipscan"
 )
 
 // udpDoor reads one UDP socket and passes each datagram through its door.

@@ -13,8 +13,8 @@ import (
 	"github.com/sipvisor/sipvisor/ctl"
 	"github.com/sipvisor/sipvisor/fliphealth"
 	"github.com/sipvisor/sipvisor/frontdoor"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/pool"
-	"github.com/sipvisor/sipvisor/sipscan"
 	"github.com/sipvisor/sipvisor/throttle"
 	"github.com/sipvisor/sipvisor/watermark"
 )

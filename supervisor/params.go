@@ -8,8 +8,8 @@ import (
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/pool"
-	"github.com/sipvisor/sipvisor/sipscan"
 	"github.com/sipvisor/sipvisor/slowstart"
 	"github.com/sipvisor/sipvisor/watermark"
 )

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/config"
-	"github.com/sipvisor/sipvisor/sipscan"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/watermark"
 )
 

@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/rawio"
 	"github.com/sipvisor/sipvisor/internal/wire"
-	"github.com/sipvisor/sipvisor/rawio"
 	"golang.org/x/sys/unix"
 )
 

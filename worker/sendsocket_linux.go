@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/sipvisor/sipvisor/rawio"
+	"github.com/sipvisor/sipvisor/internal/rawio"
 	"golang.org/x/sys/unix"
 )
 

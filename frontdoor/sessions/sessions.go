@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sipvisor/sipvisor/sipscan"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 )
 
 // DefaultMaxCallDuration is how long an answered call counts at most when

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sipvisor/sipvisor/sipscan"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 )
 
 type step struct {

@@ -5,7 +5,7 @@ import (
 	"net"
 	"syscall"
 
-	"github.com/sipvisor/sipvisor/rawio"
+	"github.com/sipvisor/sipvisor/internal/rawio"
 )
 
 // ControlConn is a control channel (SEQPACKET), either end, read and written

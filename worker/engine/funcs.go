@@ -13,10 +13,10 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/script"
-	"github.com/sipvisor/sipvisor/sipscan"
 	"github.com/sipvisor/sipvisor/worker"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/emiago/sipgo/sip"
 
-	"github.com/sipvisor/sipvisor/sipscan"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 )
 
 // txState is where a transaction is in its RFC 3261 17 life.
