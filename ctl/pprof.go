@@ -18,7 +18,8 @@ import (
 )
 
 // ProfileNames are the profiles `ctl pprof` takes, of the supervisor or of
-// a worker (the supervisor checks that it is the list package pool takes).
+// a worker (the supervisor checks that it is the list package internal/wire
+// defines).
 var ProfileNames = []string{"heap", "allocs", "goroutine", "profile", "block", "mutex", "threadcreate"}
 
 const pprofForm = "pprof PROFILE [-worker ID [-group NAME]] [-seconds N] [-o FILE]"

@@ -12,6 +12,10 @@
 // timer routes (timers.go), and the HTTP control server (http.go, ctl's
 // handler over backend.go).
 //
+// Started as "sipvisor worker", the same binary is a worker process instead
+// (workercmd.go): package worker's loop around the SIP engine of package
+// worker/engine.
+//
 // Where each decision lives:
 //   - admission of a new session, on every transport: overload.admit, asked
 //     by the UDP doors and, for what workers read from connections, by
