@@ -50,7 +50,7 @@
 // for: an admission question (AdmitRequest: a new session's method and
 // Call-ID, read by a worker from a TCP connection no front door saw),
 // answered with the door's decision; a request to pass to the worker that
-// holds a connection to its destination; or, with the memory location
+// holds a connection to its destination (PassRequest); or, with the memory location
 // store, a location operation (location's binary format).
 //
 // # Notes
