@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,9 @@ type Options struct {
 	// LogLevel, when set, is the level Logger logs at, which a reload
 	// changes when log_level changes in the file.
 	LogLevel *slog.LevelVar
+	// LogFormat is the format Logger writes, text or json, which workers
+	// log in too; empty takes the config's log_format.
+	LogFormat string
 	// Registry receives every metric; nil makes a new one.
 	Registry *prometheus.Registry
 }
@@ -176,6 +180,11 @@ func New(o Options) (*Supervisor, error) {
 		}
 		o.Worker = pool.Command{Path: exe, Args: []string{"worker"}}
 	}
+	if o.LogFormat == "" {
+		o.LogFormat = o.Config.LogFormat
+	}
+	// A copy: the caller's Command may be shared.
+	o.Worker.Env = append(slices.Clip(o.Worker.Env), envLogFormat+"="+o.LogFormat)
 	s := &Supervisor{opts: o, log: o.Logger.With("component", "supervisor"), reg: o.Registry,
 		byName: map[string]*groupRun{}, reload: make(chan chan reloadReply), hup: make(chan os.Signal, 1),
 		timersChanged: make(chan struct{}, 1), cycleChanged: make(chan struct{}, 1), echoChanged: make(chan struct{}, 1)}
