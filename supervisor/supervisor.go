@@ -216,6 +216,14 @@ func New(o Options) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Workers learn here the ports the kernel picked for a port 0; a
+	// reload keeps the sockets bound, so this holds for every worker. The
+	// host stays as written: a wildcard reads back as [::] once bound.
+	adv := make([]listeners.Addr, len(s.sockets))
+	for i, sk := range s.sockets {
+		adv[i] = listeners.Addr{Proto: sk.Addr.Proto, Host: sk.Addr.Host, Port: sk.Bound.Port}
+	}
+	s.opts.Worker.Env = append(s.opts.Worker.Env, listeners.EnvBound+"="+listeners.FormatAddrs(adv))
 	s.httpLn, err = net.Listen("tcp", o.Config.HTTPListen)
 	if err != nil {
 		listeners.Close(s.sockets)
