@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -271,6 +272,30 @@ func (s *Supervisor) SIPAddrs() []listeners.Addr {
 // HTTPAddr is the control server's bound address.
 func (s *Supervisor) HTTPAddr() string { return s.httpLn.Addr().String() }
 
+// servedSockets is every address served, as bound: the SIP sockets in
+// config order, then the control address. A port 0 in the config is the
+// port the kernel gave, which is what peers and tests must be told.
+func (s *Supervisor) servedSockets() []ctl.Socket {
+	out := make([]ctl.Socket, 0, len(s.sockets)+1)
+	for _, sk := range s.sockets {
+		out = append(out, ctl.Socket{Proto: sk.Bound.Proto, Address: net.JoinHostPort(sk.Bound.Host, strconv.Itoa(sk.Bound.Port))})
+	}
+	return append(out, ctl.Socket{Proto: "http", Address: s.HTTPAddr()})
+}
+
+// logSockets logs each address served, as bound, one line each.
+func (s *Supervisor) logSockets() {
+	for i, so := range s.servedSockets() {
+		what, configured := "SIP", ""
+		if i < len(s.sockets) {
+			configured = s.sockets[i].Addr.String()
+		} else {
+			what, configured = "control API (sipvisor ctl, /mi/), /metrics, /healthz, /readyz", s.config().HTTPListen
+		}
+		s.log.Info("serving", "proto", so.Proto, "address", so.Address, "configured", configured, "serves", what)
+	}
+}
+
 // Groups returns the worker groups.
 func (s *Supervisor) Groups() []*pool.Group {
 	s.mu.Lock()
@@ -390,6 +415,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	for i, sk := range s.sockets {
 		all[i] = sk.Name()
 	}
+	s.logSockets()
 	s.log.Info("sipvisor running", "sockets", all, "http", s.HTTPAddr(), "groups", len(s.groups))
 	err := g.Run()
 
