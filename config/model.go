@@ -81,6 +81,8 @@ type Config struct {
 
 	// LogLevel: log_level = debug|info|warn|error (default info).
 	LogLevel string `json:"log_level"`
+	// LogFormat: log_format = text|json (default text).
+	LogFormat string `json:"log_format"`
 
 	// Params holds every global `name = value` line as written, for the script
 	// and for diagnostics.

@@ -69,6 +69,8 @@ var settings = []setting{
 	{Name: "include_file", Kind: kindInclude, Doc: "Read another config file here; a relative path is relative to the including file. Cycles are an error."},
 	{Name: "log_level", Kind: kindEnum, Default: "info", Enum: []string{"debug", "info", "warn", "error"}, Doc: "Least severe level that is logged; `sipvisor -log.level` overrides it, and a reload applies it.",
 		set: func(c *Config, v value) { c.LogLevel = v.s }},
+	{Name: "log_format", Kind: kindEnum, Default: "text", Enum: []string{"text", "json"}, Doc: "How every process logs: `text` (key=value) or `json` (one object a line). Workers log in the supervisor's format into the same stream, each line with its group, worker and pid; `sipvisor -log-format` overrides it. Set at start-up: a reload keeps the format the server started with.",
+		set: func(c *Config, v value) { c.LogFormat = v.s }},
 
 	{Name: "socket", Kind: kindSocket, Doc: "A SIP socket, `udp:IP:PORT` or `tcp:IP:PORT` (port 0 picks a free one; default port 5060), with optional `use_workers N` and, for UDP, `use_auto_scaling_profile NAME`. Each UDP socket is a worker group of its own; all TCP sockets share the tcp_workers group."},
 	{Name: "listen", Kind: kindSocket, Doc: "Alias of socket, as in OpenSIPS 2.x."},

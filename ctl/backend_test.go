@@ -107,6 +107,14 @@ func (b *testBackend) PS() []Group {
 	}
 }
 
+func (b *testBackend) Sockets() []Socket {
+	return []Socket{
+		{Proto: "udp", Address: "127.0.0.1:5060"},
+		{Proto: "tcp", Address: "127.0.0.1:40123"},
+		{Proto: "http", Address: "127.0.0.1:8888"},
+	}
+}
+
 func (b *testBackend) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -46,6 +46,16 @@ func writePS(w io.Writer, gs []Group) error {
 	return t.Flush()
 }
 
+// writeSockets prints the addresses served, one a line.
+func writeSockets(w io.Writer, ss []Socket) error {
+	t := table(w)
+	fmt.Fprintln(t, "PROTO\tADDRESS")
+	for _, s := range ss {
+		fmt.Fprintf(t, "%s\t%s\n", s.Proto, s.Address)
+	}
+	return t.Flush()
+}
+
 // fmtWait is a queue's wait, in milliseconds up to a second.
 func fmtWait(secs float64) string {
 	if secs < 1 {

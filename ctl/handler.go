@@ -21,6 +21,7 @@ const maxBody = 64 << 10
 // carry it as "Authorization: Bearer <token>" or "X-Sipvisor-Token: <token>".
 //
 //	GET  /mi/ps                 []Group
+//	GET  /mi/sockets            []Socket: every address served, as bound
 //	GET  /mi/stats              Stats
 //	GET  /mi/get/<path>         a setting's value, or the subtree under a prefix
 //	POST /mi/set/<path>         body or ?value=: the new value; SetResult
@@ -107,6 +108,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if h.method(w, r, http.MethodGet) && h.noRest(w, rest) {
 			writeJSON(w, http.StatusOK, nonNil(h.b.PS()))
 		}
+	case "sockets":
+		if h.method(w, r, http.MethodGet) && h.noRest(w, rest) {
+			writeJSON(w, http.StatusOK, nonNil(h.b.Sockets()))
+		}
 	case "stats":
 		if h.method(w, r, http.MethodGet) && h.noRest(w, rest) {
 			writeJSON(w, http.StatusOK, h.b.Stats())
@@ -182,7 +187,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-var endpoints = []string{"ps", "stats", "get", "set", "suspend", "resume", "resource-monitor", "reload", "ul", "user"}
+var endpoints = []string{"ps", "stats", "get", "set", "suspend", "resume", "resource-monitor", "reload", "ul", "user", "sockets"}
 
 // RequireToken guards h with the control token as Handler guards the API,
 // for what the supervisor serves beside it: profiles tell much about the

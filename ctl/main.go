@@ -28,6 +28,8 @@ const usage = `usage: sipvisor ctl [-addr URL] [-token T] COMMAND [--json]
 
 commands:
   ps                     worker groups and their workers
+  sockets                every address served, as bound (a port 0 in the
+                         config shows the port the kernel gave)
   stats                  state, throttle, flips and counters
   get [PATH]             a setting, or every setting under PATH
   set PATH VALUE         change a setting
@@ -165,6 +167,12 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 		}
 		var gs []Group
 		return cmd.call(ctx, http.MethodGet, "ps", nil, &gs, func() error { return writePS(cmd.stdout, gs) })
+	case "sockets":
+		if err := want(0, 0, "no arguments"); err != nil {
+			return err
+		}
+		var ss []Socket
+		return cmd.call(ctx, http.MethodGet, "sockets", nil, &ss, func() error { return writeSockets(cmd.stdout, ss) })
 	case "stats":
 		if err := want(0, 0, "no arguments"); err != nil {
 			return err

@@ -36,6 +36,8 @@ func TestMainGolden(t *testing.T) {
 		prep func(*testBackend)
 	}{
 		{"ps", []string{"ps"}, nil},
+		{"sockets", []string{"sockets"}, nil},
+		{"sockets_json", []string{"sockets", "--json"}, nil},
 		{"stats", []string{"stats"}, nil},
 		{"get_leaf", []string{"get", memHigh}, nil},
 		{"get_subtree", []string{"get", "suspend_watermarks"}, nil},

@@ -43,6 +43,19 @@ type Backend interface {
 	AddUser(u User) error
 	// RemoveUser drops a subscriber; ErrNoUser when there was none.
 	RemoveUser(name, realm string) error
+	// Sockets lists every address the server serves, as bound (a port 0
+	// in the config is the port the kernel gave): the SIP sockets in
+	// config order, then the control address.
+	Sockets() []Socket
+}
+
+// Socket is one address the server serves, as `ctl sockets` shows it.
+type Socket struct {
+	// Proto is udp, tcp or tls for a SIP socket, http for the control
+	// address (control API, metrics, health).
+	Proto string `json:"proto"`
+	// Address is IP:PORT as bound.
+	Address string `json:"address"`
 }
 
 // User is a subscriber of digest authentication: a name in a realm, and

@@ -49,6 +49,39 @@ func ParseAddr(s string) (Addr, error) {
 	return Addr{Proto: proto, Host: host, Port: p}, nil
 }
 
+// EnvBound names the environment variable in which the supervisor tells
+// its workers every SIP socket it serves, as bound (FormatAddrs). A worker
+// holds only the UDP sockets' descriptors, so it learns the TCP and TLS
+// ports that a port 0 in the config left to the kernel from here alone, and
+// it must advertise those (Via, Record-Route) and know them as its own.
+const EnvBound = "SIPVISOR_BOUND"
+
+// FormatAddrs writes addresses for EnvBound: comma-separated, as the config
+// writes each.
+func FormatAddrs(addrs []Addr) string {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = a.String()
+	}
+	return strings.Join(out, ",")
+}
+
+// ParseAddrs reads what FormatAddrs wrote.
+func ParseAddrs(s string) ([]Addr, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []Addr
+	for _, f := range strings.Split(s, ",") {
+		a, err := ParseAddr(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
 // Socket is one bound SIP socket.
 type Socket struct {
 	// Addr is the configured address; Bound is the address actually bound

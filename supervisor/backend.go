@@ -188,3 +188,7 @@ func (b backend) RemoveUser(name, realm string) error {
 	b.s.log.Info("subscriber removed by ctl user rm", "user", name, "realm", realm)
 	return nil
 }
+
+func (b backend) Sockets() []ctl.Socket {
+	return b.s.servedSockets()
+}

@@ -16,7 +16,7 @@ import (
 const usage = `sipvisor: an auto-scaling, overload-safe SIP server front end.
 
 Usage:
-  sipvisor [-f FILE] [-log.level LEVEL] [-log.format text|json]
+  sipvisor [-f FILE] [-log.level LEVEL] [-log-format text|json]
                                    run (the built-in config without -f)
   sipvisor -c [-f FILE]            check the config: "ok" or FILE:LINE:COL errors
   sipvisor -print-default-config   print the built-in config
@@ -45,7 +45,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	check := fs.Bool("c", false, "check the config and exit: prints ok, or every problem as FILE:LINE:COL: message")
 	printDefault := fs.Bool("print-default-config", false, "print the built-in config and exit")
 	level := fs.String("log.level", "", "log `level`: debug, info, warn, error (default: the config's log_level, info)")
-	format := fs.String("log.format", "text", "log `format`: text or json")
+	format := fs.String("log-format", "", "log `format` of the supervisor and its workers: text or json (default: the config's log_format, text)")
+	// The dotted spelling came first; scripts that use it keep working.
+	fs.StringVar(format, "log.format", "", "the same as -log-format")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -83,7 +85,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if lv == "" {
 		lv = cfg.LogLevel
 	}
-	logger, levelVar, err := newLogger(stderr, lv, *format)
+	lf := *format
+	if lf == "" {
+		lf = cfg.LogFormat
+	}
+	logger, levelVar, err := newLogger(stderr, lv, lf)
 	if err != nil {
 		fmt.Fprintln(stderr, "sipvisor:", err)
 		return 2
@@ -91,7 +97,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *level != "" {
 		levelVar = nil
 	}
-	s, err := New(Options{Config: cfg, ConfigPath: *file, Logger: logger, LogLevel: levelVar})
+	s, err := New(Options{Config: cfg, ConfigPath: *file, Logger: logger, LogLevel: levelVar, LogFormat: strings.ToLower(lf)})
 	if err != nil {
 		fmt.Fprintln(stderr, "sipvisor:", err)
 		return 1
@@ -134,12 +140,12 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, *slog.LevelVar,
 	lv.Set(l)
 	o := &slog.HandlerOptions{Level: lv}
 	switch strings.ToLower(format) {
-	case "text":
+	case "text", "":
 		return slog.New(slog.NewTextHandler(w, o)), lv, nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, o)), lv, nil
 	}
-	return nil, nil, fmt.Errorf("-log.format %q: want text or json", format)
+	return nil, nil, fmt.Errorf("-log-format %q: want text or json", format)
 }
 
 var _ = os.Stdout

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -27,13 +28,37 @@ func (s *Supervisor) hupLoop(ctx context.Context) error {
 			return ctx.Err()
 		case <-c:
 			if _, err := s.doReload(); err != nil {
-				s.log.Error("reload failed, keeping the running config", "error", err)
+				s.logReloadFailed("SIGHUP", err)
 			}
 		case reply := <-s.reload:
 			p, err := s.doReload()
+			if err != nil {
+				s.logReloadFailed("ctl reload", err)
+			}
 			reply <- reloadReply{p, err}
 		}
 	}
+}
+
+// logReloadFailed logs a reload that failed, with where the first problem
+// is (FILE:LINE), as the lines that take a restart are logged; the error
+// names every problem.
+func (s *Supervisor) logReloadFailed(by string, err error) {
+	args := []any{"by", by, "file", s.opts.ConfigPath}
+	if at := problemAt(err); at != "" {
+		args = append(args, "at", at)
+	}
+	s.log.Error("reload failed, keeping the running config", append(args, "error", err)...)
+}
+
+// problemAt is the FILE:LINE of the first config problem in err, "" when
+// err names none (a file that cannot be read).
+func problemAt(err error) string {
+	var ce *config.Error
+	if !errors.As(err, &ce) || ce.Pos.File == "" {
+		return ""
+	}
+	return ce.Pos.File + ":" + strconv.Itoa(ce.Pos.Line)
 }
 
 type reloadReply struct {
@@ -130,6 +155,7 @@ func (s *Supervisor) doReload() (reloadPlan, error) {
 	old := s.config()
 	cfg.Sockets = old.Sockets
 	cfg.HTTPListen, cfg.HTTPToken = old.HTTPListen, old.HTTPToken
+	cfg.LogFormat = old.LogFormat
 	cfg.UDPWorkers.Workers, cfg.TCPWorkers.Workers, cfg.TimerWorkers.Workers = old.UDPWorkers.Workers, old.TCPWorkers.Workers, old.TimerWorkers.Workers
 	s.applySettings(plan, cfg)
 	timers := !sameTimers(old, cfg)

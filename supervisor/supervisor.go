@@ -8,7 +8,9 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -44,6 +46,9 @@ type Options struct {
 	// LogLevel, when set, is the level Logger logs at, which a reload
 	// changes when log_level changes in the file.
 	LogLevel *slog.LevelVar
+	// LogFormat is the format Logger writes, text or json, which workers
+	// log in too; empty takes the config's log_format.
+	LogFormat string
 	// Registry receives every metric; nil makes a new one.
 	Registry *prometheus.Registry
 }
@@ -177,6 +182,11 @@ func New(o Options) (*Supervisor, error) {
 		}
 		o.Worker = pool.Command{Path: exe, Args: []string{"worker"}}
 	}
+	if o.LogFormat == "" {
+		o.LogFormat = o.Config.LogFormat
+	}
+	// A copy: the caller's Command may be shared.
+	o.Worker.Env = append(slices.Clip(o.Worker.Env), envLogFormat+"="+o.LogFormat)
 	s := &Supervisor{opts: o, log: o.Logger.With("component", "supervisor"), reg: o.Registry,
 		byName: map[string]*groupRun{}, reload: make(chan chan reloadReply), hup: make(chan os.Signal, 1),
 		timersChanged: make(chan struct{}, 1), cycleChanged: make(chan struct{}, 1), echoChanged: make(chan struct{}, 1)}
@@ -208,6 +218,14 @@ func New(o Options) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Workers learn here the ports the kernel picked for a port 0; a
+	// reload keeps the sockets bound, so this holds for every worker. The
+	// host stays as written: a wildcard reads back as [::] once bound.
+	adv := make([]listeners.Addr, len(s.sockets))
+	for i, sk := range s.sockets {
+		adv[i] = listeners.Addr{Proto: sk.Addr.Proto, Host: sk.Addr.Host, Port: sk.Bound.Port}
+	}
+	s.opts.Worker.Env = append(s.opts.Worker.Env, listeners.EnvBound+"="+listeners.FormatAddrs(adv))
 	s.httpLn, err = net.Listen("tcp", o.Config.HTTPListen)
 	if err != nil {
 		listeners.Close(s.sockets)
@@ -254,6 +272,30 @@ func (s *Supervisor) SIPAddrs() []listeners.Addr {
 
 // HTTPAddr is the control server's bound address.
 func (s *Supervisor) HTTPAddr() string { return s.httpLn.Addr().String() }
+
+// servedSockets is every address served, as bound: the SIP sockets in
+// config order, then the control address. A port 0 in the config is the
+// port the kernel gave, which is what peers and tests must be told.
+func (s *Supervisor) servedSockets() []ctl.Socket {
+	out := make([]ctl.Socket, 0, len(s.sockets)+1)
+	for _, sk := range s.sockets {
+		out = append(out, ctl.Socket{Proto: sk.Bound.Proto, Address: net.JoinHostPort(sk.Bound.Host, strconv.Itoa(sk.Bound.Port))})
+	}
+	return append(out, ctl.Socket{Proto: "http", Address: s.HTTPAddr()})
+}
+
+// logSockets logs each address served, as bound, one line each.
+func (s *Supervisor) logSockets() {
+	for i, so := range s.servedSockets() {
+		what, configured := "SIP", ""
+		if i < len(s.sockets) {
+			configured = s.sockets[i].Addr.String()
+		} else {
+			what, configured = "control API (sipvisor ctl, /mi/), /metrics, /healthz, /readyz", s.config().HTTPListen
+		}
+		s.log.Info("serving", "proto", so.Proto, "address", so.Address, "configured", configured, "serves", what)
+	}
+}
 
 // Groups returns the worker groups.
 func (s *Supervisor) Groups() []*pool.Group {
@@ -374,6 +416,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	for i, sk := range s.sockets {
 		all[i] = sk.Name()
 	}
+	s.logSockets()
 	s.log.Info("sipvisor running", "sockets", all, "http", s.HTTPAddr(), "groups", len(s.groups))
 	err := g.Run()
 

@@ -5,22 +5,44 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strconv"
 
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/worker"
 	"github.com/sipvisor/sipvisor/worker/engine"
 )
 
+// envLogFormat passes the supervisor's log format to its workers, so that
+// the one stream they share has one format whatever file a renewed worker
+// loads.
+const envLogFormat = "SIPVISOR_LOG_FORMAT"
+
 // RunWorker is the "sipvisor worker" command: the life of one worker process.
 func RunWorker(ctx context.Context, stderr io.Writer) int {
-	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	if err := worker.Run(ctx, logger, newWorkerHandler); err != nil {
+	logger := workerLogger(stderr, os.Getenv(envLogFormat))
+	err := worker.Run(ctx, logger, newWorkerHandler)
+	switch {
+	case err == nil:
+		return 0
+	case err == worker.ErrNotChild:
+		// Someone ran it by hand: a sentence for them, not a log line.
 		fmt.Fprintln(stderr, "sipvisor worker:", err)
-		if err == worker.ErrNotChild {
-			return 2
-		}
-		return 1
+		return 2
 	}
-	return 0
+	// worker.Run names the worker in the lines it logs; this one comes
+	// after it, so it names it itself.
+	id, _ := strconv.Atoi(os.Getenv(wire.EnvWorkerID))
+	logger.Error("worker failed", "group", os.Getenv(wire.EnvGroup), "worker", id, "pid", os.Getpid(), "error", err)
+	return 1
+}
+
+// workerLogger logs in format, text unless it is json.
+func workerLogger(w io.Writer, format string) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
 }
 
 // newWorkerHandler makes the SIP engine of a worker process.

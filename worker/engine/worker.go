@@ -20,6 +20,7 @@ import (
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/script"
 	"github.com/sipvisor/sipvisor/worker"
@@ -228,10 +229,14 @@ func New(env *worker.Env) (worker.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	listen, err := boundListen(cfg.Sockets)
+	if err != nil {
+		return nil, err
+	}
 	opt := Options{
 		Script:  cfg.Script,
 		Sockets: env.Sockets,
-		Listen:  cfg.Sockets,
+		Listen:  listen,
 		Store:   store,
 		Logger:  logger,
 		Submit:  env.Submit,
@@ -266,6 +271,27 @@ func New(env *worker.Env) (worker.Handler, error) {
 		opt.ReplySockets = rs
 	}
 	return NewWorker(opt)
+}
+
+// boundListen is the sockets the supervisor serves, as it bound them
+// (listeners.EnvBound), rather than as the file writes them: a port 0 is
+// the port the kernel gave, and a socket added to the file since start-up
+// is not served until a restart. Without the variable (a worker not started
+// by a supervisor), the file's sockets.
+func boundListen(file []config.Socket) ([]config.Socket, error) {
+	v, ok := os.LookupEnv(listeners.EnvBound)
+	if !ok {
+		return file, nil
+	}
+	addrs, err := listeners.ParseAddrs(v)
+	if err != nil {
+		return nil, fmt.Errorf("sipworker: %s: %w", listeners.EnvBound, err)
+	}
+	out := make([]config.Socket, len(addrs))
+	for i, a := range addrs {
+		out[i] = config.Socket{Proto: a.Proto, Host: a.Host, Port: a.Port}
+	}
+	return out, nil
 }
 
 // NewWorker returns a Worker for opt.
