@@ -25,7 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sipvisor/sipvisor/frontdoor/sessions"
+	"github.com/sipvisor/sipvisor/overload/sessions"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/sipscan"
 )

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/frontdoor"
-	"github.com/sipvisor/sipvisor/frontdoor/sessions"
+	"github.com/sipvisor/sipvisor/overload/sessions"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/sipscan"
 )

@@ -11,12 +11,12 @@ import (
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/ctl"
-	"github.com/sipvisor/sipvisor/fliphealth"
 	"github.com/sipvisor/sipvisor/frontdoor"
+	"github.com/sipvisor/sipvisor/overload/fliphealth"
+	"github.com/sipvisor/sipvisor/overload/throttle"
+	"github.com/sipvisor/sipvisor/overload/watermark"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/sipscan"
-	"github.com/sipvisor/sipvisor/throttle"
-	"github.com/sipvisor/sipvisor/watermark"
 )
 
 // overload is the supervisor's protection of the service: auto-suspend on

@@ -8,10 +8,10 @@ import (
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/overload/slowstart"
+	"github.com/sipvisor/sipvisor/overload/watermark"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/sipscan"
-	"github.com/sipvisor/sipvisor/slowstart"
-	"github.com/sipvisor/sipvisor/watermark"
 )
 
 // registerParams makes the live settings readable and settable through

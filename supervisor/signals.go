@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/overload/watermark"
 	"github.com/sipvisor/sipvisor/sipscan"
-	"github.com/sipvisor/sipvisor/watermark"
 )
 
 var sigTERM os.Signal = syscall.SIGTERM

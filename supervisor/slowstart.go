@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/overload/slowstart"
 	"github.com/sipvisor/sipvisor/pool"
-	"github.com/sipvisor/sipvisor/slowstart"
 )
 
 // ramp is one worker's slow start (Citrix ADC slow start). The door's goroutine asks

@@ -23,11 +23,11 @@ import (
 	"github.com/sipvisor/sipvisor/frontdoor"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/location"
+	"github.com/sipvisor/sipvisor/overload/slowstart"
+	"github.com/sipvisor/sipvisor/overload/throttle"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/profile"
 	"github.com/sipvisor/sipvisor/sipscan"
-	"github.com/sipvisor/sipvisor/slowstart"
-	"github.com/sipvisor/sipvisor/throttle"
 )
 
 // Options configures a Supervisor.
