@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sipvisor/sipvisor/overload/sessions"
 )
 
 // Kind is what a group serves.
@@ -82,7 +84,7 @@ func NewGroup(o GroupOptions) *Group {
 		o.ReadyTimeout = 5 * time.Second
 	}
 	if o.DrainTimeout <= 0 {
-		o.DrainTimeout = 160 * time.Second
+		o.DrainTimeout = sessions.DrainTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

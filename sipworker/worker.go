@@ -19,6 +19,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/location"
+	"github.com/sipvisor/sipvisor/overload/sessions"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/script"
 	"github.com/sipvisor/sipvisor/sipscan"
@@ -26,7 +27,7 @@ import (
 
 // DefaultInviteTimeout is InviteTimeout when none is set: OpenSIPS's and
 // Kamailio's default fr_inv_timeout.
-const DefaultInviteTimeout = 120 * time.Second
+const DefaultInviteTimeout = sessions.InviteTimeout
 
 // Options configure a Worker. Zero timer fields take the RFC 3261 defaults.
 type Options struct {

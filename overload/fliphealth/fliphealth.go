@@ -32,6 +32,24 @@ const (
 	DefaultThreshold = 10
 )
 
+// Config is flip health's settings. A zero Window or Threshold takes the
+// seed's default.
+type Config struct {
+	Window    time.Duration `json:"window"`
+	Threshold int           `json:"threshold"`
+}
+
+// Validate reports a setting New could not use as given.
+func (c Config) Validate() error {
+	if c.Window < 0 {
+		return fmt.Errorf("flip window %v is negative", c.Window)
+	}
+	if c.Threshold < 0 {
+		return fmt.Errorf("flip threshold %d is negative", c.Threshold)
+	}
+	return nil
+}
+
 // maxKept bounds the timestamps kept per component, so that a component
 // flapping thousands of times a second cannot grow memory without limit. Counts
 // saturate there; any count that high is far past every sensible threshold.
