@@ -6,17 +6,18 @@
 // separate processes and share no transaction state. The door keeps Call-ID
 // affinity for as long as a transaction of the call may live, and hands new
 // work to the least loaded worker. It refuses new sessions that admission
-// control turns away with a 503 built from the raw bytes, so a refusal costs
-// no worker, no transaction and no full parse.
+// control (package overload) turns away with a 503 built from the raw
+// bytes, so a refusal costs no worker, no transaction and no full parse.
 //
 // The door also counts the sessions in progress (a call from its INVITE to
-// its BYE, a subscription until it expires; package sessions), which
+// its BYE, a subscription until it expires; package overload/sessions), which
 // session limits weigh, and drops a retransmitted request while its original still waits in a
 // worker's queue, so that a slow worker never handles a request twice.
 //
 // A Door is used by one goroutine (the socket's reader). It does not allocate
 // per datagram on the common path; counters are atomics so that metrics can
-// read them from elsewhere.
+// read them from elsewhere. It knows a worker only as a Target, the queue it
+// hands frames to, so it holds no process of its own.
 package frontdoor
 
 import (

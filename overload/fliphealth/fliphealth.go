@@ -16,6 +16,10 @@
 //
 // Nothing here reads the clock: every call takes now, so tests and the
 // supervisor's cycle loop decide what time it is.
+//
+// Invariant: a component is unhealthy exactly while its flips within the
+// window reach the threshold; the tracker in force, fed by suspensions,
+// throttles and worker crashes, lives in package overload.
 package fliphealth
 
 import (

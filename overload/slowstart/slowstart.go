@@ -37,6 +37,10 @@
 //
 // Nothing here reads the clock: the front door passes now to Allow and the
 // supervisor's loop passes now and the interval's counts to Tick.
+//
+// Invariant: slow start only moves new sessions between workers, it never
+// refuses one; the ramps of a group's workers, and the pick they shape,
+// live in package overload.
 package slowstart
 
 import (
