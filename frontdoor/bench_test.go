@@ -14,7 +14,7 @@ import (
 // datagram to a worker process is supervisor's BenchmarkDoorHandle.)
 func BenchmarkRefuse(b *testing.B) {
 	var sent int
-	d := New(0, func(*sipscan.Msg, bool) Target { return nil },
+	d := New(0, func(*sipscan.Msg, bool, int64) Target { return nil },
 		func(*sipscan.Msg, int64) (overload.Refusal, int) { return overload.RefuseSuspended, 30 },
 		func(p []byte, _ netip.AddrPort) { sent += len(p) })
 	f := frame(invite("refused@127.0.0.1", ""))

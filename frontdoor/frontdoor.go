@@ -64,8 +64,9 @@ type Target interface {
 }
 
 // Picker chooses a worker for new work; nil when none can take it.
-// newSession says whether m starts a session, as the door classified it.
-type Picker func(m *sipscan.Msg, newSession bool) Target
+// newSession says whether m starts a session, as the door classified it;
+// now is the datagram's time, unix ns.
+type Picker func(m *sipscan.Msg, newSession bool, now int64) Target
 
 // Replier sends a stateless reply from the door's socket.
 type Replier func(b []byte, to netip.AddrPort)
@@ -255,7 +256,7 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 			return
 		}
 	}
-	w := d.pick(m, newSession)
+	w := d.pick(m, newSession, now)
 	if w == nil {
 		if newSession {
 			d.Stats.Refused[overload.RefuseNoWorker].Add(1)

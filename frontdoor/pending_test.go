@@ -75,7 +75,7 @@ func TestTTL(t *testing.T) {
 func TestLongRingingCallStaysWithItsWorker(t *testing.T) {
 	ws := newWorkers(2)
 	var picks int
-	d := New(0, func(*sipscan.Msg, bool) Target { picks++; return ws[picks%2] }, nil, nil)
+	d := New(0, func(*sipscan.Msg, bool, int64) Target { picks++; return ws[picks%2] }, nil, nil)
 	s := int64(time.Second)
 	t0 := time.Now().UnixNano()
 

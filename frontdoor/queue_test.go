@@ -79,7 +79,7 @@ func newWorkers(n int) workers {
 }
 
 // pick is the least loaded worker, as pool's Group.Pick picks.
-func (ws workers) pick(*sipscan.Msg, bool) Target {
+func (ws workers) pick(*sipscan.Msg, bool, int64) Target {
 	var best *queue
 	for _, q := range ws {
 		if !q.isEnded() && (best == nil || q.len() < best.len()) {

@@ -33,7 +33,7 @@ func BenchmarkDoorHandle(b *testing.B) {
 		}
 		time.Sleep(5 * time.Millisecond) // polling for readiness, bounded by the deadline
 	}
-	d := frontdoor.New(0, func(*sipscan.Msg, bool) frontdoor.Target {
+	d := frontdoor.New(0, func(*sipscan.Msg, bool, int64) frontdoor.Target {
 		if w := g.Pick(); w != nil {
 			return w
 		}

@@ -22,10 +22,10 @@ func (s *Supervisor) startRamp(gr *groupRun, w *pool.Worker) {
 	}
 }
 
-// pick picks the worker for a message with no affinity: the least loaded,
-// as slow start allows (overload.Ramps.Pick).
-func (s *Supervisor) pick(gr *groupRun, newSession bool) *pool.Worker {
-	return gr.ramps.Pick(gr.g.Pick(), gr.g.Routable, newSession, time.Now())
+// pick picks the worker for a message with no affinity, at now (unix ns):
+// the least loaded, as slow start allows (overload.Ramps.Pick).
+func (s *Supervisor) pick(gr *groupRun, newSession bool, now int64) *pool.Worker {
+	return gr.ramps.Pick(gr.g.Pick(), gr.g.Routable, newSession, time.Unix(0, now))
 }
 
 // slowStartLoop ticks every ramp each slow_start_interval with what the

@@ -35,8 +35,8 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 		u.v6 = true
 	}
 	door := frontdoor.New(udpIndex,
-		func(m *sipscan.Msg, newSession bool) frontdoor.Target {
-			if w := s.pick(gr, newSession); w != nil {
+		func(m *sipscan.Msg, newSession bool, now int64) frontdoor.Target {
+			if w := s.pick(gr, newSession, now); w != nil {
 				return w
 			}
 			return nil
