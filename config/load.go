@@ -16,6 +16,8 @@ import (
 	"github.com/alecthomas/participle/v2/lexer"
 
 	"github.com/sipvisor/sipvisor/location"
+	"github.com/sipvisor/sipvisor/overload/slowstart"
+	"github.com/sipvisor/sipvisor/overload/watermark"
 	"github.com/sipvisor/sipvisor/profile"
 	"github.com/sipvisor/sipvisor/script"
 )
@@ -758,21 +760,13 @@ func (l *loader) posOf(names ...string) (script.Pos, bool) {
 func (l *loader) crossChecks() {
 	c := l.cfg
 	l.checkTLS()
-	for _, w := range []struct {
-		mon string
-		wm  Watermark
-	}{
-		{"event_queue_usage", c.Suspend.EventQueueUsage},
-		{"heap_usage", c.Suspend.HeapUsage},
-		{"number_of_sessions", c.Suspend.NumberOfSessions},
-		{"system_memory_usage", c.Suspend.SystemMemory},
-	} {
-		lo, hi := "suspend_"+w.mon+"_low", "suspend_"+w.mon+"_high"
-		if w.wm.Low < w.wm.High {
-			continue
-		}
-		if p, ok := l.posOf(lo, hi); ok {
-			l.errorf(p, "%s = %s must be below %s = %s", lo, fmtNum(w.wm.Low), hi, fmtNum(w.wm.High))
+	marks := c.Suspend.Watermarks()
+	for _, m := range watermark.Monitors() {
+		lo, hi := "suspend_"+string(m)+"_low", "suspend_"+string(m)+"_high"
+		if err := watermark.Validate(marks[m], m.IsPercent()); err != nil {
+			if p, ok := l.posOf(lo, hi); ok {
+				l.errorf(p, "%s = %s, %s = %s: %v", lo, fmtNum(marks[m].Low), hi, fmtNum(marks[m].High), err)
+			}
 		}
 	}
 	if host, _, err := net.SplitHostPort(c.HTTPListen); err == nil && c.HTTPToken == "" {
@@ -781,28 +775,28 @@ func (l *loader) crossChecks() {
 			l.errorf(p, "http_listen %s is not a loopback address; set http_token so that not anyone who can reach it controls the server", c.HTTPListen)
 		}
 	}
-	ss := c.SlowStart
-	switch ss.Mode {
-	case "manual":
-		if ss.Value <= 0 {
-			p, _ := l.posOf("slow_start_value", "slow_start_mode")
-			l.errorf(p, "slow_start_mode manual needs slow_start_value above 0")
-		}
-	case "auto":
-		if ss.Interval <= 0 || ss.Increment <= 0 {
-			p, _ := l.posOf("slow_start_interval", "slow_start_increment", "slow_start_mode")
-			l.errorf(p, "slow_start_mode auto needs slow_start_interval and slow_start_increment above 0")
-		}
+	// A file that names manual mode means a ramp: a value of 0, which ctl
+	// set may give a running ramp to end it, is a mistake here.
+	if ss := c.SlowStart; ss.Mode == slowstart.Manual && ss.Value <= 0 {
+		p, _ := l.posOf("slow_start_value", "slow_start_mode")
+		l.errorf(p, "slow_start_mode manual needs slow_start_value above 0")
 	}
-	if ss.Unit == "percent" {
-		if ss.Value > 100 {
-			p, _ := l.posOf("slow_start_value")
-			l.errorf(p, "slow_start_value %s is over 100 while slow_start_unit is percent", fmtNum(ss.Value))
+	if err := c.SlowStart.Validate(); err != nil {
+		name := "slow_start_mode"
+		var fe *slowstart.FieldError
+		if errors.As(err, &fe) {
+			name = "slow_start_" + fe.Field
 		}
-		if ss.Increment > 100 {
-			p, _ := l.posOf("slow_start_increment")
-			l.errorf(p, "slow_start_increment %s is over 100 while slow_start_unit is percent", fmtNum(ss.Increment))
-		}
+		p, _ := l.posOf(name, "slow_start_mode")
+		l.errorf(p, "%s: %v", name, err)
+	}
+	if err := c.Throttle.Config().Validate(); err != nil {
+		p, _ := l.posOf("throttle_rtt_threshold", "throttle_count", "throttle_step")
+		l.errorf(p, "%v", err)
+	}
+	if err := c.FlipHealth.Validate(); err != nil {
+		p, _ := l.posOf("flip_window", "flip_threshold")
+		l.errorf(p, "%v", err)
 	}
 }
 

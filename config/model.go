@@ -13,6 +13,10 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/sipvisor/sipvisor/overload/fliphealth"
+	"github.com/sipvisor/sipvisor/overload/slowstart"
+	"github.com/sipvisor/sipvisor/overload/throttle"
+	"github.com/sipvisor/sipvisor/overload/watermark"
 	"github.com/sipvisor/sipvisor/profile"
 	"github.com/sipvisor/sipvisor/script"
 )
@@ -134,10 +138,7 @@ type WorkerSettings struct {
 }
 
 // Watermark is a high/low pair of one monitor.
-type Watermark struct {
-	High float64 `json:"high"`
-	Low  float64 `json:"low"`
-}
+type Watermark = watermark.Pair
 
 // Suspend holds auto-suspend: suspend_enable and
 // suspend_<monitor>_high / suspend_<monitor>_low.
@@ -149,6 +150,16 @@ type Suspend struct {
 	SystemMemory     Watermark `json:"system_memory_usage"`
 }
 
+// Watermarks are the pairs as auto-suspend takes them.
+func (s Suspend) Watermarks() watermark.Watermarks {
+	return watermark.Watermarks{
+		watermark.EventQueueUsage:   s.EventQueueUsage,
+		watermark.HeapUsage:         s.HeapUsage,
+		watermark.NumberOfSessions:  s.NumberOfSessions,
+		watermark.SystemMemoryUsage: s.SystemMemory,
+	}
+}
+
 // Throttle holds the RTT load throttle: throttle_enable, throttle_rtt_threshold,
 // throttle_count, throttle_step, echo_interval.
 type Throttle struct {
@@ -157,6 +168,11 @@ type Throttle struct {
 	Count        int           `json:"count"`
 	StepPercent  float64       `json:"step_percent"`
 	EchoInterval time.Duration `json:"echo_interval"`
+}
+
+// Config is the throttle of one group as these settings make it.
+func (t Throttle) Config() throttle.Config {
+	return throttle.Config{Threshold: t.RTTThreshold, Count: t.Count, Step: t.StepPercent / 100, Enabled: t.Enable}
 }
 
 // Limits holds maximum sessions (0 = unlimited) and queue admission.
@@ -193,19 +209,10 @@ type ConnLimits struct {
 // SlowStart holds the ramp-in of new workers: slow_start_mode (off, manual,
 // auto), slow_start_unit (per_second, percent), slow_start_value,
 // slow_start_interval, slow_start_increment.
-type SlowStart struct {
-	Mode      string        `json:"mode"`
-	Unit      string        `json:"unit"`
-	Value     float64       `json:"value"`
-	Interval  time.Duration `json:"interval"`
-	Increment float64       `json:"increment"`
-}
+type SlowStart = slowstart.Config
 
 // FlipHealth: flip_window (default 30m), flip_threshold (default 10).
-type FlipHealth struct {
-	Window    time.Duration `json:"window"`
-	Threshold int           `json:"threshold"`
-}
+type FlipHealth = fliphealth.Config
 
 // RetryAfter is a fixed value (Min == Max) or a range to draw from.
 type RetryAfter struct {

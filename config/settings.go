@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sipvisor/sipvisor/overload/sessions"
+	"github.com/sipvisor/sipvisor/overload/slowstart"
 )
 
 // kind says how a setting's value is written and what it turns into.
@@ -57,8 +60,11 @@ type setting struct {
 	// bytes, percent. HasMax false means no upper bound.
 	Min, Max float64
 	HasMax   bool
-	Enum     []string
-	Doc      string
+	// MinWhy, when set, says why a value under Min is refused: a bound
+	// that another part of the server relies on.
+	MinWhy string
+	Enum   []string
+	Doc    string
 	// set stores a parsed value; nil for the structured settings that load.go
 	// handles itself.
 	set func(c *Config, v value)
@@ -86,7 +92,11 @@ var settings = []setting{
 
 	{Name: "worker_ready_timeout", Kind: kindDuration, Default: "5s", Min: 0.001, Max: 600, HasMax: true, Doc: "How long a new worker may take to report ready before it is killed.",
 		set: func(c *Config, v value) { c.Workers.ReadyTimeout = v.d }},
-	{Name: "worker_drain_timeout", Kind: kindDuration, Default: "160s", Min: 0, Max: 3600, HasMax: true, Doc: "How long a draining worker may take to finish its transactions before it is killed (also on shutdown); longer than a ringing INVITE may live (fr_inv 120 s, then timer H 32 s), so scaling down never cuts a call that is still ringing.",
+	{Name: "worker_drain_timeout", Kind: kindDuration, Default: fmt.Sprintf("%ds", int(sessions.DrainTimeout/time.Second)),
+		Min: sessions.PendingInvite.Seconds(), Max: 3600, HasMax: true,
+		MinWhy: fmt.Sprintf("a worker drained sooner than a ringing INVITE may stay pending (fr_inv %v, then 64×T1 %v) would cut calls still ringing", sessions.InviteTimeout, sessions.TransactionLifetime),
+		Doc: fmt.Sprintf("How long a draining worker may take to finish its transactions before it is killed (also on shutdown); longer than a ringing INVITE may live (fr_inv %d s, then timer H %d s), so scaling down never cuts a call that is still ringing.",
+			int(sessions.InviteTimeout/time.Second), int(sessions.TransactionLifetime/time.Second)),
 		set: func(c *Config, v value) { c.Workers.DrainTimeout = v.d }},
 	{Name: "worker_memory_limit", Kind: kindBytes, Default: "256MiB", Min: 16 << 20, Doc: "Go memory limit of each worker and the 100% of heap_usage.",
 		set: func(c *Config, v value) { c.Workers.MemoryLimit = v.i }},
@@ -183,9 +193,9 @@ var settings = []setting{
 		set: func(c *Config, v value) { c.RetryAfter = RetryAfter{Min: v.lo, Max: v.hi} }},
 
 	{Name: "slow_start_mode", Kind: kindEnum, Default: "off", Enum: []string{"off", "manual", "auto"}, Doc: "Ramp of new sessions to a new or restarted worker: off, manual (a fixed slow_start_value until changed) or auto (grow by slow_start_increment every slow_start_interval up to an equal share).",
-		set: func(c *Config, v value) { c.SlowStart.Mode = v.s }},
+		set: func(c *Config, v value) { c.SlowStart.Mode = slowstart.Mode(v.s) }},
 	{Name: "slow_start_unit", Kind: kindEnum, Default: "per_second", Enum: []string{"per_second", "percent"}, Doc: "Unit of slow_start_value and slow_start_increment: new sessions per second, or percent of an existing worker's share.",
-		set: func(c *Config, v value) { c.SlowStart.Unit = v.s }},
+		set: func(c *Config, v value) { c.SlowStart.Unit = slowstart.Unit(v.s) }},
 	{Name: "slow_start_value", Kind: kindInt, Default: "0", Min: 0, Max: 1000000, HasMax: true, Doc: "Manual mode: the rate a new worker receives until the setting changes (0 ends slow start). Auto mode: the rate of its first interval (0 = one slow_start_increment).",
 		set: func(c *Config, v value) { c.SlowStart.Value = float64(v.i) }},
 	{Name: "slow_start_interval", Kind: kindDuration, Default: "10s", Min: 0, Max: 3600, HasMax: true, Doc: "How often auto mode raises the rate (Citrix ADC's example: 10 s).",
@@ -304,6 +314,9 @@ func (s *setting) parse(text string) (value, error) {
 }
 
 func (s *setting) check(f float64, text string) error {
+	if f < s.Min && s.MinWhy != "" {
+		return fmt.Errorf("%s = %s is out of range %s: %s", s.Name, text, s.rangeText(), s.MinWhy)
+	}
 	if f < s.Min || (s.HasMax && f > s.Max) {
 		return fmt.Errorf("%s = %s is out of range %s", s.Name, text, s.rangeText())
 	}

@@ -2,59 +2,16 @@ package frontdoor
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
-	"github.com/sipvisor/sipvisor/pool"
-	"github.com/sipvisor/sipvisor/worker"
+	"github.com/sipvisor/sipvisor/overload"
 )
-
-// The test binary doubles as a worker that handles messages by counting
-// them (the stats page does that): the door is what is under test.
-func TestMain(m *testing.M) {
-	if worker.IsWorker() {
-		if err := worker.Run(context.Background(), nil, func(*worker.Env) (worker.Handler, error) { return discard{}, nil }); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-type discard struct{}
-
-func (discard) HandleMessage(*worker.Message) {}
-func (discard) HandleJob(string)              {}
-func (discard) HandleConn(c net.Conn)         { c.Close() }
-func (discard) Tick(time.Time)                {}
-func (discard) Held() int                     { return 0 }
-
-func startGroup(tb testing.TB, n int) *pool.Group {
-	tb.Helper()
-	g := pool.NewGroup(pool.GroupOptions{Name: "udp0", Initial: n,
-		Command: pool.Command{Path: os.Args[0], Args: []string{"-test.run=^$"}}})
-	if err := g.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { g.Stop(time.Now().Add(5 * time.Second)) })
-	deadline := time.Now().Add(20 * time.Second)
-	for len(g.Routable()) < n {
-		if time.Now().After(deadline) {
-			tb.Fatal("workers not ready")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return g
-}
 
 var src = netip.MustParseAddrPort("127.0.0.1:5070")
 
@@ -89,37 +46,16 @@ func (r *recorder) reply(b []byte, to netip.AddrPort) {
 	r.replies = append(r.replies, append([]byte(nil), b...))
 }
 
-func waitHandled(t *testing.T, g *pool.Group, want uint64) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n uint64
-		for _, w := range g.Workers() {
-			n += w.Handled()
-		}
-		if n >= want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("want %d messages handled, have %d", want, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // Every message of a call goes to the worker that got its first one, even
 // when another worker is idler.
 func TestAffinity(t *testing.T) {
-	g := startGroup(t, 2)
-	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, nil, nil)
+	ws := newWorkers(2)
+	d := New(0, ws.pick, nil, nil)
 	now := time.Now().UnixNano()
 	d.Handle(frame(invite("call-a", "")), src, now)
-	waitHandled(t, g, 1)
-	var first *pool.Worker
-	for _, w := range g.Workers() {
-		if w.Handled() == 1 {
-			first = w
-		}
+	first := ws[0]
+	if first.received() != 1 {
+		t.Fatalf("want the call's INVITE on the first idle worker, have %d there", first.received())
 	}
 	for i := 0; i < 10; i++ {
 		// New transactions of the call (a retransmission of a request still
@@ -127,9 +63,8 @@ func TestAffinity(t *testing.T) {
 		d.Handle(frame(request("INVITE", "call-a", fmt.Sprintf("i%d", i), "", 2+i, -1)), src, now+int64(i))
 		d.Handle(frame(request("BYE", "call-a", fmt.Sprintf("b%d", i), "as83kd", 20+i, -1)), src, now+int64(i))
 	}
-	waitHandled(t, g, 21)
-	if first.Handled() != 21 {
-		t.Fatalf("want all 21 messages of the call on worker %d, have %d", first.ID, first.Handled())
+	if first.received() != 21 || ws.received() != 21 {
+		t.Fatalf("want all 21 messages of the call on one worker, have %d of %d", first.received(), ws.received())
 	}
 	if got := d.Stats.Affinity.Load(); got != 1 {
 		t.Fatalf("want 1 Call-ID bound, have %d", got)
@@ -145,15 +80,15 @@ func TestAffinity(t *testing.T) {
 // A refused new session gets a 503 with Retry-After from the door, and no
 // worker sees it; messages of existing sessions still flow.
 func TestRefusalAnsweredByTheDoor(t *testing.T) {
-	g := startGroup(t, 1)
+	ws := newWorkers(1)
 	rec := &recorder{}
 	refuse := false
-	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() },
-		func(*sipscan.Msg, int64) (Refusal, int) {
+	d := New(0, ws.pick,
+		func(*sipscan.Msg, int64) (overload.Refusal, int) {
 			if refuse {
-				return RefuseSuspended, 30
+				return overload.RefuseSuspended, 30
 			}
-			return RefuseNone, 0
+			return overload.RefuseNone, 0
 		}, rec.reply)
 	now := time.Now().UnixNano()
 	d.Handle(frame(invite("up-before", "")), src, now)
@@ -161,7 +96,9 @@ func TestRefusalAnsweredByTheDoor(t *testing.T) {
 	d.Handle(frame(invite("new-one", "")), src, now)
 	d.Handle(frame(invite("up-before", "xyz")), src, now) // its BYE
 	d.Handle(frame(invite("other", "xyz")), src, now)     // in-dialog, no affinity
-	waitHandled(t, g, 3)
+	if n := ws.received(); n != 3 {
+		t.Fatalf("want the 3 messages not refused handed to the worker, have %d", n)
+	}
 	if len(rec.replies) != 1 {
 		t.Fatalf("want 1 stateless reply, have %d", len(rec.replies))
 	}
@@ -169,7 +106,7 @@ func TestRefusalAnsweredByTheDoor(t *testing.T) {
 	if !strings.HasPrefix(r, "SIP/2.0 503 ") || !strings.Contains(r, "\r\nRetry-After: 30\r\n") || !strings.Contains(r, "Call-ID: new-one\r\n") {
 		t.Fatalf("want a 503 with Retry-After 30 for new-one, have %q", r)
 	}
-	if v := d.Stats.Refused[RefuseSuspended].Load(); v != 1 {
+	if v := d.Stats.Refused[overload.RefuseSuspended].Load(); v != 1 {
 		t.Fatalf("want 1 refusal counted as suspended, have %d", v)
 	}
 	// The client's ACK of the 503 ends there: no worker sees it.
@@ -196,9 +133,9 @@ func TestRefusalAnsweredByTheDoor(t *testing.T) {
 // Malformed input is counted by reason and never crashes the door; requests
 // whose start line is readable get a 400.
 func TestMalformed(t *testing.T) {
-	g := startGroup(t, 1)
+	ws := newWorkers(1)
 	rec := &recorder{}
-	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, nil, rec.reply)
+	d := New(0, ws.pick, nil, rec.reply)
 	now := time.Now().UnixNano()
 	good := invite("m1", "")
 	noCallID := bytes.Replace(good, []byte("Call-ID: m1\r\n"), nil, 1)
@@ -247,8 +184,7 @@ func TestMalformed(t *testing.T) {
 	}
 	// Service continues.
 	d.Handle(frame(good), src, now)
-	waitHandled(t, g, 1)
-	if d.Stats.Forwarded.Load() != 1 {
+	if d.Stats.Forwarded.Load() != 1 || ws.received() != 1 {
 		t.Fatalf("want the good message forwarded after the bad ones, have %d", d.Stats.Forwarded.Load())
 	}
 }

@@ -6,17 +6,18 @@
 // separate processes and share no transaction state. The door keeps Call-ID
 // affinity for as long as a transaction of the call may live, and hands new
 // work to the least loaded worker. It refuses new sessions that admission
-// control turns away with a 503 built from the raw bytes, so a refusal costs
-// no worker, no transaction and no full parse.
+// control (package overload) turns away with a 503 built from the raw
+// bytes, so a refusal costs no worker, no transaction and no full parse.
 //
 // The door also counts the sessions in progress (a call from its INVITE to
-// its BYE, a subscription until it expires; package sessions), which
+// its BYE, a subscription until it expires; package overload/sessions), which
 // session limits weigh, and drops a retransmitted request while its original still waits in a
 // worker's queue, so that a slow worker never handles a request twice.
 //
 // A Door is used by one goroutine (the socket's reader). It does not allocate
 // per datagram on the common path; counters are atomics so that metrics can
-// read them from elsewhere.
+// read them from elsewhere. It knows a worker only as a Target, the queue it
+// hands frames to, so it holds no process of its own.
 package frontdoor
 
 import (
@@ -25,9 +26,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sipvisor/sipvisor/frontdoor/sessions"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/overload"
+	"github.com/sipvisor/sipvisor/overload/sessions"
 	"github.com/sipvisor/sipvisor/pool"
 )
 
@@ -35,49 +37,37 @@ import (
 // message: 64×T1, the longest a SIP transaction lives (timer B/F/H). A
 // dialog silent for longer loses nothing: its next request is a new
 // transaction that any worker can route by its Route headers.
-const AffinityTTL = 32 * time.Second
+const AffinityTTL = sessions.TransactionLifetime
 
 // PendingInviteTTL is how long a Call-ID stays with its worker after an
 // INVITE, until the door sees the ACK that ends the INVITE's transaction: a
 // proxied INVITE may ring for up to the worker's fr_inv timeout (120 s,
-// the engine's InviteTimeout) after its first provisional reply, and then
-// live 64×T1 more. Its CANCEL, its retransmissions and, without reply
+// sessions.InviteTimeout) after its first provisional reply, and then
+// live 64×T1 more (sessions.PendingInvite). Its CANCEL, its retransmissions and, without reply
 // sockets, its final response must reach the worker that holds it all that
 // time; with AffinityTTL alone, a call ringing longer than 32 s could not
 // be cancelled and its answer went to a worker that knew nothing of it.
-const PendingInviteTTL = 120*time.Second + AffinityTTL
-
-// Refusal is why admission control turned a new session away; RefuseNone
-// admits it.
-type Refusal uint8
-
-// Reasons for refusing a new session.
-const (
-	RefuseNone Refusal = iota
-	RefuseSuspended
-	RefuseLimit
-	RefuseQueue
-	RefuseThrottle
-	RefuseNoWorker
-	NumRefusals
-)
-
-var refusalNames = [NumRefusals]string{"none", "suspended", "limit", "queue", "throttle", "no_worker"}
-
-func (r Refusal) String() string {
-	if r < NumRefusals {
-		return refusalNames[r]
-	}
-	return "unknown"
-}
+const PendingInviteTTL = sessions.PendingInvite
 
 // Admission decides about one new session. retryAfter is the Retry-After
 // value in seconds for a refusal.
-type Admission func(m *sipscan.Msg, now int64) (r Refusal, retryAfter int)
+type Admission func(m *sipscan.Msg, now int64) (r overload.Refusal, retryAfter int)
+
+// Target is what the door hands frames to: a worker's queue.
+type Target interface {
+	// SendSeq queues a frame for the worker and numbers it; the error is
+	// pool.ErrQueueFull for a full queue, another one for a worker that
+	// has ended.
+	SendSeq(frame []byte, now int64) (seq uint64, err error)
+	// Waiting reports whether the frame numbered seq still waits in the
+	// queue.
+	Waiting(seq uint64) bool
+}
 
 // Picker chooses a worker for new work; nil when none can take it.
-// newSession says whether m starts a session, as the door classified it.
-type Picker func(m *sipscan.Msg, newSession bool) *pool.Worker
+// newSession says whether m starts a session, as the door classified it;
+// now is the datagram's time, unix ns.
+type Picker func(m *sipscan.Msg, newSession bool, now int64) Target
 
 // Replier sends a stateless reply from the door's socket.
 type Replier func(b []byte, to netip.AddrPort)
@@ -118,14 +108,14 @@ type Door struct {
 }
 
 type entry struct {
-	w     *pool.Worker
+	w     Target
 	until int64 // unix ns: the Call-ID is forgotten from then on
 }
 
 // queuedReq is a request handed to a worker, by its transaction: the frame's
 // sequence number says whether it still waits in the worker's queue.
 type queuedReq struct {
-	w   *pool.Worker
+	w   Target
 	seq uint64
 }
 
@@ -152,7 +142,7 @@ type Stats struct {
 	// Malformed counts datagrams that could not be scanned, by reason.
 	Malformed [sipscan.NumErrors]atomic.Uint64
 	// Refused counts refused new sessions, by reason.
-	Refused [NumRefusals]atomic.Uint64
+	Refused [overload.NumRefusals]atomic.Uint64
 	// ProbesRefused counts probes of the server itself answered 503
 	// (Door.Probe).
 	ProbesRefused atomic.Uint64
@@ -261,16 +251,16 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 	}
 	newSession := m.NewSession(d.OptionalNewSessions)
 	if newSession && d.admit != nil {
-		if r, retry := d.admit(m, now); r != RefuseNone {
+		if r, retry := d.admit(m, now); r != overload.RefuseNone {
 			d.Stats.Refused[r].Add(1)
 			d.sendReply(dgram, 503, retry)
 			return
 		}
 	}
-	w := d.pick(m, newSession)
+	w := d.pick(m, newSession, now)
 	if w == nil {
 		if newSession {
-			d.Stats.Refused[RefuseNoWorker].Add(1)
+			d.Stats.Refused[overload.RefuseNoWorker].Add(1)
 			d.sendReply(dgram, 503, 5)
 			return
 		}
@@ -280,7 +270,7 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 	seq, err := w.SendSeq(frame, now)
 	if err != nil {
 		if newSession {
-			d.Stats.Refused[RefuseQueue].Add(1)
+			d.Stats.Refused[overload.RefuseQueue].Add(1)
 			d.sendReply(dgram, 503, 5)
 			return
 		}
@@ -418,31 +408,4 @@ func (d *Door) expire(now int64) {
 func (d *Door) unbind(key uint64, e entry) {
 	delete(d.aff, key)
 	d.Stats.Affinity.Add(-1)
-}
-
-// QueueUsage is the share, in percent, of the queues of the workers that take
-// new work that is in use.
-// QueueDelay is how long a new message would wait in the least waiting of
-// ws: what admission by queue delay weighs, as the door hands new work to
-// the least loaded worker.
-func QueueDelay(ws []*pool.Worker) time.Duration {
-	if len(ws) == 0 {
-		return 0
-	}
-	least := ws[0].QueueDelay()
-	for _, w := range ws[1:] {
-		least = min(least, w.QueueDelay())
-	}
-	return least
-}
-
-func QueueUsage(ws []*pool.Worker) float64 {
-	if len(ws) == 0 {
-		return 0
-	}
-	var q int
-	for _, w := range ws {
-		q += w.Queue()
-	}
-	return 100 * float64(q) / float64(len(ws)*pool.QueueCapacity)
 }

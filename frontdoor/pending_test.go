@@ -6,8 +6,7 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
-	"github.com/sipvisor/sipvisor/pool"
-	"github.com/sipvisor/sipvisor/worker/engine"
+	"github.com/sipvisor/sipvisor/overload/sessions"
 )
 
 // sipMsg builds a request (code 0) or a response of the call, with the To
@@ -32,11 +31,12 @@ func sipMsg(method, callID, toTag string, code int) []byte {
 }
 
 // The door keeps a pending INVITE's Call-ID at least as long as a worker may
-// hold the INVITE's transaction.
+// hold the INVITE's transaction: the worker's INVITE timeout is
+// sessions.InviteTimeout, which the door's TTL is derived from.
 func TestPendingInviteTTLCoversTheWorkersInviteTimeout(t *testing.T) {
-	if PendingInviteTTL < engine.DefaultInviteTimeout+AffinityTTL {
-		t.Fatalf("PendingInviteTTL %v is shorter than the engine's InviteTimeout %v plus 64×T1 (%v)",
-			PendingInviteTTL, engine.DefaultInviteTimeout, AffinityTTL)
+	if PendingInviteTTL < sessions.InviteTimeout+AffinityTTL {
+		t.Fatalf("PendingInviteTTL %v is shorter than the worker's INVITE timeout %v plus 64×T1 (%v)",
+			PendingInviteTTL, sessions.InviteTimeout, AffinityTTL)
 	}
 }
 
@@ -73,10 +73,9 @@ func TestTTL(t *testing.T) {
 // forgotten Call-ID to the other worker; after the ACK the Call-ID is
 // forgotten AffinityTTL later.
 func TestLongRingingCallStaysWithItsWorker(t *testing.T) {
-	g := startGroup(t, 2)
-	ws := g.Workers()
+	ws := newWorkers(2)
 	var picks int
-	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { picks++; return ws[picks%2] }, nil, nil)
+	d := New(0, func(*sipscan.Msg, bool, int64) Target { picks++; return ws[picks%2] }, nil, nil)
 	s := int64(time.Second)
 	t0 := time.Now().UnixNano()
 
@@ -104,12 +103,14 @@ func TestLongRingingCallStaysWithItsWorker(t *testing.T) {
 			}
 		}
 	}
-	waitHandled(t, g, uint64(len(steps)))
+	if n := ws.received(); n != uint64(len(steps)) {
+		t.Fatalf("want every message handed to a worker, have %d of %d", n, len(steps))
+	}
 	if picks != 2 {
 		t.Fatalf("want a worker picked for each of the 2 INVITEs only, have %d picks", picks)
 	}
 	// Each call's 4 or 5 messages on one worker: 4 and 5.
-	a, b := ws[0].Handled(), ws[1].Handled()
+	a, b := ws[0].received(), ws[1].received()
 	if !(a == 4 && b == 5 || a == 5 && b == 4) {
 		t.Fatalf("want the answered call's 4 messages on one worker and the cancelled call's 5 on the other, have %d and %d", a, b)
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
-	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/overload"
 )
 
 func options(ruri, toTag string) []byte {
@@ -52,17 +52,19 @@ func TestIsProbe(t *testing.T) {
 // and goes to a worker (the script answers it) otherwise; an OPTIONS to a
 // user is never the door's to answer.
 func TestProbeAnsweredByTheDoor(t *testing.T) {
-	g := startGroup(t, 1)
+	ws := newWorkers(1)
 	rec := &recorder{}
 	refuse := true
-	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, nil, rec.reply)
+	d := New(0, ws.pick, nil, rec.reply)
 	d.Probe = func(int64) (bool, int) { return refuse, 7 }
 	now := time.Now().UnixNano()
 	d.Handle(frame(options("sip:127.0.0.1:5060", "")), src, now)
 	d.Handle(frame(options("sip:alice@127.0.0.1:5060", "")), src, now)
 	refuse = false
 	d.Handle(frame(options("sip:127.0.0.1", "")), src, now)
-	waitHandled(t, g, 2)
+	if n := ws.received(); n != 2 {
+		t.Fatalf("want the OPTIONS to a user and the probe not refused handed to the worker, have %d", n)
+	}
 	if len(rec.replies) != 1 {
 		t.Fatalf("want 1 stateless reply, have %d", len(rec.replies))
 	}
@@ -75,7 +77,7 @@ func TestProbeAnsweredByTheDoor(t *testing.T) {
 	}
 	for r := range d.Stats.Refused {
 		if v := d.Stats.Refused[r].Load(); v != 0 {
-			t.Fatalf("want no session counted as refused (%s), have %d", Refusal(r), v)
+			t.Fatalf("want no session counted as refused (%s), have %d", overload.Refusal(r), v)
 		}
 	}
 }

@@ -4,12 +4,10 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
-	"github.com/sipvisor/sipvisor/pool"
 )
 
 // request builds a request for the session table's tests; expires < 0
@@ -37,7 +35,6 @@ func request(method, callID, branch, toTag string, cseq, expires int) []byte {
 // ends them, whether or not messages flow in between; requests outside a
 // dialog are not sessions.
 func TestSessionsCounted(t *testing.T) {
-	g := startGroup(t, 1)
 	t0 := time.Now().UnixNano()
 	type step struct {
 		at        time.Duration // after t0
@@ -95,7 +92,7 @@ func TestSessionsCounted(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, nil, nil)
+			d := New(0, newWorkers(1).pick, nil, nil)
 			d.Sessions.MaxCallDuration.Store(int64(2 * time.Hour))
 			for i, s := range tc.steps {
 				msg := s.msg
@@ -121,8 +118,7 @@ func TestSessionsCounted(t *testing.T) {
 // a BYE at the door is passed on; one that began at the door and ended
 // elsewhere is ended at the door's next datagram.
 func TestSessionEndsAcrossTables(t *testing.T) {
-	g := startGroup(t, 1)
-	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, nil, nil)
+	d := New(0, newWorkers(1).pick, nil, nil)
 	var unknown []uint64
 	d.OnUnknownEnd = func(key uint64) { unknown = append(unknown, key) }
 	now := time.Now().UnixNano()
@@ -152,20 +148,11 @@ func TestSessionEndsAcrossTables(t *testing.T) {
 // original, the next retransmission goes through (the worker absorbs it, or
 // answers it if it dropped the original as stale).
 func TestRetransmissionAbsorbed(t *testing.T) {
-	g := startGroup(t, 1)
-	w := g.Workers()[0]
-	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, nil, nil)
+	ws := newWorkers(1)
+	w := ws[0]
+	d := New(0, ws.pick, nil, nil)
 	now := time.Now().UnixNano()
-	// A stopped worker takes nothing from its queue.
-	if err := syscall.Kill(w.Pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := true
-	defer func() {
-		if stopped {
-			syscall.Kill(w.Pid, syscall.SIGCONT)
-		}
-	}()
+	// The worker takes nothing from its queue until the test says so.
 	inv := request("INVITE", "rt-1", "rt1", "", 1, -1)
 	other := request("INVITE", "rt-2", "rt2", "", 1, -1)
 	d.Handle(frame(inv), src, now)
@@ -178,17 +165,18 @@ func TestRetransmissionAbsorbed(t *testing.T) {
 	if a := d.Stats.Absorbed.Load(); a != 5 {
 		t.Fatalf("while the original waits: want 5 retransmissions absorbed, have %d", a)
 	}
-	if q := w.Queue(); q != 3 {
+	if q := w.len(); q != 3 {
 		t.Fatalf("want 3 frames queued (INVITE, another call's INVITE, ACK), have %d", q)
 	}
-	syscall.Kill(w.Pid, syscall.SIGCONT)
-	stopped = false
-	waitHandled(t, g, 3)
+	w.take()
 	d.Handle(frame(inv), src, now+int64(5*time.Second))
 	if a := d.Stats.Absorbed.Load(); a != 5 {
 		t.Fatalf("after the worker took the original: want the retransmission passed on, have %d absorbed", a)
 	}
-	waitHandled(t, g, 4)
+	if n := w.received(); n != 4 {
+		t.Fatalf("want the retransmission handed to the worker, have %d frames handed", n)
+	}
+	w.take()
 	// The sweep forgets what no longer waits.
 	d.Handle(frame([]byte("\r\n\r\n")), src, now+int64(10*time.Second))
 	if n := len(d.queued); n != 0 {
@@ -202,21 +190,21 @@ func TestRetransmissionAbsorbed(t *testing.T) {
 // which Go does not give back and a first wave of calls has grown. The figures are in docs/PERFORMANCE.md.
 func TestDoorMemory(t *testing.T) {
 	const n = 2000
-	g := startGroup(t, 1)
-	d := New(0, func(*sipscan.Msg, bool) *pool.Worker { return g.Pick() }, nil, nil)
+	ws := newWorkers(1)
+	d := New(0, ws.pick, nil, nil)
 	now := time.Now().UnixNano()
-	sent := uint64(0)
 	wave := func(name string) (inProgress, finished float64) {
 		base := heapInUse()
 		for i := range n {
 			id := fmt.Sprintf("%s-%d", name, i)
 			d.Handle(frame(request("INVITE", id, id+"i", "", 1, -1)), src, now)
 			d.Handle(frame(request("ACK", id, id+"a", "bob", 1, -1)), src, now)
-			sent += 2
 			if i%500 == 499 {
-				waitHandled(t, g, sent) // keep the worker's queue short of its capacity
+				ws.take() // keep the worker's queue short of its capacity
 			}
 		}
+		// The frames are the worker's memory, not the door's.
+		ws.take()
 		up := heapInUse()
 		if c := d.Sessions.Counts[sipscan.KindCall].Load(); c != n {
 			t.Fatalf("%s: want %d calls in progress, have %d", name, n, c)
@@ -224,12 +212,11 @@ func TestDoorMemory(t *testing.T) {
 		for i := range n {
 			id := fmt.Sprintf("%s-%d", name, i)
 			d.Handle(frame(request("BYE", id, id+"b", "bob", 2, -1)), src, now)
-			sent++
 			if i%500 == 499 {
-				waitHandled(t, g, sent)
+				ws.take()
 			}
 		}
-		waitHandled(t, g, sent)
+		ws.take()
 		now += int64(PendingInviteTTL) + int64(time.Minute) // past every affinity
 		d.Handle(frame([]byte("\r\n\r\n")), src, now)
 		end := heapInUse()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/overload/sessions"
 )
 
 // Kind is what a group serves; its workers are told it.
@@ -84,7 +85,7 @@ func NewGroup(o GroupOptions) *Group {
 		o.ReadyTimeout = 5 * time.Second
 	}
 	if o.DrainTimeout <= 0 {
-		o.DrainTimeout = 160 * time.Second
+		o.DrainTimeout = sessions.DrainTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/ctl"
-	"github.com/sipvisor/sipvisor/frontdoor"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/location"
+	"github.com/sipvisor/sipvisor/overload"
 )
 
 // backend is the supervisor as the control API sees it.
@@ -53,29 +53,28 @@ func (b backend) Stats() ctl.Stats {
 	s := b.s
 	st := ctl.Stats{UptimeSeconds: time.Since(s.started).Seconds(), Counters: map[string]float64{}}
 	o := s.ov
-	o.mu.Lock()
-	st.Suspended = o.state.Suspended()
-	st.SuspendedManually = o.state.Manual()
+	sus := o.Status()
+	st.Suspended = sus.Suspended
+	st.SuspendedManually = sus.Manual
 	if st.Suspended {
-		st.SuspendedSeconds = time.Since(o.state.Since()).Seconds()
-		st.SuspendReasons = []string{o.state.Reason()}
-		st.Warning = o.state.Warning()
+		st.SuspendedSeconds = time.Since(sus.Since).Seconds()
+		st.SuspendReasons = []string{sus.Reason}
+		st.Warning = sus.Warning
 	}
-	o.mu.Unlock()
 	st.Healthy, st.HealthReason = s.healthy()
 	now := time.Now()
-	st.Flips = o.flips.Counts(now)
-	st.FlipThreshold = o.flips.Threshold()
-	st.FlipWindowSeconds = o.flips.Window().Seconds()
-	total, byKind := o.sessions()
+	st.Flips = o.Flips().Counts(now)
+	st.FlipThreshold = o.Flips().Threshold()
+	st.FlipWindowSeconds = o.Flips().Window().Seconds()
+	total, byKind := o.Sessions()
 	st.Counters["sessions"] = float64(total)
 	st.Counters["calls"] = float64(byKind[sipscan.KindCall])
 	st.Counters["registrations"] = float64(byKind[sipscan.KindRegistration])
 	st.Counters["subscriptions"] = float64(byKind[sipscan.KindSubscription])
 	for _, gr := range s.groupRuns() {
-		if t := gr.throttle.Load(); t != nil {
+		if t := gr.gate.Throttle(); t != nil {
 			st.Throttle = append(st.Throttle, ctl.Throttle{Group: gr.g.Name(), Enabled: true, SharePercent: 100 * t.Share(),
-				RTTSeconds: gr.lastRTT.Load().Seconds(), ThresholdSeconds: t.Config().Threshold.Seconds()})
+				RTTSeconds: gr.gate.LastRTT().Seconds(), ThresholdSeconds: t.Config().Threshold.Seconds()})
 		}
 	}
 	for _, gr := range s.groupRuns() {
@@ -85,7 +84,7 @@ func (b backend) Stats() ctl.Stats {
 		if gr.door == nil {
 			for r := range gr.refusedConn {
 				if v := gr.refusedConn[r].Load(); v > 0 {
-					st.Counters["refused_"+frontdoor.Refusal(r).String()] += float64(v)
+					st.Counters["refused_"+overload.Refusal(r).String()] += float64(v)
 				}
 			}
 			continue
@@ -95,7 +94,7 @@ func (b backend) Stats() ctl.Stats {
 		st.Counters["forwarded"] += float64(d.Forwarded.Load())
 		for r := range d.Refused {
 			if v := d.Refused[r].Load(); v > 0 {
-				st.Counters["refused_"+frontdoor.Refusal(r).String()] += float64(v)
+				st.Counters["refused_"+overload.Refusal(r).String()] += float64(v)
 			}
 		}
 		var bad uint64
@@ -112,13 +111,13 @@ func (b backend) Stats() ctl.Stats {
 func (b backend) Params() *ctl.Params { return b.s.params }
 
 func (b backend) Suspend() error {
-	b.s.ov.suspendManually(time.Now())
+	b.s.ov.SuspendManually(time.Now())
 	return nil
 }
 
-func (b backend) Resume() error { return b.s.ov.resumeManually(time.Now()) }
+func (b backend) Resume() error { return b.s.ov.ResumeManually(time.Now()) }
 
-func (b backend) ResourceMonitor() []ctl.Resource { return b.s.ov.resources() }
+func (b backend) ResourceMonitor() []ctl.Resource { return b.s.resources() }
 
 func (b backend) Reload() (ctl.ReloadResult, error) {
 	p, err := b.s.Reload()

@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/frontdoor"
-	"github.com/sipvisor/sipvisor/frontdoor/sessions"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/overload/sessions"
 )
 
 // connSessions counts the sessions that come in over connections (TCP),

@@ -4,11 +4,12 @@
 // decides which new sessions are taken.
 //
 // One process, several loops, joined with oklog/run (Run in supervisor.go):
-// a front door per UDP socket reading datagrams (frontdoor.go, the decision
+// a front door per UDP socket reading datagrams (udpdoors.go, the routing
 // itself in package frontdoor), an accept loop per TCP or TLS socket
-// (frontdoor.go), the scaling cycle (supervisor.go: sample each group's
+// (udpdoors.go), the scaling cycle (supervisor.go: sample each group's
 // load, ask its profile, fork or drain), the overload monitors and the echo
-// ticker of the RTT throttle (overload.go), slow start (slowstart.go),
+// ticker of the RTT throttle (admission.go, the decisions in package
+// overload), the slow start ticks (ramps.go),
 // timer routes (timers.go), and the HTTP control server (http.go, ctl's
 // handler over backend.go).
 //
@@ -17,9 +18,10 @@
 // worker/engine.
 //
 // Where each decision lives:
-//   - admission of a new session, on every transport: overload.admit, asked
-//     by the UDP doors and, for what workers read from connections, by
-//     answerAdmit;
+//   - admission of a new session, on every transport: overload.Admission,
+//     asked by the UDP doors and, for what workers read from connections,
+//     by answerAdmit; admission.go supplies what it weighs (sessions,
+//     registrations, queues) and holds no decision of its own;
 //   - the sessions counted: the doors' tables and, for connections,
 //     connsessions.go;
 //   - TCP and TLS connections: conns.go counts them for the connection

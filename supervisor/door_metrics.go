@@ -3,8 +3,8 @@ package supervisor
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sipvisor/sipvisor/frontdoor"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/pool"
 )
 
@@ -60,7 +60,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if gr.door == nil {
 			if gr.g.Kind() == pool.KindTCP {
-				for r := frontdoor.RefuseSuspended; r < frontdoor.NumRefusals; r++ {
+				for r := overload.RefuseSuspended; r < overload.NumRefusals; r++ {
 					ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue,
 						float64(gr.refusedConn[r].Load()), gr.g.Name(), r.String())
 				}
@@ -84,7 +84,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		for i := 1; i < int(sipscan.NumErrors); i++ {
 			counter(c.malformed, st.Malformed[i].Load(), sipscan.Error(i).String())
 		}
-		for r := frontdoor.RefuseSuspended; r < frontdoor.NumRefusals; r++ {
+		for r := overload.RefuseSuspended; r < overload.NumRefusals; r++ {
 			counter(c.refused, st.Refused[r].Load(), r.String())
 		}
 		for k := range st.Admitted {

@@ -54,16 +54,14 @@ func (s *Supervisor) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready"})
 }
 
-func (s *Supervisor) healthy() (bool, string) { return s.ov.healthy(time.Now()) }
+func (s *Supervisor) healthy() (bool, string) { return s.ov.Healthy(time.Now()) }
 
 func (s *Supervisor) ready() (bool, string) {
-	if s.stopping.Load() {
+	if s.ov.Stopping() {
 		return false, "stopping: draining workers"
 	}
-	if s.ov.suspended.Load() {
-		s.ov.mu.Lock()
-		defer s.ov.mu.Unlock()
-		return false, s.ov.state.Warning()
+	if s.ov.Suspended() {
+		return false, s.ov.Status().Warning
 	}
 	for _, gr := range s.groupRuns() {
 		if len(gr.g.Routable()) == 0 {

@@ -9,9 +9,8 @@ import (
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/ctl"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
-	"github.com/sipvisor/sipvisor/pool"
-	"github.com/sipvisor/sipvisor/slowstart"
-	"github.com/sipvisor/sipvisor/watermark"
+	"github.com/sipvisor/sipvisor/overload/slowstart"
+	"github.com/sipvisor/sipvisor/overload/watermark"
 )
 
 // registerParams makes the live settings readable and settable through
@@ -19,6 +18,7 @@ import (
 // anything; a refused value changes nothing.
 func (s *Supervisor) registerParams() {
 	p, o := s.params, s.ov
+	lim := o.Limits()
 	for _, m := range watermark.Monitors() {
 		kind := ctl.Percent
 		if !m.IsPercent() {
@@ -27,57 +27,50 @@ func (s *Supervisor) registerParams() {
 		for _, side := range []string{"high", "low"} {
 			p.Register("suspend_watermarks/"+string(m)+"/"+side,
 				func() float64 {
-					o.mu.Lock()
-					defer o.mu.Unlock()
 					if side == "high" {
-						return o.marks[m].High
+						return o.Marks()[m].High
 					}
-					return o.marks[m].Low
+					return o.Marks()[m].Low
 				},
 				func(v float64) error {
-					o.mu.Lock()
-					defer o.mu.Unlock()
-					next, err := o.marks.With(m, side, v)
-					if err != nil {
+					if err := o.SetMark(m, side, v); err != nil {
 						return err
 					}
-					o.marks = next
-					o.publishMarks()
 					s.log.Info("watermark changed", "monitor", string(m), "side", side, "value", v)
 					return nil
 				}, kind)
 		}
 	}
 	p.Register("suspend/enable",
-		func() float64 { o.mu.Lock(); defer o.mu.Unlock(); return b2f(o.enabled) },
-		func(v float64) error { o.mu.Lock(); defer o.mu.Unlock(); o.enabled = v != 0; return nil }, ctl.Bool)
+		func() float64 { return b2f(o.AutoSuspend()) },
+		func(v float64) error { o.SetAutoSuspend(v != 0); return nil }, ctl.Bool)
 
 	count := func(path string, a *atomic.Int64) {
 		p.Register(path, func() float64 { return float64(a.Load()) },
 			func(v float64) error { a.Store(int64(v)); return nil }, ctl.Count)
 	}
-	count("limits/max_sessions", &o.maxSessions)
-	count("limits/max_sessions_per_group", &o.maxPerGroup)
-	count("limits/max_sessions_per_socket", &o.maxPerSocket)
-	count("limits/max_calls", &o.maxByKind[sipscan.KindCall])
-	count("limits/max_registrations", &o.maxByKind[sipscan.KindRegistration])
-	count("limits/max_subscriptions", &o.maxByKind[sipscan.KindSubscription])
+	count("limits/max_sessions", &lim.MaxSessions)
+	count("limits/max_sessions_per_group", &lim.MaxPerGroup)
+	count("limits/max_sessions_per_socket", &lim.MaxPerSocket)
+	count("limits/max_calls", &lim.MaxByKind[sipscan.KindCall])
+	count("limits/max_registrations", &lim.MaxByKind[sipscan.KindRegistration])
+	count("limits/max_subscriptions", &lim.MaxByKind[sipscan.KindSubscription])
 	p.Register("limits/queue_admission_threshold",
-		func() float64 { return o.queueAdmission.Load() },
+		func() float64 { return lim.QueueAdmission.Load() },
 		func(v float64) error {
 			if v > 90 {
 				return fmt.Errorf("queue admission threshold %v%% is over 90%% (0 turns it off)", v)
 			}
-			o.queueAdmission.Store(v)
+			lim.QueueAdmission.Store(v)
 			return nil
 		}, ctl.Percent)
 	p.Register("limits/queue_delay_admission",
-		func() float64 { return time.Duration(o.queueDelay.Load()).Seconds() },
+		func() float64 { return time.Duration(lim.QueueDelay.Load()).Seconds() },
 		func(v float64) error {
 			if v > 60 {
 				return fmt.Errorf("queue delay admission %vs is over 60 s (0 turns it off)", v)
 			}
-			o.queueDelay.Store(int64(v * float64(time.Second)))
+			lim.QueueDelay.Store(int64(v * float64(time.Second)))
 			return nil
 		}, ctl.Seconds)
 	// max_queue_wait is the groups' own: each worker reads it from its
@@ -176,26 +169,6 @@ func (s *Supervisor) registerSlowStartParams() {
 	ss("slow_start/interval", ctl.Seconds,
 		func(c slowstart.Config) float64 { return c.Interval.Seconds() },
 		func(c *slowstart.Config, v float64) { c.Interval = time.Duration(v * float64(time.Second)) })
-}
-
-func (s *Supervisor) throttleConfig() config.Throttle {
-	s.ov.mu.Lock()
-	defer s.ov.mu.Unlock()
-	return s.ov.throttle
-}
-
-func (s *Supervisor) setThrottle(c config.Throttle) {
-	s.ov.mu.Lock()
-	s.ov.throttle = c
-	s.ov.mu.Unlock()
-	for _, gr := range s.groupRuns() {
-		if gr.g.Kind() == pool.KindTimer {
-			continue
-		}
-		gr.throttle.Store(newThrottle(c))
-		s.ov.m.share.WithLabelValues(gr.g.Name()).Set(0)
-	}
-	s.log.Info("throttle settings changed", "enable", c.Enable, "rtt_threshold", c.RTTThreshold, "count", c.Count, "step_percent", c.StepPercent)
 }
 
 func b2f(b bool) float64 {

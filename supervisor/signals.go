@@ -13,7 +13,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
-	"github.com/sipvisor/sipvisor/watermark"
+	"github.com/sipvisor/sipvisor/overload/watermark"
 )
 
 var sigTERM os.Signal = syscall.SIGTERM
@@ -226,20 +226,16 @@ func (s *Supervisor) socketInFile(name string, cfg *config.Config) (config.Socke
 // reload applies, whatever ctl set changed since.
 func (s *Supervisor) applySettings(plan reloadPlan, cfg *config.Config) {
 	o := s.ov
-	o.mu.Lock()
-	o.enabled = cfg.Suspend.Enable
-	o.marks = marksOf(cfg.Suspend)
-	o.publishMarks()
-	thr := o.throttle
-	o.mu.Unlock()
+	o.SetSuspend(cfg.Suspend.Enable, cfg.Suspend.Watermarks())
+	thr := s.throttleConfig()
 	want := cfg.Throttle
 	want.EchoInterval = thr.EchoInterval
 	if thr != want {
 		s.setThrottle(want)
 	}
-	o.setLimits(cfg.Limits)
+	setLimits(o.Limits(), cfg.Limits)
 	s.connSess.t.MaxCallDuration.Store(int64(cfg.Limits.MaxCallDuration))
-	o.flips.Set(cfg.FlipHealth.Window, cfg.FlipHealth.Threshold)
+	o.SetFlipHealth(cfg.FlipHealth)
 	for _, gr := range s.groupRuns() {
 		gr.g.SetMaxQueueWait(cfg.Limits.MaxQueueWait)
 		if gr.door != nil {
@@ -247,7 +243,7 @@ func (s *Supervisor) applySettings(plan reloadPlan, cfg *config.Config) {
 		}
 		gr.g.SetWorkerLimits(cfg.Workers.ReadyTimeout, cfg.Workers.DrainTimeout, cfg.Workers.MemoryLimit)
 	}
-	if ss := slowStartConfig(cfg.SlowStart); s.ssCfg.Load() != nil || plan.changed("slow_start_mode") ||
+	if ss := cfg.SlowStart; s.ssCfg.Load() != nil || plan.changed("slow_start_mode") ||
 		plan.changed("slow_start_unit") || plan.changed("slow_start_value") || plan.changed("slow_start_interval") || plan.changed("slow_start_increment") {
 		if err := s.setSlowStart(ss); err != nil {
 			s.log.Warn("reload: slow start settings not applied", "error", err)
@@ -267,41 +263,28 @@ func (s *Supervisor) applySettings(plan reloadPlan, cfg *config.Config) {
 func (s *Supervisor) inForce() *config.Config {
 	c := *s.config()
 	o := s.ov
-	o.mu.Lock()
-	c.Suspend.Enable = o.enabled
-	w := func(m watermark.Monitor) config.Watermark {
-		return config.Watermark{High: o.marks[m].High, Low: o.marks[m].Low}
-	}
-	c.Suspend.EventQueueUsage = w(watermark.EventQueueUsage)
-	c.Suspend.HeapUsage = w(watermark.HeapUsage)
-	c.Suspend.NumberOfSessions = w(watermark.NumberOfSessions)
-	c.Suspend.SystemMemory = w(watermark.SystemMemoryUsage)
+	c.Suspend.Enable = o.AutoSuspend()
+	marks := o.Marks()
+	c.Suspend.EventQueueUsage = marks[watermark.EventQueueUsage]
+	c.Suspend.HeapUsage = marks[watermark.HeapUsage]
+	c.Suspend.NumberOfSessions = marks[watermark.NumberOfSessions]
+	c.Suspend.SystemMemory = marks[watermark.SystemMemoryUsage]
 	echo := c.Throttle.EchoInterval
-	c.Throttle = o.throttle
+	c.Throttle = s.throttleConfig()
 	c.Throttle.EchoInterval = echo
-	o.mu.Unlock()
-	c.Limits.MaxSessions = int(o.maxSessions.Load())
-	c.Limits.MaxSessionsPerGroup = int(o.maxPerGroup.Load())
-	c.Limits.MaxSessionsPerSocket = int(o.maxPerSocket.Load())
-	c.Limits.MaxCalls = int(o.maxByKind[sipscan.KindCall].Load())
-	c.Limits.MaxRegistrations = int(o.maxByKind[sipscan.KindRegistration].Load())
-	c.Limits.MaxSubscriptions = int(o.maxByKind[sipscan.KindSubscription].Load())
-	c.Limits.QueueAdmission = o.queueAdmission.Load()
-	c.Limits.QueueDelay = time.Duration(o.queueDelay.Load())
+	l := o.Limits()
+	c.Limits.MaxSessions = int(l.MaxSessions.Load())
+	c.Limits.MaxSessionsPerGroup = int(l.MaxPerGroup.Load())
+	c.Limits.MaxSessionsPerSocket = int(l.MaxPerSocket.Load())
+	c.Limits.MaxCalls = int(l.MaxByKind[sipscan.KindCall].Load())
+	c.Limits.MaxRegistrations = int(l.MaxByKind[sipscan.KindRegistration].Load())
+	c.Limits.MaxSubscriptions = int(l.MaxByKind[sipscan.KindSubscription].Load())
+	c.Limits.QueueAdmission = l.QueueAdmission.Load()
+	c.Limits.QueueDelay = time.Duration(l.QueueDelay.Load())
 	if ss := s.ssCfg.Load(); ss != nil {
-		c.SlowStart = config.SlowStart{Mode: string(ss.Mode), Unit: string(ss.Unit), Value: ss.Value, Interval: ss.Interval, Increment: ss.Increment}
+		c.SlowStart = *ss
 	}
 	return &c
-}
-
-// marksOf is the watermarks of a config.
-func marksOf(c config.Suspend) watermark.Watermarks {
-	return watermark.Watermarks{
-		watermark.EventQueueUsage:   {High: c.EventQueueUsage.High, Low: c.EventQueueUsage.Low},
-		watermark.HeapUsage:         {High: c.HeapUsage.High, Low: c.HeapUsage.Low},
-		watermark.NumberOfSessions:  {High: c.NumberOfSessions.High, Low: c.NumberOfSessions.Low},
-		watermark.SystemMemoryUsage: {High: c.SystemMemory.High, Low: c.SystemMemory.Low},
-	}
 }
 
 func sameTimers(a, b *config.Config) bool {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
-	uatomic "go.uber.org/atomic"
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/ctl"
@@ -27,10 +26,10 @@ import (
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/location"
+	"github.com/sipvisor/sipvisor/overload"
+	"github.com/sipvisor/sipvisor/overload/slowstart"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/profile"
-	"github.com/sipvisor/sipvisor/slowstart"
-	"github.com/sipvisor/sipvisor/throttle"
 )
 
 // Options configures a Supervisor.
@@ -89,12 +88,15 @@ type Supervisor struct {
 	// echo loops that their interval changed.
 	timersChanged, cycleChanged, echoChanged chan struct{}
 
-	ov *overload
-	// stopping is set once the supervisor drains its workers to exit.
-	stopping atomic.Bool
-	ss       *slowStartMetrics
-	ssCfg    atomic.Pointer[slowstart.Config] // set by ctl; nil: the config's
-	regCount atomic.Int64                     // bindings in the location store, counted each cycle
+	// ov decides which new sessions are taken; thr is the RTT throttle's
+	// settings in force, as the file writes them (thrMu).
+	ov    *overload.Admission
+	thrMu sync.Mutex
+	thr   config.Throttle
+	ss    *overload.SlowStartMetrics
+	ssCfg atomic.Pointer[slowstart.Config] // set by ctl; nil: the config's
+	// regCount is the bindings in the location store, counted each cycle.
+	regCount atomic.Int64
 	// regIDs holds the Call-ID hashes of the live bindings' REGISTERs, so
 	// that a refresh of an existing registration is never refused: it is
 	// an existing session, not a new one.
@@ -141,26 +143,12 @@ type groupRun struct {
 	door *frontdoor.Door // nil for TCP and timer groups
 	// refusedConn counts the new sessions refused to workers that read
 	// their own connections (TCP), by reason, as the door counts its own.
-	refusedConn [frontdoor.NumRefusals]atomic.Uint64
+	refusedConn [overload.NumRefusals]atomic.Uint64
 
-	// RTT throttle: nil when switched off. admitted numbers the group's new
-	// sessions for Throttle.Admit; worstRTT is the worst echo round trip
-	// since the last echo tick, lastRTT the worst of the last interval.
-	throttle atomic.Pointer[throttle.Throttle]
-	admitted atomic.Uint64
-	worstRTT uatomic.Duration
-	lastRTT  uatomic.Duration
-
-	// Slow start: the workers ramping in, swapped whole under rampMu; the
-	// group's new sessions since the last slow start tick, and their rate
-	// over the last interval (supervisor loop only).
-	ramps       atomic.Pointer[[]*ramp]
-	rampMu      sync.Mutex
-	newSessions atomic.Uint64
-	lastNewRate uatomic.Float64
-	// toRamping and toEstablished count new sessions by the kind of worker
-	// that got them (sipvisor_slowstart_new_sessions_total).
-	toRamping, toEstablished prometheus.Counter
+	// gate is the group's admission state (its RTT throttle); ramps are
+	// its workers in slow start.
+	gate  *overload.Gate
+	ramps *overload.Ramps[*pool.Worker]
 }
 
 // New binds every SIP socket and the control address, so that an address in
@@ -205,8 +193,8 @@ func New(o Options) (*Supervisor, error) {
 	s.passCounts = newPassCounts(s.reg)
 	s.pm = pool.NewMetrics(s.reg)
 	s.reg.MustRegister(newDoorCollector(s), newWorkerCollector(s))
-	s.ov = newOverload(s, o.Config)
-	s.ss = newSlowStartMetrics(s.reg)
+	s.ov = s.newAdmission(o.Config)
+	s.ss = overload.NewSlowStartMetrics(s.reg)
 	s.registerParams()
 
 	var addrs []listeners.Addr
@@ -421,7 +409,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	err := g.Run()
 
 	s.log.Info("stopping: draining workers; new sessions are refused, calls in progress go on")
-	s.stopping.Store(true)
+	s.ov.Stop()
 	for _, sk := range s.sockets {
 		if sk.TCP != nil {
 			sk.TCP.Close()
@@ -468,11 +456,13 @@ func (s *Supervisor) makeGroups() {
 			p = &pp
 			ceiling = max(workers, pp.UpTo)
 		}
-		gr := &groupRun{profile: p, workers: map[int]*profile.Views{}, mem: map[int]pool.WorkerSample{}}
-		// Timer groups take no sessions: nothing to throttle.
-		if t := newThrottle(cfg.Throttle); t != nil && kind != pool.KindTimer {
-			gr.throttle.Store(t)
-		}
+		gr := &groupRun{profile: p, workers: map[int]*profile.Views{}, mem: map[int]pool.WorkerSample{},
+			ramps: overload.NewRamps[*pool.Worker](name, s.ss)}
+		// Timer groups take no sessions: nothing to throttle. UDP workers
+		// get their work through the door's queues; TCP ones read their own
+		// connections.
+		gr.gate = s.ov.NewGate(overload.GateOptions{Name: name, Group: groupLoad{gr, s.connSess},
+			OwnConnections: kind != pool.KindUDP, NoSessions: kind == pool.KindTimer, Throttle: cfg.Throttle.Config()})
 		gr.g = pool.NewGroup(pool.GroupOptions{
 			Name: name, Kind: kind, Initial: workers, Ceiling: ceiling,
 			Command: s.opts.Worker, ConfigPath: s.snapshot,
@@ -495,8 +485,6 @@ func (s *Supervisor) makeGroups() {
 			},
 		})
 		gr.g.SetMaxQueueWait(cfg.Limits.MaxQueueWait)
-		gr.toRamping = s.ss.handed.WithLabelValues(name, "true")
-		gr.toEstablished = s.ss.handed.WithLabelValues(name, "false")
 		gr.g.SetOnReady(func(w *pool.Worker) {
 			// Workers numbered past the initial count were forked by the
 			// scaler or replace a crashed one: they ramp in. Timer groups
@@ -505,14 +493,7 @@ func (s *Supervisor) makeGroups() {
 				s.startRamp(gr, w)
 			}
 		})
-		gr.g.SetOnEcho(func(w *pool.Worker, rtt time.Duration) {
-			for {
-				old := gr.worstRTT.Load()
-				if rtt <= old || gr.worstRTT.CompareAndSwap(old, rtt) {
-					return
-				}
-			}
-		})
+		gr.g.SetOnEcho(func(w *pool.Worker, rtt time.Duration) { gr.gate.Echoed(rtt) })
 		s.resetScaling(gr)
 		s.groups = append(s.groups, gr)
 		s.byName[name] = gr
@@ -553,7 +534,7 @@ func (s *Supervisor) startGroups() error {
 			errs = append(errs, err)
 		}
 		// The first reading of a component is its state, not a flip.
-		s.ov.flips.Observe("workers/"+gr.g.Name(), true, time.Now())
+		s.ov.WorkersStarted(gr.g.Name(), time.Now())
 	}
 	return errors.Join(errs...)
 }
@@ -585,7 +566,9 @@ func (s *Supervisor) stopGroups() {
 }
 
 func (s *Supervisor) workerExited(group string, w *pool.Worker, reason string) {
-	s.ov.workerExited(group, reason, time.Now())
+	if reason == pool.ExitCrash || reason == pool.ExitReadyTimeout {
+		s.ov.WorkerCrashed(group, time.Now())
+	}
 	s.conns.workerGone(w)
 	s.mu.Lock()
 	if gr := s.byName[group]; gr != nil {
@@ -620,7 +603,7 @@ func (s *Supervisor) cycleLoop(ctx context.Context) error {
 func (s *Supervisor) runCycle(now time.Time) {
 	start := time.Now()
 	s.connSess.expire(now)
-	s.ov.sample(now)
+	s.sample(now)
 	s.mu.Lock()
 	s.cycle++
 	for _, gr := range s.groups {
@@ -746,19 +729,19 @@ func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
 func (s *Supervisor) answerAdmit(w *pool.Worker, method sipscan.Method, callID []byte) []byte {
 	if method == sipscan.Options {
 		// Workers ask about an OPTIONS only for a probe of the server.
-		if refuse, retry := s.probeRefused(); refuse {
-			return wire.AdmitAnswer(byte(frontdoor.RefuseSuspended), retry)
+		if refuse, retry := s.ov.ProbeRefused(); refuse {
+			return wire.AdmitAnswer(byte(overload.RefuseSuspended), retry)
 		}
-		return wire.AdmitAnswer(byte(frontdoor.RefuseNone), 0)
+		return wire.AdmitAnswer(byte(overload.RefuseNone), 0)
 	}
 	gr := s.groupOf(w)
 	if gr == nil {
-		return wire.AdmitAnswer(byte(frontdoor.RefuseNone), 0)
+		return wire.AdmitAnswer(byte(overload.RefuseNone), 0)
 	}
 	m := sipscan.Msg{IsRequest: true, Method: method, CSeqMethod: method, CallID: callID,
 		MaxForwards: -1, ContentLength: -1, Expires: -1}
-	r, retry := s.admission(gr)(&m, time.Now().UnixNano())
-	if r != frontdoor.RefuseNone {
+	r, retry := s.ov.Decide(gr.gate, &m)
+	if r != overload.RefuseNone {
 		gr.refusedConn[r].Add(1)
 	}
 	return wire.AdmitAnswer(byte(r), retry)
@@ -802,7 +785,7 @@ func (s *Supervisor) echoLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case now := <-t.C:
-			s.ov.echoTick(now)
+			s.echoTick(now)
 		case <-s.echoChanged:
 			t.Reset(s.config().Throttle.EchoInterval)
 		}

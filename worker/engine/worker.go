@@ -22,13 +22,14 @@ import (
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/location"
+	"github.com/sipvisor/sipvisor/overload/sessions"
 	"github.com/sipvisor/sipvisor/script"
 	"github.com/sipvisor/sipvisor/worker"
 )
 
 // DefaultInviteTimeout is InviteTimeout when none is set: OpenSIPS's and
 // Kamailio's default fr_inv_timeout.
-const DefaultInviteTimeout = 120 * time.Second
+const DefaultInviteTimeout = sessions.InviteTimeout
 
 // Options configure a Worker. Zero timer fields take the RFC 3261 defaults.
 type Options struct {

@@ -15,6 +15,10 @@
 // Nothing here does I/O or reads the clock. An echo not yet answered once the
 // threshold has passed should be observed as its age, so a stuck worker counts
 // as over rather than as silent.
+//
+// Invariant: the refused share only moves by whole steps after Count
+// readings in a row, and Admit refuses exactly that share of any run of
+// sessions; each group's throttle in force lives in package overload.
 package throttle
 
 import (

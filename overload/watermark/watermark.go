@@ -12,6 +12,10 @@
 // State.Observe is a pure function of the sampled values, the watermarks in
 // force and the time; ReadSystemMemory is the one piece that does I/O, kept
 // apart from the parsing it relies on.
+//
+// Invariant: a pair's low watermark is below its high one (Validate, which
+// the config and ctl set both apply), so the state cannot flap on every
+// sample; the admission state in force lives in package overload.
 package watermark
 
 import (

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sipvisor/sipvisor/throttle"
+	"github.com/sipvisor/sipvisor/overload/throttle"
 )
 
 func Example() {

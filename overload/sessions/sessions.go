@@ -10,6 +10,12 @@
 //
 // A Table is not safe for concurrent use; its counts are, for readers on
 // other goroutines.
+//
+// The package also holds the times the worker and the supervisor must
+// agree on (timers.go): the INVITE timeout, a transaction's lifetime and
+// what derives from them. Invariant: no session counts longer than it may
+// live, and the front door keeps a pending INVITE's Call-ID with its worker
+// at least as long as that worker may hold the INVITE.
 package sessions
 
 import (

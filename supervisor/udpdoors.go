@@ -14,7 +14,7 @@ import (
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
-	"github.com/sipvisor/sipvisor/pool"
+	"github.com/sipvisor/sipvisor/overload"
 )
 
 // udpDoor reads one UDP socket and passes each datagram through its door.
@@ -35,12 +35,17 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 		u.v6 = true
 	}
 	door := frontdoor.New(udpIndex,
-		func(m *sipscan.Msg, newSession bool) *pool.Worker { return s.pick(gr, newSession) },
-		s.admission(gr),
+		func(m *sipscan.Msg, newSession bool, now int64) frontdoor.Target {
+			if w := s.pick(gr, newSession, now); w != nil {
+				return w
+			}
+			return nil
+		},
+		func(m *sipscan.Msg, now int64) (overload.Refusal, int) { return s.ov.Decide(gr.gate, m) },
 		u.reply)
 	door.Sessions.MaxCallDuration.Store(int64(s.config().Limits.MaxCallDuration))
 	door.OnUnknownEnd = s.connSess.end
-	door.Probe = func(int64) (bool, int) { return s.probeRefused() }
+	door.Probe = func(int64) (bool, int) { return s.ov.ProbeRefused() }
 	u.door = door
 	gr.door = door
 	return u
@@ -150,32 +155,5 @@ func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
 			s.m.dropped.WithLabelValues("tcp", "queue_full").Inc()
 			c.Close()
 		}
-	}
-}
-
-// probeRefused says whether a keepalive probe of the server (an OPTIONS
-// with no user part, frontdoor.IsProbe) is answered 503, and with which
-// Retry-After: while the server refuses every new session, suspended or
-// draining to stop, so that a dispatcher in front that probes it sends new
-// calls elsewhere. The limits, queue admission and the throttle refuse only
-// some sessions and leave probes alone: a node marked down for them would
-// move all its traffic onto its peers, the overload with it. The answer
-// comes from the door for every config, at the moment INVITEs are refused,
-// rather than from the script, which runs in a worker that knows the
-// server's state only by asking.
-func (s *Supervisor) probeRefused() (bool, int) {
-	if s.ov.suspended.Load() || s.stopping.Load() {
-		return true, s.retryAfter()
-	}
-	return false, 0
-}
-
-// admission is the admission decision for new sessions on a group.
-func (s *Supervisor) admission(gr *groupRun) frontdoor.Admission {
-	return func(m *sipscan.Msg, now int64) (frontdoor.Refusal, int) {
-		if r := s.ov.admit(gr, m); r != frontdoor.RefuseNone {
-			return r, s.retryAfter()
-		}
-		return frontdoor.RefuseNone, 0
 	}
 }

@@ -37,10 +37,13 @@
 //
 // Nothing here reads the clock: the front door passes now to Allow and the
 // supervisor's loop passes now and the interval's counts to Tick.
+//
+// Invariant: slow start only moves new sessions between workers, it never
+// refuses one; the ramps of a group's workers, and the pick they shape,
+// live in package overload.
 package slowstart
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -91,24 +94,40 @@ type Config struct {
 	// Value: slow_start_value. Manual: the load held until changed, 0 ends slow
 	// start. Auto: the load of the first interval, 0 meaning one Increment.
 	Value float64 `json:"value"`
-	// Increment: slow_start_increment, added every Interval in auto mode.
-	Increment float64 `json:"increment"`
 	// Interval: slow_start_interval, the time between increments in auto mode.
 	Interval time.Duration `json:"interval"`
+	// Increment: slow_start_increment, added every Interval in auto mode.
+	Increment float64 `json:"increment"`
+}
+
+// FieldError is a problem with one field of a Config: Field is "mode",
+// "unit", "value", "increment" or "interval", as the settings' names end.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // Validate reports the first problem with c, with the reason, so that a value
-// set at run time can be refused as clearly as one in the config file.
+// set at run time can be refused as clearly as one in the config file. The
+// error is a *FieldError naming the field at fault.
 func (c Config) Validate() error {
 	switch c.Mode {
 	case "", Off, Manual, Auto:
 	default:
-		return fmt.Errorf("unknown slow start mode %q (want off, manual or auto)", c.Mode)
+		return fieldErr("mode", "unknown slow start mode %q (want off, manual or auto)", c.Mode)
 	}
 	switch c.Unit {
 	case "", PerSecond, Percent:
 	default:
-		return fmt.Errorf("unknown slow start unit %q (want per_second or percent)", c.Unit)
+		return fieldErr("unit", "unknown slow start unit %q (want per_second or percent)", c.Unit)
 	}
 	for _, f := range []struct {
 		name string
@@ -116,22 +135,22 @@ func (c Config) Validate() error {
 	}{{"value", c.Value}, {"increment", c.Increment}} {
 		switch {
 		case math.IsNaN(f.v) || math.IsInf(f.v, 0):
-			return fmt.Errorf("slow start %s %v is not a number", f.name, f.v)
+			return fieldErr(f.name, "slow start %s %v is not a number", f.name, f.v)
 		case f.v < 0:
-			return fmt.Errorf("slow start %s %v is negative", f.name, f.v)
+			return fieldErr(f.name, "slow start %s %v is negative", f.name, f.v)
 		case c.Unit == Percent && f.v > 100:
-			return fmt.Errorf("slow start %s %v%% is above 100%% (an equal share)", f.name, f.v)
+			return fieldErr(f.name, "slow start %s %v%% is above 100%% (an equal share)", f.name, f.v)
 		}
 	}
 	if c.Interval < 0 {
-		return fmt.Errorf("slow start interval %v is negative", c.Interval)
+		return fieldErr("interval", "slow start interval %v is negative", c.Interval)
 	}
 	if c.Mode == Auto {
 		if c.Increment == 0 {
-			return errors.New("auto slow start needs an increment above 0")
+			return fieldErr("increment", "auto slow start needs an increment above 0")
 		}
 		if c.Interval == 0 {
-			return errors.New("auto slow start needs an interval above 0 (use manual mode for a fixed load)")
+			return fieldErr("interval", "auto slow start needs an interval above 0 (use manual mode for a fixed load)")
 		}
 	}
 	return nil

@@ -16,6 +16,10 @@
 //
 // Nothing here reads the clock: every call takes now, so tests and the
 // supervisor's cycle loop decide what time it is.
+//
+// Invariant: a component is unhealthy exactly while its flips within the
+// window reach the threshold; the tracker in force, fed by suspensions,
+// throttles and worker crashes, lives in package overload.
 package fliphealth
 
 import (
@@ -31,6 +35,24 @@ const (
 	DefaultWindow    = 30 * time.Minute
 	DefaultThreshold = 10
 )
+
+// Config is flip health's settings. A zero Window or Threshold takes the
+// seed's default.
+type Config struct {
+	Window    time.Duration `json:"window"`
+	Threshold int           `json:"threshold"`
+}
+
+// Validate reports a setting New could not use as given.
+func (c Config) Validate() error {
+	if c.Window < 0 {
+		return fmt.Errorf("flip window %v is negative", c.Window)
+	}
+	if c.Threshold < 0 {
+		return fmt.Errorf("flip threshold %d is negative", c.Threshold)
+	}
+	return nil
+}
 
 // maxKept bounds the timestamps kept per component, so that a component
 // flapping thousands of times a second cannot grow memory without limit. Counts
