@@ -344,8 +344,8 @@ func TestMaxCallsCountsSilentCalls(t *testing.T) {
 func TestQueueAdmissionThreshold(t *testing.T) {
 	t.Parallel()
 	sip, uas := harness.FreePort(t), harness.FreePort(t)
-	// No RTT throttle: a stopped worker's echo would trip it too.
-	s := harness.Start(t, harness.OverloadCfg(sip, uas, "throttle_enable = no"))
+	// No RTT throttle (OverloadCfg): a stopped worker's echo would trip it too.
+	s := harness.Start(t, harness.OverloadCfg(sip, uas, ""))
 	harness.SIPpUAS(t, uas)
 	ua := harness.NewUA(t, sip)
 	s.Set("limits/queue_admission_threshold", "1")

@@ -16,7 +16,7 @@ func TestTCPNewSessionsPassTheGuards(t *testing.T) {
 	// The callee over TCP too: a TCP caller's call to a UDP callee is
 	// another matter (the callee's answers reach a UDP worker).
 	s := harness.Start(t, harness.ProxyConfig("sip:127.0.0.1:"+strconv.Itoa(uas)+";transport=tcp", sip,
-		"udp_workers = 1\ntcp_workers = 1\nauto_scaling_cycle = 0.2\nretry_after = 7\n", true))
+		"udp_workers = 1\ntcp_workers = 1\nauto_scaling_cycle = 0.2\nretry_after = 7\n"+harness.GuardsOff, true))
 	harness.SIPpUAS(t, uas, "-t", "t1")
 	ua := harness.NewTCPUA(t, sip)
 

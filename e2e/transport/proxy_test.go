@@ -27,6 +27,9 @@ func sippCallsOverUDP(t *testing.T, extra string) *harness.Server {
 // sipp -sn uac → sipvisor → sipp -sn uas completes every call over UDP.
 func TestSIPpCallsOverUDP(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("hundreds of SIPp calls")
+	}
 	s := sippCallsOverUDP(t, "")
 	if v := s.Metric("sipvisor_frontdoor_admitted_sessions_total", `kind="call"`); v != 300 {
 		t.Errorf("want 300 calls admitted at the front door, have %v", v)
@@ -37,6 +40,9 @@ func TestSIPpCallsOverUDP(t *testing.T) {
 // front door reads only the uac's requests (INVITE, ACK, BYE).
 func TestSIPpCallsOverUDPWithReplySockets(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("hundreds of SIPp calls")
+	}
 	s := sippCallsOverUDP(t, "worker_reply_sockets = yes")
 	// Retransmissions may add a few; the UAS's 180, 200 and 200 to BYE
 	// would add 900.
@@ -50,6 +56,9 @@ func TestSIPpCallsOverUDPWithReplySockets(t *testing.T) {
 // TCP worker.
 func TestSIPpCallsOverTCP(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("hundreds of SIPp calls")
+	}
 	sip, uas, uac := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
 	s := harness.Start(t, harness.ProxyCfgTo("sip:127.0.0.1:"+strconv.Itoa(uas)+";transport=tcp", sip, "udp_workers = 1\ntcp_workers = 2"))
 	harness.SIPpUAS(t, uas, "-t", "t1")

@@ -257,6 +257,9 @@ func TestTCPHeaderLine64KiB(t *testing.T) {
 // in-dialog request sent there starts nothing and is relayed as usual.
 func TestReplySocketTakesNoNewSession(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("its stop waits out a BYE's timer J, 32 s")
+	}
 	sip := harness.FreePort(t)
 	caller, callee := harness.NewPeer(t), harness.NewPeer(t)
 	s := harness.Start(t, harness.ProxyCfg(sip, callee.Port(), "udp_workers = 1\ntcp_workers = 1\nworker_reply_sockets = yes"))

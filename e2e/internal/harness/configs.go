@@ -53,10 +53,19 @@ route {
 // OverloadCfg is ProxyCfg plus a registrar, so that new INVITEs, new
 // REGISTERs and refreshes of existing bindings can all be tried on one
 // server. Cycles are short so that a watermark change takes effect quickly.
+// The guards that answer to how busy the machine is (the echo throttle and
+// queue-delay admission) are off, as GuardsOff says.
 func OverloadCfg(sipPort, uasPort int, extra string) string {
 	return ProxyConfig("sip:127.0.0.1:"+strconv.Itoa(uasPort), sipPort,
-		"udp_workers = 1\ntcp_workers = 1\nauto_scaling_cycle = 0.2\n"+extra, true)
+		"udp_workers = 1\ntcp_workers = 1\nauto_scaling_cycle = 0.2\n"+GuardsOff+extra, true)
 }
+
+// GuardsOff turns off the guards that refuse new sessions when workers are
+// slow to answer (the echo throttle, queue-delay admission), for tests of
+// other guards: on a machine busy with other tests, a worker scheduled late
+// would otherwise have a new session that a test expects admitted refused.
+// The tests of those two guards set them on.
+const GuardsOff = "throttle_enable = no\nqueue_delay_admission = 0\n"
 
 // RegistrarCfg is the built-in registrar and stateful proxy script on the
 // given port, with one change: SIPp's UAS does not echo Record-Route, so its
