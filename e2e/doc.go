@@ -1,4 +1,19 @@
-// Package e2e runs the real sipvisor binary, as a user would, against SIPp
-// and sipload on 127.0.0.1: calls through the proxy over UDP and TCP,
-// registrations, scaling under call load, overload protection.
+// Package e2e holds the end-to-end tests: the real sipvisor binary, run as
+// a user would, against SIPp and sipload on 127.0.0.1. They are split by
+// theme so that go test runs the packages side by side:
+//
+//   - load: goodput and timing under load (bursts, a registration storm,
+//     a soak, scaling down under calls). These measure what the machine's
+//     cores can do, so they run one at a time, in one package, and are
+//     skipped with -short.
+//   - overload: admission control: watermarks, limits, queue bounds,
+//     suspension, connection hygiene.
+//   - lifecycle: signals, killed workers, reloads, the README's quick start.
+//   - transport: calls over UDP, TCP and TLS and between them, malformed
+//     input, retransmissions, SIPp and sipload scenario files.
+//   - registrar: registrations, digest authentication, the location store.
+//
+// The tests of the last four wait on sockets and processes far more than
+// they compute: they run in parallel (see harness.Main). e2e/internal/harness
+// builds the binaries once per package and holds the shared helpers.
 package e2e

@@ -1,0 +1,229 @@
+package lifecycle
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sipvisor/sipvisor/e2e/internal/harness"
+)
+
+// procState reads the state letter and start time of a process from
+// /proc/PID/stat; ok is false when there is no such process. The start time
+// tells a worker from another process that reused its pid.
+func procState(pid int) (state string, start string, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", "", false
+	}
+	// The command name is in parentheses and may hold spaces; fields count
+	// from the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", "", false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return "", "", false
+	}
+	return f[0], f[19], true
+}
+
+// waitGone waits until none of pids runs, a zombie counting as gone, and
+// fails the test at the deadline naming the ones still running.
+func waitGone(t *testing.T, pids map[int]string, starts map[int]string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var alive []string
+		for pid, group := range pids {
+			state, start, ok := procState(pid)
+			if ok && state != "Z" && start == starts[pid] {
+				alive = append(alive, fmt.Sprintf("%d (%s, state %s)", pid, group, state))
+			}
+		}
+		if len(alive) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("want no worker left within %v, have %s", within, strings.Join(alive, ", "))
+		}
+		time.Sleep(20 * time.Millisecond) // polling /proc, bounded by the deadline
+	}
+}
+
+// liveStarts checks that every pid runs and records its start time.
+func liveStarts(t *testing.T, pids map[int]string) map[int]string {
+	t.Helper()
+	starts := map[int]string{}
+	for pid, group := range pids {
+		state, start, ok := procState(pid)
+		if !ok || state == "Z" {
+			t.Fatalf("want worker %d of %s running, have state %q", pid, group, state)
+		}
+		starts[pid] = start
+	}
+	return starts
+}
+
+// lifecycleCfg has every kind of group, with a timer route so the timer
+// group has work.
+func lifecycleCfg(sipPort, uasPort int, extra string) string {
+	return harness.ProxyCfg(sipPort, uasPort, extra+`
+timer_route[tick, 1] {
+	xlog("L_DBG", "tick");
+}
+`)
+}
+
+// SIGKILL leaves the supervisor no chance to stop its workers; they must go
+// by themselves (Pdeathsig, or EOF on the control channel).
+func TestSupervisorKilledLeavesNoWorker(t *testing.T) {
+	t.Parallel()
+	sip, uas := harness.FreePort(t), harness.FreePort(t)
+	s := harness.Start(t, lifecycleCfg(sip, uas, "udp_workers = 3\ntcp_workers = 2\ntimer_workers = 1"))
+	pids := s.WorkerPids()
+	if len(pids) != 6 {
+		t.Fatalf("want 6 workers, have %d: %v", len(pids), pids)
+	}
+	starts := liveStarts(t, pids)
+
+	if err := s.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	s.Wait(10 * time.Second)
+	waitGone(t, pids, starts, 10*time.Second)
+}
+
+// A worker killed from outside is replaced at once (the first crash in a
+// minute has no back-off), counted as a crash and a restart, and the group
+// serves calls again.
+func TestKilledWorkerReplaced(t *testing.T) {
+	t.Parallel()
+	sip, uas, uac := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
+	s := harness.Start(t, harness.ProxyCfg(sip, uas, "udp_workers = 2\ntcp_workers = 1"))
+	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
+	var victim int
+	before := map[int]bool{}
+	for pid, g := range s.WorkerPids() {
+		before[pid] = true
+		if g == group && victim == 0 {
+			victim = pid
+		}
+	}
+	if victim == 0 {
+		t.Fatalf("want a worker in %s, have %v", group, s.PS())
+	}
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var ready, replaced int
+		killedListed := false
+		for _, g := range s.PS() {
+			if g.Name != group {
+				continue
+			}
+			for _, w := range g.Workers {
+				if w.Pid == victim {
+					killedListed = true
+				}
+				if w.State == "ready" {
+					ready++
+					if !before[w.Pid] {
+						replaced++
+					}
+				}
+			}
+		}
+		if ready == 2 && replaced == 1 && !killedListed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("want 2 ready workers in %s, one of them new, and pid %d gone; have %d ready, %d new, killed listed %v\n%s",
+				group, victim, ready, replaced, killedListed, harness.Tail(s.Log.String(), 20))
+		}
+		time.Sleep(50 * time.Millisecond) // polling ctl ps, bounded by the deadline
+	}
+	if v := s.Metric("sipvisor_pool_worker_exits_total", `reason="crash"`); v != 1 {
+		t.Errorf("want sipvisor_pool_worker_exits_total{reason=\"crash\"} 1, have %v", v)
+	}
+	if v := s.Metric("sipvisor_pool_worker_restarts_total"); v != 1 {
+		t.Errorf("want sipvisor_pool_worker_restarts_total 1, have %v", v)
+	}
+
+	harness.SIPpUAS(t, uas)
+	r := harness.RunSIPp(t, 60*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+		"-r", "20", "-m", "40", "-d", "100", "-timeout", "40", "-timeout_error")
+	if r.Exit != 0 || r.Successful != 40 || r.Failed != 0 {
+		t.Fatalf("want 40 successful calls after the replacement, have %d/%d (exit %d)\n%s", r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 40))
+	}
+}
+
+// SIGTERM drains every group and exits 0, leaving no worker behind.
+func TestSIGTERMExitsCleanly(t *testing.T) {
+	t.Parallel()
+	sip, uas := harness.FreePort(t), harness.FreePort(t)
+	s := harness.Start(t, lifecycleCfg(sip, uas, "udp_workers = 2\ntcp_workers = 1\ntimer_workers = 1"))
+	pids := s.WorkerPids()
+	starts := liveStarts(t, pids)
+	if err := s.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Wait(30 * time.Second); err != nil {
+		t.Fatalf("want exit 0 on SIGTERM, have %v\n%s", err, harness.Tail(s.Log.String(), 20))
+	}
+	waitGone(t, pids, starts, 10*time.Second)
+	if log := s.Log.String(); strings.Contains(log, "level=ERROR") || strings.Contains(log, `"level":"ERROR"`) {
+		t.Errorf("want no error logged on a clean stop, have\n%s", harness.Tail(s.Log.String(), 20))
+	}
+}
+
+// A call whose INVITE is still waiting for the callee's answer when SIGTERM
+// arrives completes: draining finishes the transactions a worker holds, so
+// the front door keeps reading while workers drain, and the callee's 200
+// still reaches the worker and goes on to the caller.
+func TestSIGTERMFinishesCallInProgress(t *testing.T) {
+	t.Parallel()
+	sip := harness.FreePort(t)
+	caller, callee := harness.NewPeer(t), harness.NewPeer(t)
+	s := harness.Start(t, harness.ProxyCfg(sip, callee.Port(), "udp_workers = 1\ntcp_workers = 1"))
+	proxy := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
+	invite := fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
+		"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-term-%[3]d\r\n"+
+		"Max-Forwards: 70\r\n"+
+		"From: <sip:alice@127.0.0.1:%[1]d>;tag=caller%[3]d\r\n"+
+		"To: <sip:bob@127.0.0.1:%[2]d>\r\n"+
+		"Call-ID: term-%[3]d@127.0.0.1\r\n"+
+		"CSeq: 1 INVITE\r\n"+
+		"Contact: <sip:alice@127.0.0.1:%[1]d>\r\n"+
+		"Content-Length: 0\r\n\r\n", caller.Port(), callee.Port(), time.Now().UnixNano())
+	caller.Send(proxy, invite)
+	inv, _ := callee.Expect(5*time.Second, "the INVITE at the callee", harness.IsMethod("INVITE"))
+	callee.Send(inv.From, harness.ReplyTo(inv, 180, "Ringing", "callee1"))
+	caller.Expect(5*time.Second, "180 Ringing", harness.IsStatus(180))
+
+	if err := s.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The answer comes once the supervisor has acted on the signal.
+	s.WaitLog("stopping: draining workers", 10*time.Second)
+	callee.Send(inv.From, harness.ReplyTo(inv, 200, "OK", "callee1"))
+	_, skipped := caller.Expect(10*time.Second, "the callee's 200 OK after SIGTERM", harness.IsStatus(200))
+	for _, m := range skipped {
+		if m.Status() >= 300 {
+			t.Errorf("want no final reply but the 200, have %s", m)
+		}
+	}
+	if err := s.Wait(50 * time.Second); err != nil {
+		t.Fatalf("want exit 0 on SIGTERM, have %v", err)
+	}
+}

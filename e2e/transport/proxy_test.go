@@ -1,0 +1,70 @@
+package transport
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sipvisor/sipvisor/e2e/internal/harness"
+)
+
+// sippCallsOverUDP runs 300 calls sipp -sn uac → sipvisor (2 UDP workers,
+// and extra settings) → sipp -sn uas and fails the test unless every one
+// completes.
+func sippCallsOverUDP(t *testing.T, extra string) *harness.Server {
+	t.Helper()
+	sip, uas, uac := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
+	s := harness.Start(t, harness.ProxyCfg(sip, uas, "udp_workers = 2\ntcp_workers = 1\n"+extra))
+	harness.SIPpUAS(t, uas)
+	r := harness.RunSIPp(t, 90*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+		"-r", "50", "-m", "300", "-d", "200", "-timeout", "60", "-timeout_error")
+	if r.Exit != 0 || r.Successful != 300 || r.Failed != 0 {
+		t.Fatalf("want 300 successful calls and 0 failed, have %d/%d (exit %d)\n%s", r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 40))
+	}
+	return s
+}
+
+// sipp -sn uac → sipvisor → sipp -sn uas completes every call over UDP.
+func TestSIPpCallsOverUDP(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("hundreds of SIPp calls")
+	}
+	s := sippCallsOverUDP(t, "")
+	if v := s.Metric("sipvisor_frontdoor_admitted_sessions_total", `kind="call"`); v != 300 {
+		t.Errorf("want 300 calls admitted at the front door, have %v", v)
+	}
+}
+
+// With reply sockets, the UAS's responses go straight to the workers: the
+// front door reads only the uac's requests (INVITE, ACK, BYE).
+func TestSIPpCallsOverUDPWithReplySockets(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("hundreds of SIPp calls")
+	}
+	s := sippCallsOverUDP(t, "worker_reply_sockets = yes")
+	// Retransmissions may add a few; the UAS's 180, 200 and 200 to BYE
+	// would add 900.
+	if v := s.Metric("sipvisor_frontdoor_datagrams_received_total", ""); v < 900 || v > 1000 {
+		t.Errorf("want the front door to read the uac's 900 requests and at most a few retransmissions, have %v", v)
+	}
+	s.StopDrained()
+}
+
+// The same over TCP: the supervisor accepts and hands each connection to a
+// TCP worker.
+func TestSIPpCallsOverTCP(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("hundreds of SIPp calls")
+	}
+	sip, uas, uac := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
+	s := harness.Start(t, harness.ProxyCfgTo("sip:127.0.0.1:"+strconv.Itoa(uas)+";transport=tcp", sip, "udp_workers = 1\ntcp_workers = 2"))
+	harness.SIPpUAS(t, uas, "-t", "t1")
+	r := harness.RunSIPp(t, 90*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+		"-t", "t1", "-r", "20", "-m", "100", "-d", "100", "-timeout", "60", "-timeout_error")
+	if r.Exit != 0 || r.Successful != 100 || r.Failed != 0 {
+		t.Fatalf("want 100 successful calls over TCP and 0 failed, have %d/%d (exit %d)\n%s\n%s", r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 40), harness.Tail(s.Log.String(), 20))
+	}
+}
