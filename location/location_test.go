@@ -11,6 +11,7 @@ import (
 )
 
 func TestKey(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ in, want string }{
 		{"sip:alice@example.com", "sip:alice@example.com"},
 		{"sip:Alice@EXAMPLE.com", "sip:Alice@example.com"},
@@ -89,6 +90,7 @@ func contacts(bs []Binding) []string {
 }
 
 func TestStore(t *testing.T) {
+	t.Parallel()
 	// Real time: Redis lapses keys by its own clock.
 	t0 := time.Now().Truncate(time.Millisecond)
 	now := t0
@@ -154,6 +156,7 @@ func TestStore(t *testing.T) {
 }
 
 func TestServeBadInput(t *testing.T) {
+	t.Parallel()
 	mem := NewMemory()
 	good := (&request{Op: opSave, AOR: "sip:a@h", Binding: &Binding{Contact: "sip:a@10.0.0.1"}}).append(nil)
 	for _, req := range [][]byte{
@@ -182,6 +185,7 @@ func TestServeBadInput(t *testing.T) {
 // and answers that are cut short or claim more bindings than they hold are
 // refused rather than read past their end.
 func TestWireRoundTrip(t *testing.T) {
+	t.Parallel()
 	full := Binding{AOR: "sip:alice@example.com", Contact: "sip:alice@[2001:db8::1]:5062;transport=tcp",
 		Expires: time.Unix(1_700_000_000, 123456789), CallID: "a84b4c76e66710@pc33", CSeq: 1<<32 - 1,
 		Received: "10.0.0.1:5062", Proto: "tcp", UserAgent: "Linphone/5.2.0 (belle-sip) ünïcode"}
@@ -232,6 +236,7 @@ func sameBinding(a, b Binding) bool {
 // Random bytes after the tag, most of them with a known operation, never
 // panic the server side.
 func TestServeRandomInput(t *testing.T) {
+	t.Parallel()
 	mem := NewMemory()
 	r := rand.New(rand.NewPCG(7, 8))
 	for i := 0; i < 20000; i++ {
@@ -262,6 +267,7 @@ func BenchmarkRemoteLookup(b *testing.B) {
 // Register saves and answers with the AOR's live bindings in one step, in
 // memory and across the wire alike.
 func TestRegisterReturnsBindings(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	for name, open := range stores(&now) {
 		t.Run(name, func(t *testing.T) {

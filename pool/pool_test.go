@@ -216,8 +216,10 @@ func TestCrashLoopBacksOff(t *testing.T) {
 			t.Errorf("worker %d started %v after worker %d; want at least RestartDelay(%d) = %v", id, gap, id-1, id-1, want)
 		}
 	}
-	if v := testutil.ToFloat64(fx.g.opts.Metrics.restarts.WithLabelValues("udp0")); v < 4 {
-		t.Errorf("want at least 4 restarts counted, have %v", v)
+	// The first three crashes were replaced before the fourth worker ran;
+	// the fourth's replacement may still be being counted.
+	if v := testutil.ToFloat64(fx.g.opts.Metrics.restarts.WithLabelValues("udp0")); v < 3 {
+		t.Errorf("want at least 3 restarts counted, have %v", v)
 	}
 }
 

@@ -2,11 +2,10 @@ package engine
 
 import (
 	"bufio"
-	"bytes"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/internal/testkit"
 	"github.com/sipvisor/sipvisor/worker"
 )
 
@@ -32,24 +32,7 @@ type proxy struct {
 	fns  chan func()
 	stop chan struct{}
 	done sync.WaitGroup
-	logs *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *testkit.SyncBuffer
 }
 
 // startProxy runs cfg's script (with %s replaced by the proxy's own
@@ -64,7 +47,7 @@ func startProxy(t *testing.T, cfg string, tune func(*Options)) *proxy {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	p := &proxy{t: t, sock: sock, fns: make(chan func(), 64), stop: make(chan struct{}), logs: &syncBuffer{}}
+	p := &proxy{t: t, sock: sock, fns: make(chan func(), 64), stop: make(chan struct{}), logs: &testkit.SyncBuffer{}}
 	opt := Options{
 		Script:  c.Script,
 		Sockets: []net.PacketConn{sock},
@@ -160,13 +143,7 @@ func (p *proxy) stats() Stats {
 // finished call's memory alive.
 func (p *proxy) waitHeld0() {
 	p.t.Helper()
-	deadline := time.Now().Add(wait)
-	for p.held() != 0 {
-		if time.Now().After(deadline) {
-			p.t.Fatalf("transactions held: want %v, have %v", 0, p.held())
-		}
-		time.Sleep(10 * time.Millisecond) // polling the worker's state, not asserting after it
-	}
+	testkit.WaitFor(p.t, wait, "no transaction held", func() bool { return p.held() == 0 })
 	var acks, timers int
 	p.do(func() { acks, timers = len(p.w.ackIdx), len(p.w.timers) })
 	if acks != 0 || timers != 0 {
@@ -194,8 +171,7 @@ func (u *ua) addr() netip.AddrPort { return u.c.LocalAddr().(*net.UDPAddr).AddrP
 
 func (u *ua) send(to netip.AddrPort, msg string) {
 	u.t.Helper()
-	msg = strings.ReplaceAll(msg, "\n", "\r\n")
-	if _, err := u.c.WriteToUDPAddrPort([]byte(msg), to); err != nil {
+	if _, err := u.c.WriteToUDPAddrPort(crlf(msg), to); err != nil {
 		u.t.Fatal(err)
 	}
 }
@@ -270,34 +246,28 @@ func (u *ua) respond(to netip.AddrPort, req *sip.Request, code int, reason strin
 	return res
 }
 
+// invite is alice's INVITE from her address from to ruri.
 func invite(to, from netip.AddrPort, ruri, callID, branch string, maxFwd int) string {
-	return fmt.Sprintf(`INVITE %s SIP/2.0
-Via: SIP/2.0/UDP %s;branch=%s;rport
-Max-Forwards: %d
-From: <sip:alice@example.com>;tag=alice-tag
-To: <%s>
-Call-ID: %s
-CSeq: 1 INVITE
-Contact: <sip:alice@%s>
-Content-Length: 0
-
-`, ruri, from, branch, maxFwd, ruri, callID, from)
+	r := testkit.Invite(ruri, from.String(), callID)
+	r.Branch, r.Rport, r.MaxForwards = branch, true, strconv.Itoa(maxFwd)
+	return r.String()
 }
 
 // inDialog builds an ACK, BYE or CANCEL from the UAC for the call: route is
 // the Record-Route set the UAC learnt, reversed as RFC 3261 12.1.2 says.
 func inDialog(method, ruri string, from netip.AddrPort, branch, callID string, cseq int, toTag string, route []string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s SIP/2.0\nVia: SIP/2.0/UDP %s;branch=%s;rport\nMax-Forwards: 70\n", method, ruri, from, branch)
+	r := testkit.Request{Method: method, URI: ruri, Via: from.String(), Branch: branch, Rport: true,
+		CallID: callID, CSeq: cseq, ToTag: toTag}
 	for i := len(route) - 1; i >= 0; i-- {
-		fmt.Fprintf(&b, "Route: %s\n", route[i])
+		r.Headers = append(r.Headers, "Route: "+route[i])
 	}
-	to := "<sip:bob@example.com>"
-	if toTag != "" {
-		to += ";tag=" + toTag
-	}
-	fmt.Fprintf(&b, "From: <sip:alice@example.com>;tag=alice-tag\nTo: %s\nCall-ID: %s\nCSeq: %d %s\nContent-Length: 0\n\n", to, callID, cseq, method)
-	return b.String()
+	return r.String()
+}
+
+// crlf ends every line of s with CRLF, whether it was written with LF, as
+// the tests' message literals are, or already with CRLF.
+func crlf(s string) []byte {
+	return []byte(strings.ReplaceAll(strings.ReplaceAll(s, "\r\n", "\n"), "\n", "\r\n"))
 }
 
 func recordRoutes(m sip.Message) []string {
