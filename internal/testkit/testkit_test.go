@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -110,4 +111,21 @@ func TestFreePort(t *testing.T) {
 	if p := FreePort(t); p <= 0 || p > 65535 {
 		t.Fatalf("want a port, have %d", p)
 	}
+}
+
+func TestListening(t *testing.T) {
+	t.Parallel()
+	u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	WaitListening(t, "udp", u.LocalAddr().(*net.UDPAddr).Port, 10*time.Second)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	WaitListening(t, "tcp", port, 10*time.Second)
+	l.Close()
 }
