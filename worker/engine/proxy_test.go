@@ -146,7 +146,7 @@ func TestCall(t *testing.T) {
 
 func TestRetransmittedInviteAbsorbed(t *testing.T) {
 	t.Parallel()
-	p := startProxy(t, config.DefaultText, func(o *Options) { o.T1 = time.Second }) // no timer A firing during the test
+	p := startProxy(t, config.DefaultText, func(o *Options) { o.T1 = time.Hour }) // no timer A firing during the test
 	alice, bob := newUA(t), newUA(t)
 	msg := invite(p.addr(), alice.addr(), "sip:bob@"+bob.addr().String(), "retr@test", "z9hG4bK-retr", 70)
 
@@ -166,7 +166,7 @@ func TestRetransmittedInviteAbsorbed(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	t.Parallel()
-	p := startProxy(t, config.DefaultText, func(o *Options) { o.T1 = time.Second })
+	p := startProxy(t, config.DefaultText, func(o *Options) { o.T1 = time.Hour }) // no timer A or G firing during the test
 	alice, bob := newUA(t), newUA(t)
 	ruri := "sip:bob@" + bob.addr().String()
 	alice.send(p.addr(), invite(p.addr(), alice.addr(), ruri, "cancel@test", "z9hG4bK-can", 70))
@@ -218,6 +218,7 @@ func TestTimeoutFailureRoute(t *testing.T) {
 	t.Parallel()
 	p := startProxy(t, failoverCfg, nil)
 	alice, dead, backup := newUA(t), newUA(t), newUA(t)
+	dead.retrans = true
 	msg := invite(p.addr(), alice.addr(), "sip:bob@"+dead.addr().String(), "fail@test", "z9hG4bK-fail", 70)
 	msg = strings.Replace(msg, "Content-Length: 0", "X-Backup: sip:"+backup.addr().String()+"\nContent-Length: 0", 1)
 	alice.send(p.addr(), msg)
