@@ -60,16 +60,30 @@ func stores(now *time.Time) map[string]func(t *testing.T) Store {
 			return s
 		},
 		"redis": func(t *testing.T) Store {
-			srv := redistest.Start(t)
-			s, err := OpenRedis(srv.URL())
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := openPatientRedis(t, redistest.Start(t))
 			s.Now = clock
-			t.Cleanup(func() { s.Close() })
 			return s
 		},
 	}
+}
+
+// patientURL is srv's URL with the client's timeouts far above what a
+// loaded test machine makes a call take: the tests are about what the
+// store answers, not how fast.
+func patientURL(srv *redistest.Server) string {
+	return srv.URL() + "?dial_timeout=10s&read_timeout=10s&write_timeout=10s"
+}
+
+// openPatientRedis opens a Redis store on srv with patient timeouts.
+func openPatientRedis(t *testing.T, srv *redistest.Server) *Redis {
+	t.Helper()
+	s, err := OpenRedis(patientURL(srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.timeout = 10 * time.Second
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 func mustList(t *testing.T, s Store) []Binding {

@@ -100,11 +100,7 @@ func TestSQLiteOpenErrors(t *testing.T) {
 // AOR's index with the last of them: nothing outlives a node.
 func TestRedisTTL(t *testing.T) {
 	srv := redistest.Start(t)
-	r, err := OpenRedis(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openPatientRedis(t, srv)
 	const aor = "sip:alice@example.com"
 	if _, err := r.Register(aor, Binding{Contact: "sip:alice@10.0.0.1", Expires: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
@@ -146,11 +142,12 @@ func TestRedisDownAndBack(t *testing.T) {
 		t.Fatalf("open with no server: want an error naming %s, have %v", url, err)
 	}
 	srv.Start()
-	st, err := Open(Spec{Kind: KindRedis, URL: url})
+	st, err := Open(Spec{Kind: KindRedis, URL: patientURL(srv)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	st.(*guarded).Store.(*Redis).timeout = 10 * time.Second
 	// The pause runs on a clock of the test's own: it passes only when the
 	// test says so, however slow the machine.
 	var clock atomic.Int64

@@ -297,13 +297,8 @@ loop:
 
 // alive reports whether pid runs; a zombie waiting to be reaped is dead.
 func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+	st := testkit.ProcState(pid)
+	return st != 0 && st != 'Z'
 }
 
 // A worker reaches state kept in the supervisor with worker.Env.Call.
@@ -498,10 +493,7 @@ func TestQueueAge(t *testing.T) {
 	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand(testworker.Echo, 0)})
 	testkit.WaitFor(t, 10*time.Second, "a ready worker", func() bool { return len(fx.g.Routable()) == 1 })
 	w := fx.g.Workers()[0]
-	if err := syscall.Kill(w.Pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Kill(w.Pid, syscall.SIGCONT)
+	resume := testkit.StopProcess(t, w.Pid)
 	base := time.Now().UnixNano()
 	frame := make([]byte, wire.MsgHeaderLen, wire.MsgHeaderLen+8)
 	wire.PutMsgHeader(frame, 0, fx.client.LocalAddr().(*net.UDPAddr).AddrPort(), base)
@@ -514,7 +506,7 @@ func TestQueueAge(t *testing.T) {
 	if age := w.QueueAge(base + int64(5*time.Second)); age != 5*time.Second {
 		t.Fatalf("want the oldest of 3 queued frames 5 s old, have %v", age)
 	}
-	syscall.Kill(w.Pid, syscall.SIGCONT)
+	resume()
 	testkit.WaitFor(t, 10*time.Second, "the queue empty", func() bool { return w.Queue() == 0 })
 	if age := w.QueueAge(base + int64(5*time.Second)); age != 0 {
 		t.Fatalf("an empty queue: want age 0, have %v", age)

@@ -103,10 +103,7 @@ func TestProfileFromWorker(t *testing.T) {
 func TestProfileCPUOneAtATime(t *testing.T) {
 	t.Parallel()
 	_, w := readyWorker(t, testworker.Echo, 0)
-	if err := w.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Signal(syscall.SIGCONT)
+	resume := testkit.StopProcess(t, w.Pid)
 	type result struct {
 		b   []byte
 		err error
@@ -129,9 +126,7 @@ func TestProfileCPUOneAtATime(t *testing.T) {
 	if !errors.Is(err, ErrProfileBusy) {
 		t.Fatalf("second CPU profile, the worker stopped: want %v at once, have %v", ErrProfileBusy, err)
 	}
-	if err := w.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	resume()
 	r := <-first
 	if r.err != nil {
 		t.Fatalf("first CPU profile: %v", r.err)
