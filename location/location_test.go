@@ -51,10 +51,7 @@ func stores(now *time.Time) map[string]func(t *testing.T) Store {
 			return NewRemote(func(req []byte) ([]byte, error) { return Serve(backing, req), nil })
 		},
 		"sqlite": func(t *testing.T) Store {
-			s, err := OpenSQLite(filepath.Join(t.TempDir(), "location.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := openPatientSQLite(t, filepath.Join(t.TempDir(), "location.db"))
 			s.Now = clock
 			t.Cleanup(func() { s.Close() })
 			return s
@@ -72,6 +69,18 @@ func stores(now *time.Time) map[string]func(t *testing.T) Store {
 // store answers, not how fast.
 func patientURL(srv *redistest.Server) string {
 	return srv.URL() + "?dial_timeout=10s&read_timeout=10s&write_timeout=10s"
+}
+
+// openPatientSQLite opens the SQLite store at path with a patient bound on
+// its statements, for the same reason as patientURL.
+func openPatientSQLite(t *testing.T, path string) *SQLite {
+	t.Helper()
+	s, err := OpenSQLite(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.timeout = 10 * time.Second
+	return s
 }
 
 // openPatientRedis opens a Redis store on srv with patient timeouts.

@@ -57,14 +57,8 @@ func TestParseURL(t *testing.T) {
 func TestSQLiteSharedAndDurable(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "location.db")
-	a, err := OpenSQLite(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := OpenSQLite(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := openPatientSQLite(t, path)
+	b := openPatientSQLite(t, path)
 	exp := time.Now().Add(time.Hour)
 	if _, err := a.Register("sip:alice@example.com", Binding{Contact: "sip:alice@10.0.0.1", Expires: exp, CallID: "c1", CSeq: 7, Received: "10.0.0.1:5060", Proto: "udp", UserAgent: "ua"}); err != nil {
 		t.Fatal(err)
@@ -77,10 +71,7 @@ func TestSQLiteSharedAndDurable(t *testing.T) {
 	}
 	a.Close()
 	b.Close()
-	c, err := OpenSQLite(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := openPatientSQLite(t, path)
 	defer c.Close()
 	bs, err := c.List()
 	if err != nil || len(bs) != 2 || !bs[0].Expires.Equal(exp) {

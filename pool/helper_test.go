@@ -13,6 +13,12 @@ import (
 	"github.com/sipvisor/sipvisor/internal/wire"
 )
 
+// patience bounds every wait of these tests: far above what anything takes
+// even on a loaded machine, where a worker of the race-enabled test binary
+// may take seconds to start. Waits end as soon as what they wait for
+// happens; only a failure takes this long.
+const patience = time.Minute
+
 // The test binary doubles as the worker: the supervisor side under test
 // re-executes it, and TestMain sends it to testworker.
 func TestMain(m *testing.M) {
@@ -27,12 +33,12 @@ func TestMain(m *testing.M) {
 // runTestSupervisor starts a group and prints its workers' pids, then waits
 // to be killed.
 func runTestSupervisor() {
-	g := NewGroup(GroupOptions{Name: "udp0", Kind: KindUDP, Initial: 2, Command: testCommand(testworker.Echo, 0)})
+	g := NewGroup(GroupOptions{Name: "udp0", Kind: KindUDP, Initial: 2, Command: testCommand(testworker.Echo, 0), ReadyTimeout: patience})
 	if err := g.Start(); err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	if !testkit.Until(10*time.Second, func() bool { return len(g.Routable()) == 2 }) {
+	if !testkit.Until(patience, func() bool { return len(g.Routable()) == 2 }) {
 		fmt.Println("error: workers not ready")
 		os.Exit(1)
 	}
@@ -77,6 +83,9 @@ func newFixture(t *testing.T, o GroupOptions) *fixture {
 	o.SocketNames = []string{"udp:" + sock.LocalAddr().String()}
 	if o.Name == "" {
 		o.Name = "udp0"
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = patience
 	}
 	g := NewGroup(o)
 	fx := &fixture{t: t, g: g, sock: sock, client: client, buf: make([]byte, 2048)}

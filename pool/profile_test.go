@@ -35,7 +35,7 @@ func pipes(pid string) int {
 func readyWorker(t *testing.T, mode testworker.Mode, cost time.Duration) (*fixture, *Worker) {
 	t.Helper()
 	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand(mode, cost)})
-	testkit.WaitFor(t, 10*time.Second, "a ready worker", func() bool { return len(fx.g.Routable()) == 1 })
+	testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(fx.g.Routable()) == 1 })
 	return fx, fx.g.Routable()[0]
 }
 
@@ -83,7 +83,7 @@ func TestProfileFromWorker(t *testing.T) {
 		if name == wire.CPUProfile {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), patience)
 		p, err := w.Profile(ctx, name, 0)
 		cancel()
 		if err != nil {
@@ -94,7 +94,7 @@ func TestProfileFromWorker(t *testing.T) {
 	if n := pipes("self"); n != ours {
 		t.Errorf("supervisor side: want %d pipes open, have %d", ours, n)
 	}
-	testkit.WaitFor(t, 5*time.Second, "the worker to close its pipes", func() bool { return pipes(pid) == theirs })
+	testkit.WaitFor(t, patience, "the worker to close its pipes", func() bool { return pipes(pid) == theirs })
 }
 
 // A second CPU profile while one is being taken is refused at once, by the
@@ -119,8 +119,8 @@ func TestProfileCPUOneAtATime(t *testing.T) {
 		b, err := io.ReadAll(p)
 		first <- result{b, err}
 	}()
-	testkit.WaitFor(t, 5*time.Second, "the first CPU profile to start", w.cpuProfiling.Load)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	testkit.WaitFor(t, patience, "the first CPU profile to start", w.cpuProfiling.Load)
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
 	defer cancel()
 	_, err := w.Profile(ctx, wire.CPUProfile, 1)
 	if !errors.Is(err, ErrProfileBusy) {
@@ -133,7 +133,7 @@ func TestProfileCPUOneAtATime(t *testing.T) {
 	}
 	gunzip(t, r.b)
 	// The reader is closed after the result is handed over.
-	testkit.WaitFor(t, 5*time.Second, "the worker to count as no longer CPU-profiled", func() bool { return !w.cpuProfiling.Load() })
+	testkit.WaitFor(t, patience, "the worker to count as no longer CPU-profiled", func() bool { return !w.cpuProfiling.Load() })
 }
 
 // The runtime takes one CPU profile at a time, and the worker says so when
@@ -156,7 +156,7 @@ func TestProfileWorkerRefusesSecondCPUProfile(t *testing.T) {
 	}
 	statuses := map[byte]int{}
 	for _, rd := range reads {
-		rd.SetReadDeadline(time.Now().Add(10 * time.Second))
+		rd.SetReadDeadline(time.Now().Add(patience))
 		status, _, msg, err := readProfileHeader(rd)
 		if err != nil {
 			t.Fatal(err)
@@ -185,19 +185,19 @@ func TestProfileWorkerExitsMidProfile(t *testing.T) {
 		}
 		errc <- err
 	}()
-	testkit.WaitFor(t, 5*time.Second, "the worker to take the profile frame", func() bool { return w.Handled() > handled })
+	testkit.WaitFor(t, patience, "the worker to take the profile frame", func() bool { return w.Handled() > handled })
 	w.Signal(syscall.SIGKILL)
 	select {
 	case err := <-errc:
 		if !errors.Is(err, ErrWorkerGone) || !strings.Contains(err.Error(), "exited") {
 			t.Fatalf("want %v saying the worker exited, have %v", ErrWorkerGone, err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("the wait for the profile did not end when the worker died")
 	}
 	// Waited for rather than read at once: the group forks a replacement
 	// meanwhile, and a fork holds a pipe of its own for a moment.
-	testkit.WaitFor(t, 5*time.Second, "no profile pipe left open", func() bool { return pipes("self") == ours })
+	testkit.WaitFor(t, patience, "no profile pipe left open", func() bool { return pipes("self") == ours })
 }
 
 // A worker stuck on a message answers no profile: the wait ends at the
@@ -223,9 +223,9 @@ func TestProfileTimeoutBehindStuckWorker(t *testing.T) {
 	if err := w.Signal(testworker.ReleaseSignal); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitFor(t, 10*time.Second, "the worker to handle the message and the profile frame", func() bool { return w.Queue() == 0 })
-	testkit.WaitFor(t, 5*time.Second, "the worker to close its pipe", func() bool { return pipes(pid) == theirs })
-	if got := fx.receive(1, 5*time.Second); !got[1] {
+	testkit.WaitFor(t, patience, "the worker to handle the message and the profile frame", func() bool { return w.Queue() == 0 })
+	testkit.WaitFor(t, patience, "the worker to close its pipe", func() bool { return pipes(pid) == theirs })
+	if got := fx.receive(1, patience); !got[1] {
 		t.Error("the message the worker was stuck on was not answered")
 	}
 }

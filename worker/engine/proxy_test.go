@@ -148,6 +148,7 @@ func TestRetransmittedInviteAbsorbed(t *testing.T) {
 	t.Parallel()
 	p := startProxy(t, config.DefaultText, func(o *Options) { o.T1 = time.Hour }) // no timer A firing during the test
 	alice, bob := newUA(t), newUA(t)
+	bob.retrans = true // T1 out of reach: anything again is the proxy's doing
 	msg := invite(p.addr(), alice.addr(), "sip:bob@"+bob.addr().String(), "retr@test", "z9hG4bK-retr", 70)
 
 	alice.send(p.addr(), msg)
@@ -168,6 +169,7 @@ func TestCancel(t *testing.T) {
 	t.Parallel()
 	p := startProxy(t, config.DefaultText, func(o *Options) { o.T1 = time.Hour }) // no timer A or G firing during the test
 	alice, bob := newUA(t), newUA(t)
+	bob.retrans = true // T1 out of reach: anything again is the proxy's doing
 	ruri := "sip:bob@" + bob.addr().String()
 	alice.send(p.addr(), invite(p.addr(), alice.addr(), ruri, "cancel@test", "z9hG4bK-can", 70))
 	alice.recvResponse(100)

@@ -44,7 +44,7 @@ func TestSIPpThroughProxy(t *testing.T) {
 	defer cancel()
 	const calls = "20"
 	uas := exec.CommandContext(ctx, sipp, "-sn", "uas", "-i", "127.0.0.1", "-p", strconv.Itoa(uasPort),
-		"-m", calls, "-timeout", "40s", "-timeout_error", "-nostdin")
+		"-m", calls, "-timeout", "40s", "-timeout_error", "-nostdin", "-buff_size", "4194304")
 	uasOut := &testkit.SyncBuffer{}
 	uas.Stdout, uas.Stderr = uasOut, uasOut
 	if err := uas.Start(); err != nil {
@@ -55,7 +55,7 @@ func TestSIPpThroughProxy(t *testing.T) {
 
 	uac := exec.CommandContext(ctx, sipp, "-sn", "uac", "-i", "127.0.0.1", "-p", strconv.Itoa(uacPort),
 		"-rsa", p.addr().String(), "127.0.0.1:"+strconv.Itoa(uasPort),
-		"-m", calls, "-r", "10", "-d", "100", "-timeout", "40s", "-timeout_error", "-nostdin")
+		"-m", calls, "-r", "10", "-d", "100", "-timeout", "40s", "-timeout_error", "-nostdin", "-buff_size", "4194304")
 	out, err := uac.CombinedOutput()
 	if err != nil {
 		t.Fatalf("sipp uac: %v\n%s", err, tail(out))
