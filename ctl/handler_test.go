@@ -55,6 +55,7 @@ func request(t *testing.T, srv *httptest.Server, method, path, body string, head
 const memHigh = "suspend_watermarks/system_memory_usage/high"
 
 func TestHandlerRequests(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name         string
 		method, path string
@@ -140,6 +141,7 @@ func TestHandlerRequests(t *testing.T) {
 }
 
 func TestHandlerSuspendResume(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend()
 	srv := serve(t, b, "")
 	a := request(t, srv, "POST", "/mi/suspend", "", nil)
@@ -163,6 +165,7 @@ func TestHandlerSuspendResume(t *testing.T) {
 }
 
 func TestHandlerToken(t *testing.T) {
+	t.Parallel()
 	const token = "s3cret-token"
 	tests := []struct {
 		name   string

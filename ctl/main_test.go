@@ -26,6 +26,7 @@ func ctl(t *testing.T, addr string, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// Not parallel: it sets the package's clock.
 func TestMainGolden(t *testing.T) {
 	defer func(f func() time.Time) { now = f }(now)
 	now = func() time.Time { return testNow }
@@ -94,6 +95,7 @@ func golden(t *testing.T, name, have string) {
 
 // TestMainPSJSON checks what scripts rely on: every worker's pid.
 func TestMainPSJSON(t *testing.T) {
+	t.Parallel()
 	srv := serve(t, newTestBackend(), "")
 	code, out, _ := ctl(t, srv.URL, "ps", "--json")
 	var gs []Group
@@ -127,6 +129,7 @@ func equalInts(a, b []int) bool {
 }
 
 func TestMainErrors(t *testing.T) {
+	t.Parallel()
 	const token = "t0ken"
 	tests := []struct {
 		name  string
@@ -182,6 +185,7 @@ func TestMainErrors(t *testing.T) {
 }
 
 func TestMainConnectionRefused(t *testing.T) {
+	t.Parallel()
 	// A port that was just free: listen, note it, close.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -211,6 +215,7 @@ func TestMainEnvironment(t *testing.T) {
 }
 
 func TestMainBadAddr(t *testing.T) {
+	t.Parallel()
 	for _, addr := range []string{"ftp://127.0.0.1:1", "http://", "http://[::1"} {
 		code, _, errs := ctl(t, addr, "ps")
 		if code != 2 || !strings.Contains(errs, "-addr") {
@@ -220,6 +225,7 @@ func TestMainBadAddr(t *testing.T) {
 }
 
 func TestMainHelp(t *testing.T) {
+	t.Parallel()
 	var out, errb bytes.Buffer
 	if code := Main(context.Background(), []string{"-h"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "resource-monitor") {
 		t.Fatalf("want usage and exit 0, have %v %q", code, out.String())

@@ -10,6 +10,7 @@ import (
 )
 
 func TestKindParse(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		kind Kind
 		text string
@@ -61,6 +62,7 @@ func TestKindParse(t *testing.T) {
 }
 
 func TestParamsSet(t *testing.T) {
+	t.Parallel()
 	const mem = "suspend_watermarks/system_memory_usage/"
 	tests := []struct {
 		path, text string
@@ -116,6 +118,7 @@ func TestParamsSet(t *testing.T) {
 }
 
 func TestParamsGetSubtree(t *testing.T) {
+	t.Parallel()
 	p := newTestBackend().Params()
 	have, err := p.Get("suspend_watermarks/system_memory_usage")
 	if err != nil {
@@ -154,6 +157,7 @@ func TestParamsGetSubtree(t *testing.T) {
 }
 
 func TestParamsRegisterPanics(t *testing.T) {
+	t.Parallel()
 	get := func() float64 { return 0 }
 	tests := []struct {
 		name  string
@@ -190,6 +194,7 @@ func TestParamsRegisterPanics(t *testing.T) {
 // TestParamsConcurrent is for -race: sets of a low and high pair from many
 // goroutines must keep low under high, since sets are one at a time.
 func TestParamsConcurrent(t *testing.T) {
+	t.Parallel()
 	b := newTestBackend()
 	p := b.Params()
 	const mem = "suspend_watermarks/system_memory_usage/"

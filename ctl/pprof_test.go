@@ -39,9 +39,8 @@ func newPprofServer(t *testing.T, token string) *pprofServer {
 			writeError(w, http.StatusUnauthorized, "missing or wrong token")
 			return
 		}
-		if r.URL.Query().Get("seconds") == "1" {
-			// The length of a CPU profile; longer than the tests' -timeout.
-			time.Sleep(400 * time.Millisecond)
+		if r.URL.Query().Get("seconds") == "5" {
+			time.Sleep(400 * time.Millisecond) // stands in for a CPU profile's length: beyond the test's -timeout 100ms, well within the 5 s the profile adds to it
 		}
 		w.Write([]byte("\x1f\x8b" + what))
 	}
@@ -87,7 +86,7 @@ func TestPprofCommand(t *testing.T) {
 			"/debug/pprof/worker/2/goroutine?group=udp%3A127.0.0.1%3A5060", "goroutine-udp_127.0.0.1_5060-worker-2.pb.gz", "worker 2 goroutine", ""},
 		{[]string{"pprof", "profile", "-worker", "2", "-seconds", "30", "-o", "cpu.out"}, "/debug/pprof/worker/2/profile?seconds=30", "cpu.out", "worker 2 profile", "wrote the CPU profile of worker 2 (group udp:127.0.0.1:5060, pid 4102) to cpu.out"},
 		{[]string{"pprof", "profile"}, "/debug/pprof/profile", "profile-supervisor.pb.gz", "supervisor profile", ""},
-		{[]string{"-timeout", "100ms", "pprof", "profile", "-seconds", "1"}, "/debug/pprof/profile?seconds=1", "profile-supervisor.pb.gz", "supervisor profile", ""},
+		{[]string{"-timeout", "100ms", "pprof", "profile", "-seconds", "5"}, "/debug/pprof/profile?seconds=5", "profile-supervisor.pb.gz", "supervisor profile", ""},
 	} {
 		n := len(srv.asked())
 		code, out, errs := ctl(t, srv.URL, tt.args...)

@@ -7,6 +7,7 @@ import (
 )
 
 func TestParseAddr(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in   string
 		want Addr
@@ -35,6 +36,7 @@ func TestParseAddr(t *testing.T) {
 // address the supervisor bound: what a worker relies on to reply from the
 // listening address.
 func TestExportImportSendsFromBoundAddress(t *testing.T) {
+	t.Parallel()
 	ss, err := Bind([]Addr{{"udp", "127.0.0.1", 0}, {"tcp", "127.0.0.1", 0}})
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +78,7 @@ func TestExportImportSendsFromBoundAddress(t *testing.T) {
 }
 
 func TestBindFailureClosesEverything(t *testing.T) {
+	t.Parallel()
 	ss, err := Bind([]Addr{{"udp", "127.0.0.1", 0}})
 	if err != nil {
 		t.Fatal(err)

@@ -80,6 +80,7 @@ func runClient(t *testing.T, o Options) Stats {
 }
 
 func TestUACAgainstUAS(t *testing.T) {
+	t.Parallel()
 	for _, tp := range []string{"u1", "t1"} {
 		t.Run(tp, func(t *testing.T) {
 			addr, res := startUAS(t, Options{Transport: tp, MaxCalls: 20})
@@ -116,6 +117,7 @@ func TestUACAgainstUAS(t *testing.T) {
 }
 
 func TestRejectedCallsCountAs503RetryAfter(t *testing.T) {
+	t.Parallel()
 	addr, res := startUAS(t, Options{MaxCalls: 20, RejectEvery: 4})
 	c := runClient(t, Options{Scenario: "uac", Target: addr.String(), Schedule: Constant(100), MaxCalls: 20})
 	s := wait(t, res, "uas")
@@ -136,6 +138,7 @@ func TestRejectedCallsCountAs503RetryAfter(t *testing.T) {
 }
 
 func TestRegisterRefreshesUsers(t *testing.T) {
+	t.Parallel()
 	addr, res := startUAS(t, Options{MaxCalls: 12})
 	c := runClient(t, Options{Scenario: "register", Target: addr.String(), Schedule: Constant(40), MaxCalls: 12, Users: 4})
 	s := wait(t, res, "uas")
@@ -145,6 +148,7 @@ func TestRegisterRefreshesUsers(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
+	t.Parallel()
 	addr, res := startUAS(t, Options{MaxCalls: 10})
 	c := runClient(t, Options{Scenario: "options", Target: addr.String(), Schedule: Constant(40), MaxCalls: 10, Transport: "u1"})
 	wait(t, res, "uas")
@@ -156,6 +160,7 @@ func TestOptions(t *testing.T) {
 // A server that reads and never answers: every call must end as a timeout,
 // after RFC 3261 retransmissions, and the run must still end by itself.
 func TestSilentServerTimesOut(t *testing.T) {
+	t.Parallel()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -194,6 +199,7 @@ func TestSilentServerTimesOut(t *testing.T) {
 }
 
 func TestLimitSkipsCalls(t *testing.T) {
+	t.Parallel()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -207,6 +213,7 @@ func TestLimitSkipsCalls(t *testing.T) {
 }
 
 func TestMainExitCodesAndCSV(t *testing.T) {
+	t.Parallel()
 	addr, _ := startUAS(t, Options{RejectEvery: 5})
 	dir := t.TempDir()
 	csvName := filepath.Join(dir, "run.csv")
@@ -274,6 +281,7 @@ func TestMainExitCodesAndCSV(t *testing.T) {
 }
 
 func TestPlotPNG(t *testing.T) {
+	t.Parallel()
 	name := filepath.Join(t.TempDir(), "run.png")
 	rows := []Row{
 		{Elapsed: time.Second, TargetCPS: 10, Counts: Counts{Offered: 10, Succeeded: 9}, Groups: []GroupSample{{"udp:127.0.0.1:5060", .1, 4}}},
@@ -293,6 +301,7 @@ func TestPlotPNG(t *testing.T) {
 
 // A retransmitted OPTIONS is answered again but is not a new call.
 func TestUASCountsRetransmittedOptionsOnce(t *testing.T) {
+	t.Parallel()
 	// Not -m 1: that would end the uas before the retransmission arrives.
 	addr, res := startUAS(t, Options{Timeout: 2 * time.Second})
 	c, err := net.Dial("udp", addr.String())
@@ -323,6 +332,7 @@ func TestUASCountsRetransmittedOptionsOnce(t *testing.T) {
 }
 
 func TestMetricsCountOutcomes(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {

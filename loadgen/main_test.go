@@ -10,6 +10,7 @@ import (
 )
 
 func TestParseArgs(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		args   []string
@@ -57,6 +58,7 @@ func TestParseArgs(t *testing.T) {
 // The offered load follows the schedule, not the server: against a server
 // that never answers, every scheduled call is still placed.
 func TestOpenLoopAgainstSilentServer(t *testing.T) {
+	t.Parallel()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +88,7 @@ func FuzzParseMetrics(f *testing.F) {
 }
 
 func TestParseUDPDrops(t *testing.T) {
+	t.Parallel()
 	const table = `   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops
   123: 0100007F:13C4 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 31337 2 0000000000000000 17
   124: 0100007F:13C5 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 31338 2 0000000000000000 5
@@ -103,6 +106,7 @@ func TestParseUDPDrops(t *testing.T) {
 // A run cut short by -timeout leaves its open calls aborted, not failed, so
 // they do not count against the failure budget.
 func TestTimeoutAbortsOpenCalls(t *testing.T) {
+	t.Parallel()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +119,7 @@ func TestTimeoutAbortsOpenCalls(t *testing.T) {
 }
 
 func TestUDPDropsFindsOwnSocket(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat("/proc/net/udp"); err != nil {
 		t.Skip("no /proc/net/udp on this system")
 	}
@@ -130,6 +135,7 @@ func TestUDPDropsFindsOwnSocket(t *testing.T) {
 
 // Every flag is documented in docs/SIPLOAD.md.
 func TestFlagsDocumented(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../docs/SIPLOAD.md")
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,7 @@ func plotRows(n int, groups bool, fail bool) []Row {
 // The chart's layout: which panels and series appear for which data, and
 // every legend beside its data rather than over it.
 func TestPlotLayout(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		rows   []Row

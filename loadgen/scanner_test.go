@@ -10,6 +10,7 @@ import (
 // REGISTER whose From tag carried the Call-ID's "@" was once answered 400
 // there.
 func TestRequestsPassTheFrontDoorScanner(t *testing.T) {
+	t.Parallel()
 	e := newEndpoint("127.0.0.1", 5070, "127.0.0.1:5060", "UDP", "service", "run")
 	c := &call{n: 42, callID: string(e.callID(nil, 42)), cseq: 1, ruri: []byte("sip:service@127.0.0.1:5060"),
 		to: []byte("<sip:service@127.0.0.1:5060>;tag=t1"), target: []byte("sip:service@127.0.0.1:5080")}

@@ -9,6 +9,7 @@ import (
 )
 
 func TestScenarioErrorsNameFileAndLine(t *testing.T) {
+	t.Parallel()
 	head := "<?xml version=\"1.0\" encoding=\"ISO-8859-1\" ?>\n<scenario name=\"x\">\n"
 	send := "  <send>\n    <![CDATA[\n      OPTIONS sip:[service]@[remote_ip] SIP/2.0\n      Call-ID: [call_id]\n    ]]>\n  </send>\n"
 	for _, tc := range []struct {
@@ -36,6 +37,7 @@ func TestScenarioErrorsNameFileAndLine(t *testing.T) {
 // Every scenario file in the repository, sipload's own (-sd) and, when SIPp
 // is installed, SIPp's (sipp -sd) compile.
 func TestScenarioFilesCompile(t *testing.T) {
+	t.Parallel()
 	files, _ := filepath.Glob("../e2e/testdata/*.xml")
 	b, _ := filepath.Glob("../bench/*.xml")
 	files = append(files, b...)
@@ -84,6 +86,7 @@ func TestScenarioFilesCompile(t *testing.T) {
 }
 
 func TestTemplateFollowsSIPpTextRules(t *testing.T) {
+	t.Parallel()
 	src := `<scenario><send><![CDATA[
 
       INVITE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
@@ -122,6 +125,7 @@ func TestTemplateFollowsSIPpTextRules(t *testing.T) {
 }
 
 func TestDigestResponse(t *testing.T) {
+	t.Parallel()
 	// RFC 2617 3.5's example, and RFC 7616 3.9.1's with SHA-256.
 	for _, tc := range []struct {
 		name, chal, user, pass, method, uri, want string
@@ -150,6 +154,7 @@ func TestDigestResponse(t *testing.T) {
 }
 
 func TestInjectionOrder(t *testing.T) {
+	t.Parallel()
 	in, err := parseInjection("u.csv", []byte("SEQUENTIAL\n# user;pass\nalice;a1\nbob;b2\n"))
 	if err != nil {
 		t.Fatal(err)

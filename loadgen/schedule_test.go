@@ -10,6 +10,7 @@ import (
 )
 
 func TestParseSchedule(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		spec string
 		want Schedule
@@ -49,6 +50,7 @@ func TestParseSchedule(t *testing.T) {
 }
 
 func TestParseScheduleFile(t *testing.T) {
+	t.Parallel()
 	name := filepath.Join(t.TempDir(), "swing.txt")
 	if err := os.WriteFile(name, []byte("# OpenSIPS 3.0 auto-scaling\n10/20s\n100/40s, 10/40s\n\n350/bad\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -63,6 +65,7 @@ func TestParseScheduleFile(t *testing.T) {
 }
 
 func TestScheduleCallsAndAt(t *testing.T) {
+	t.Parallel()
 	s := Schedule{{10, 2 * time.Second}, {0, time.Second}, {100, time.Second}}
 	for _, tc := range []struct {
 		t     time.Duration
@@ -114,6 +117,7 @@ func TestScheduleCallsAndAt(t *testing.T) {
 }
 
 func TestRamp(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name            string
 		rate, step, max float64

@@ -25,6 +25,7 @@ weird{a="x\"y\\z",b="1"} +Inf
 `
 
 func TestParseMetrics(t *testing.T) {
+	t.Parallel()
 	ss, err := parseMetrics(metricsText)
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +52,7 @@ func TestParseMetrics(t *testing.T) {
 }
 
 func TestParseMetricsErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, err string }{
 		{"x", "line 1: no value"},
 		{"ok 1\nx{a=\"1\" 2", "line 2: bad label"},
@@ -68,6 +70,7 @@ func TestParseMetricsErrors(t *testing.T) {
 
 // Scraped columns follow the server's metrics as the run goes.
 func TestScrapeAddsGroupColumns(t *testing.T) {
+	t.Parallel()
 	var workers atomic.Int64
 	workers.Store(2)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -102,6 +105,7 @@ func TestScrapeAddsGroupColumns(t *testing.T) {
 }
 
 func TestScrapeFailureIsReported(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no", http.StatusInternalServerError)
 	}))

@@ -20,6 +20,7 @@ const resp200 = "SIP/2.0 200 OK\r\n" +
 	"l: 3\r\n\r\nabc"
 
 func TestScan(t *testing.T) {
+	t.Parallel()
 	var m msg
 	if err := m.scan([]byte(resp200)); err != nil {
 		t.Fatal(err)
@@ -43,6 +44,7 @@ func TestScan(t *testing.T) {
 }
 
 func TestScanErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, err string }{
 		{"", "too short"},
 		{"SIP/2.0 2x0 OK\r\n\r\n", "line 1: bad status code"},
@@ -62,6 +64,7 @@ func TestScanErrors(t *testing.T) {
 }
 
 func TestFrameLen(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in      string
 		skip, n int
@@ -89,6 +92,7 @@ func TestFrameLen(t *testing.T) {
 
 // Every message sipload builds must scan back to what it said.
 func TestBuildScansBack(t *testing.T) {
+	t.Parallel()
 	e := newEndpoint("127.0.0.1", 5070, "127.0.0.1:5060", "UDP", "service", "run")
 	c := &call{n: 42, callID: "42-run@127.0.0.1", cseq: 1, ruri: []byte("sip:service@127.0.0.1:5060")}
 	var m msg
@@ -137,6 +141,7 @@ func FuzzScan(f *testing.F) {
 }
 
 func TestHistQuantile(t *testing.T) {
+	t.Parallel()
 	var h hist
 	if have := h.quantile(.5); have != 0 {
 		t.Errorf("empty: want 0, have %v", have)

@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sipvisor/sipvisor/internal/testkit"
 )
 
 const sippPath = "/usr/bin/sipp"
@@ -20,25 +21,6 @@ func needSipp(t *testing.T) {
 	if _, err := os.Stat(sippPath); err != nil {
 		t.Skipf("SIPp is not installed at %s (Debian package sip-tester); interoperability not tested", sippPath)
 	}
-}
-
-// freePort finds a port SIPp can bind: SIPp cannot report a port it chose.
-func freePort(t *testing.T, network string) int {
-	t.Helper()
-	if network == "tcp" {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port
-	}
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).Port
 }
 
 // sippStats reads the cumulative counters from the last line of SIPp's
@@ -120,28 +102,18 @@ func tail(b []byte) string {
 }
 
 func TestSiploadUACAgainstSippUAS(t *testing.T) {
+	t.Parallel()
 	needSipp(t)
 	for _, tp := range []string{"u1", "t1"} {
 		t.Run(tp, func(t *testing.T) {
 			network := map[string]string{"u1": "udp", "t1": "tcp"}[tp]
-			port := freePort(t, network)
+			port := testkit.FreePort(t)
 			sp := startSipp(t, "-sn", "uas", "-i", "127.0.0.1", "-p", strconv.Itoa(port), "-t", tp, "-m", "20")
-			target := fmt.Sprintf("127.0.0.1:%d", port)
-			var c Stats
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				// SIPp needs a moment to bind; a refused TCP connect means
-				// try again, anything else is the result.
-				st, err := Run(context.Background(), Options{Scenario: "uac", Target: target, LocalIP: "127.0.0.1",
-					Transport: tp, Schedule: Constant(50), MaxCalls: 20, Hold: 20 * time.Millisecond, Timeout: 30 * time.Second})
-				if err == nil && (tp == "t1" || st.Succeeded > 0 || time.Now().After(deadline)) {
-					c = st
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("sipload uac: %v", err)
-				}
-				time.Sleep(100 * time.Millisecond)
+			testkit.WaitListening(t, network, port, 10*time.Second)
+			c, err := Run(context.Background(), Options{Scenario: "uac", Target: fmt.Sprintf("127.0.0.1:%d", port), LocalIP: "127.0.0.1",
+				Transport: tp, Schedule: Constant(50), MaxCalls: 20, Hold: 20 * time.Millisecond, Timeout: 30 * time.Second})
+			if err != nil {
+				t.Fatalf("sipload uac: %v", err)
 			}
 			s := sp.wait(t)
 			t.Logf("sipp uas: %d incoming, %d successful, %d failed (tcp closed %d, unexpected %d); sipload uac: %+v", s["IncomingCall(C)"], s["SuccessfulCall(C)"], s["FailedCall(C)"], s["FailedTcpClosed(C)"], s["FailedUnexpectedMessage(C)"], c.Counts)
@@ -163,6 +135,7 @@ func TestSiploadUACAgainstSippUAS(t *testing.T) {
 }
 
 func TestSippUACAgainstSiploadUAS(t *testing.T) {
+	t.Parallel()
 	needSipp(t)
 	for _, tp := range []string{"u1", "t1"} {
 		t.Run(tp, func(t *testing.T) {

@@ -3,7 +3,6 @@ package loadgen
 import (
 	"context"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sipvisor/sipvisor/internal/testkit"
 )
 
 // sippScenario writes `sipp -sd name` to a file: SIPp's own scenarios, as
@@ -42,21 +43,6 @@ func builtinScenario(t *testing.T, name string) string {
 	return f
 }
 
-// waitBound returns once something has bound UDP port on 127.0.0.1.
-func waitBound(t *testing.T, port int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
-		if err != nil {
-			return
-		}
-		c.Close()
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("nothing bound 127.0.0.1:%d within 10s", port)
-}
-
 // siploadArgs runs sipload with a SIPp command line, as Main would.
 func siploadArgs(t *testing.T, args []string, onListen func(netip.AddrPort)) Stats {
 	t.Helper()
@@ -78,6 +64,7 @@ func siploadArgs(t *testing.T, args []string, onListen func(netip.AddrPort)) Sta
 // A SIPp user's client scenario runs the same under sipload as under SIPp,
 // against SIPp's server: the same calls succeed and fail.
 func TestXMLClientScenariosAgreeWithSipp(t *testing.T) {
+	t.Parallel()
 	needSipp(t)
 	if testing.Short() {
 		t.Skip("runs SIPp several times")
@@ -92,9 +79,9 @@ func TestXMLClientScenariosAgreeWithSipp(t *testing.T) {
 			t.Parallel()
 			counts := map[string][2]int64{}
 			for _, tool := range []string{"sipp", "sipload"} {
-				port := freePort(t, "udp")
+				port := testkit.FreePort(t)
 				peer := startSipp(t, "-sn", "uas", "-i", "127.0.0.1", "-p", strconv.Itoa(port), "-m", "10")
-				waitBound(t, port)
+				testkit.WaitListening(t, "udp", port, 10*time.Second)
 				args := []string{"127.0.0.1:" + strconv.Itoa(port), "-sf", tc.file, "-i", "127.0.0.1", "-m", "10", "-r", "50", "-d", "20"}
 				var ok, failed int64
 				if tool == "sipp" {
@@ -118,6 +105,7 @@ func TestXMLClientScenariosAgreeWithSipp(t *testing.T) {
 // A SIPp user's server scenario, driven by SIPp's uac: the client and the
 // server count the same under sipload as under SIPp.
 func TestXMLServerScenariosAgreeWithSipp(t *testing.T) {
+	t.Parallel()
 	needSipp(t)
 	if testing.Short() {
 		t.Skip("runs SIPp several times")
@@ -133,13 +121,13 @@ func TestXMLServerScenariosAgreeWithSipp(t *testing.T) {
 			t.Parallel()
 			counts := map[string][4]int64{}
 			for _, tool := range []string{"sipp", "sipload"} {
-				port := freePort(t, "udp")
+				port := testkit.FreePort(t)
 				args := []string{"-sf", tc.file, "-i", "127.0.0.1", "-p", strconv.Itoa(port), "-m", "10"}
 				var srvOK, srvFailed int64
 				var client *sippRun
 				if tool == "sipp" {
 					srv := startSipp(t, args...)
-					waitBound(t, port)
+					testkit.WaitListening(t, "udp", port, 10*time.Second)
 					client = startSipp(t, "127.0.0.1:"+strconv.Itoa(port), "-sn", "uac", "-i", "127.0.0.1", "-m", "10", "-r", "50", "-d", "20")
 					s := srv.wait(t)
 					srvOK, srvFailed = s["SuccessfulCall(C)"], s["FailedCall(C)"]
@@ -177,6 +165,7 @@ func abs(t *testing.T, p string) string {
 // a scenario sipload cannot run is refused with its line before any
 // traffic (exit 2).
 func TestMainXMLInjectionAndErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	sc := filepath.Join(dir, "ping.xml")
 	os.WriteFile(sc, []byte(`<?xml version="1.0" encoding="ISO-8859-1" ?>

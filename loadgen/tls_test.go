@@ -87,6 +87,7 @@ func (ca *testCA) issue(name string) (cert, key string) {
 // (SIPp's -tls_ca: the server demands the client's), count as over UDP and
 // TCP; the messages name TLS in Via and transport=tls in Contact.
 func TestUACAgainstUASOverTLS(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t, "loadgen")
 	srvCert, srvKey := ca.issue("uas")
 	cliCert, cliKey := ca.issue("uac")
@@ -107,6 +108,7 @@ func TestUACAgainstUASOverTLS(t *testing.T) {
 // SIPp's XML scenarios run over -t l1 as given on the command line, server
 // and client, with [transport] TLS; SIPp's flags name the files.
 func TestXMLScenariosOverTLS(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t, "loadgen")
 	srvCert, srvKey := ca.issue("uas")
 	dir := t.TempDir()

@@ -11,6 +11,7 @@ import (
 )
 
 func TestKey(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ in, want string }{
 		{"sip:alice@example.com", "sip:alice@example.com"},
 		{"sip:Alice@EXAMPLE.com", "sip:Alice@example.com"},
@@ -50,25 +51,48 @@ func stores(now *time.Time) map[string]func(t *testing.T) Store {
 			return NewRemote(func(req []byte) ([]byte, error) { return Serve(backing, req), nil })
 		},
 		"sqlite": func(t *testing.T) Store {
-			s, err := OpenSQLite(filepath.Join(t.TempDir(), "location.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := openPatientSQLite(t, filepath.Join(t.TempDir(), "location.db"))
 			s.Now = clock
 			t.Cleanup(func() { s.Close() })
 			return s
 		},
 		"redis": func(t *testing.T) Store {
-			srv := redistest.Start(t)
-			s, err := OpenRedis(srv.URL())
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := openPatientRedis(t, redistest.Start(t))
 			s.Now = clock
-			t.Cleanup(func() { s.Close() })
 			return s
 		},
 	}
+}
+
+// patientURL is srv's URL with the client's timeouts far above what a
+// loaded test machine makes a call take: the tests are about what the
+// store answers, not how fast.
+func patientURL(srv *redistest.Server) string {
+	return srv.URL() + "?dial_timeout=10s&read_timeout=10s&write_timeout=10s"
+}
+
+// openPatientSQLite opens the SQLite store at path with a patient bound on
+// its statements, for the same reason as patientURL.
+func openPatientSQLite(t *testing.T, path string) *SQLite {
+	t.Helper()
+	s, err := OpenSQLite(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.timeout = 10 * time.Second
+	return s
+}
+
+// openPatientRedis opens a Redis store on srv with patient timeouts.
+func openPatientRedis(t *testing.T, srv *redistest.Server) *Redis {
+	t.Helper()
+	s, err := OpenRedis(patientURL(srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.timeout = 10 * time.Second
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 func mustList(t *testing.T, s Store) []Binding {
@@ -89,6 +113,7 @@ func contacts(bs []Binding) []string {
 }
 
 func TestStore(t *testing.T) {
+	t.Parallel()
 	// Real time: Redis lapses keys by its own clock.
 	t0 := time.Now().Truncate(time.Millisecond)
 	now := t0
@@ -154,6 +179,7 @@ func TestStore(t *testing.T) {
 }
 
 func TestServeBadInput(t *testing.T) {
+	t.Parallel()
 	mem := NewMemory()
 	good := (&request{Op: opSave, AOR: "sip:a@h", Binding: &Binding{Contact: "sip:a@10.0.0.1"}}).append(nil)
 	for _, req := range [][]byte{
@@ -182,6 +208,7 @@ func TestServeBadInput(t *testing.T) {
 // and answers that are cut short or claim more bindings than they hold are
 // refused rather than read past their end.
 func TestWireRoundTrip(t *testing.T) {
+	t.Parallel()
 	full := Binding{AOR: "sip:alice@example.com", Contact: "sip:alice@[2001:db8::1]:5062;transport=tcp",
 		Expires: time.Unix(1_700_000_000, 123456789), CallID: "a84b4c76e66710@pc33", CSeq: 1<<32 - 1,
 		Received: "10.0.0.1:5062", Proto: "tcp", UserAgent: "Linphone/5.2.0 (belle-sip) ünïcode"}
@@ -232,6 +259,7 @@ func sameBinding(a, b Binding) bool {
 // Random bytes after the tag, most of them with a known operation, never
 // panic the server side.
 func TestServeRandomInput(t *testing.T) {
+	t.Parallel()
 	mem := NewMemory()
 	r := rand.New(rand.NewPCG(7, 8))
 	for i := 0; i < 20000; i++ {
@@ -262,6 +290,7 @@ func BenchmarkRemoteLookup(b *testing.B) {
 // Register saves and answers with the AOR's live bindings in one step, in
 // memory and across the wire alike.
 func TestRegisterReturnsBindings(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	for name, open := range stores(&now) {
 		t.Run(name, func(t *testing.T) {

@@ -30,6 +30,9 @@ type Redis struct {
 	secret   []byte
 	// Now is the clock used to hide lapsed bindings; tests replace it.
 	Now func() time.Time
+	// timeout bounds one call: redisTimeout, or longer in tests on a
+	// loaded machine.
+	timeout time.Duration
 }
 
 const redisPrefix = "sipvisor:loc:"
@@ -87,7 +90,7 @@ func OpenRedis(url string) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Redis{c: redis.NewClient(o), url: redactURL(url), Now: time.Now}
+	r := &Redis{c: redis.NewClient(o), url: redactURL(url), Now: time.Now, timeout: redisTimeout}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := r.c.Ping(ctx).Err(); err != nil {
@@ -172,7 +175,7 @@ func (r *Redis) Register(aor string, b Binding) ([]Binding, error) {
 		return nil, ErrEmptyAOR
 	}
 	b.AOR = aor
-	ctx, cancel := context.WithTimeout(context.Background(), redisTimeout)
+	ctx, cancel := r.ctx()
 	defer cancel()
 	now := r.Now()
 	exp := ms(b.Expires)
@@ -189,7 +192,7 @@ func (r *Redis) Register(aor string, b Binding) ([]Binding, error) {
 
 // Lookup implements Store.
 func (r *Redis) Lookup(aor string) ([]Binding, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), redisTimeout)
+	ctx, cancel := r.ctx()
 	defer cancel()
 	now := r.Now()
 	res, err := lookupScript.Run(ctx, r.c, []string{indexKey(aor)}, ms(now)).Slice()
@@ -226,7 +229,7 @@ func (r *Redis) Remove(aor, contact string) error {
 	if aor == "" {
 		return ErrEmptyAOR
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), redisTimeout)
+	ctx, cancel := r.ctx()
 	defer cancel()
 	return r.fail("remove", removeScript.Run(ctx, r.c, []string{indexKey(aor)}, contact).Err())
 }
@@ -289,20 +292,20 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 `)
 
-func redisCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), redisTimeout)
+func (r *Redis) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), r.timeout)
 }
 
 // PutUser implements Users.
 func (r *Redis) PutUser(u User) error {
-	ctx, cancel := redisCtx()
+	ctx, cancel := r.ctx()
 	defer cancel()
 	return r.fail("put user", r.c.HSet(ctx, userKey(u.Name, u.Realm), "md5", u.HA1MD5, "sha256", u.HA1SHA256).Err())
 }
 
 // GetUser implements Users.
 func (r *Redis) GetUser(name, realm string) (User, bool, error) {
-	ctx, cancel := redisCtx()
+	ctx, cancel := r.ctx()
 	defer cancel()
 	m, err := r.c.HGetAll(ctx, userKey(name, realm)).Result()
 	if err != nil {
@@ -316,7 +319,7 @@ func (r *Redis) GetUser(name, realm string) (User, bool, error) {
 
 // RemoveUser implements Users.
 func (r *Redis) RemoveUser(name, realm string) (bool, error) {
-	ctx, cancel := redisCtx()
+	ctx, cancel := r.ctx()
 	defer cancel()
 	n, err := r.c.Del(ctx, userKey(name, realm)).Result()
 	return n > 0, r.fail("remove user", err)
@@ -355,7 +358,7 @@ func (r *Redis) ListUsers() ([]User, error) {
 
 // UseNonce implements Users.
 func (r *Redis) UseNonce(nonce string, nc uint32, ttl time.Duration) (bool, error) {
-	ctx, cancel := redisCtx()
+	ctx, cancel := r.ctx()
 	defer cancel()
 	n, err := useNonceScript.Run(ctx, r.c, []string{redisNonce + nonce}, nc, ttl.Milliseconds()).Int()
 	if err != nil {
@@ -371,7 +374,7 @@ func (r *Redis) Secret() ([]byte, error) {
 	if r.secret != nil {
 		return r.secret, nil
 	}
-	ctx, cancel := redisCtx()
+	ctx, cancel := r.ctx()
 	defer cancel()
 	if err := r.c.SetNX(ctx, redisSecret, newSecret(), 0).Err(); err != nil {
 		return nil, r.fail("secret", err)

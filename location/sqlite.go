@@ -25,6 +25,9 @@ type SQLite struct {
 	path string
 	// Now is the clock used to hide lapsed bindings; tests replace it.
 	Now func() time.Time
+	// timeout bounds a statement: sqliteTimeout, or longer in tests on a
+	// loaded machine.
+	timeout time.Duration
 
 	upsert, del, delAll, lookup, list, expire *sql.Stmt
 
@@ -105,7 +108,7 @@ func OpenSQLite(path string) (*SQLite, error) {
 	db.SetMaxOpenConns(4)
 	db.SetMaxIdleConns(4)
 	db.SetConnMaxIdleTime(0)
-	s := &SQLite{db: db, path: path, Now: time.Now}
+	s := &SQLite{db: db, path: path, Now: time.Now, timeout: sqliteTimeout}
 	if err := s.init(); err != nil {
 		db.Close()
 		return nil, err
@@ -167,8 +170,8 @@ func (s *SQLite) init() error {
 	)
 }
 
-func ctxTimeout() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), sqliteTimeout)
+func (s *SQLite) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.timeout)
 }
 
 // Save implements Store.
@@ -176,7 +179,7 @@ func (s *SQLite) Save(aor string, b Binding) error {
 	if aor == "" {
 		return ErrEmptyAOR
 	}
-	ctx, cancel := ctxTimeout()
+	ctx, cancel := s.ctx()
 	defer cancel()
 	var err error
 	if !b.Expires.After(s.Now()) {
@@ -234,7 +237,7 @@ func (s *SQLite) register(ctx context.Context, aor string, b Binding) ([]Binding
 
 // Lookup implements Store.
 func (s *SQLite) Lookup(aor string) ([]Binding, error) {
-	ctx, cancel := ctxTimeout()
+	ctx, cancel := s.ctx()
 	defer cancel()
 	rows, err := s.lookup.QueryContext(ctx, aor, s.Now().UnixNano())
 	if err != nil {
@@ -249,7 +252,7 @@ func (s *SQLite) Remove(aor, contact string) error {
 	if aor == "" {
 		return ErrEmptyAOR
 	}
-	ctx, cancel := ctxTimeout()
+	ctx, cancel := s.ctx()
 	defer cancel()
 	var err error
 	if contact == "" {
@@ -320,7 +323,7 @@ func scanBindings(rows *sql.Rows) ([]Binding, error) {
 
 // PutUser implements Users.
 func (s *SQLite) PutUser(u User) error {
-	ctx, cancel := ctxTimeout()
+	ctx, cancel := s.ctx()
 	defer cancel()
 	_, err := s.putUser.ExecContext(ctx, u.Name, u.Realm, u.HA1MD5, u.HA1SHA256)
 	return s.fail("put user", err)
@@ -328,7 +331,7 @@ func (s *SQLite) PutUser(u User) error {
 
 // GetUser implements Users.
 func (s *SQLite) GetUser(name, realm string) (User, bool, error) {
-	ctx, cancel := ctxTimeout()
+	ctx, cancel := s.ctx()
 	defer cancel()
 	u := User{Name: name, Realm: realm}
 	err := s.getUser.QueryRowContext(ctx, name, realm).Scan(&u.HA1MD5, &u.HA1SHA256)
@@ -343,7 +346,7 @@ func (s *SQLite) GetUser(name, realm string) (User, bool, error) {
 
 // RemoveUser implements Users.
 func (s *SQLite) RemoveUser(name, realm string) (bool, error) {
-	ctx, cancel := ctxTimeout()
+	ctx, cancel := s.ctx()
 	defer cancel()
 	res, err := s.rmUser.ExecContext(ctx, name, realm)
 	if err != nil {
@@ -375,7 +378,7 @@ func (s *SQLite) ListUsers() ([]User, error) {
 
 // UseNonce implements Users.
 func (s *SQLite) UseNonce(nonce string, nc uint32, ttl time.Duration) (bool, error) {
-	ctx, cancel := ctxTimeout()
+	ctx, cancel := s.ctx()
 	defer cancel()
 	now := s.Now()
 	res, err := s.useNonce.ExecContext(ctx, nonce, int64(nc), now.Add(ttl).UnixNano(), now.UnixNano())

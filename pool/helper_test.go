@@ -1,31 +1,28 @@
 package pool
 
 import (
-	"context"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
-	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/testkit"
+	"github.com/sipvisor/sipvisor/internal/testkit/testworker"
 	"github.com/sipvisor/sipvisor/internal/wire"
-	"github.com/sipvisor/sipvisor/worker"
 )
 
-// The test binary doubles as the worker, as go-plugin's helper processes do:
-// the supervisor side under test re-executes it, and TestMain sends it here.
+// patience bounds every wait of these tests: far above what anything takes
+// even on a loaded machine, where a worker of the race-enabled test binary
+// may take seconds to start. Waits end as soon as what they wait for
+// happens; only a failure takes this long.
+const patience = time.Minute
+
+// The test binary doubles as the worker: the supervisor side under test
+// re-executes it, and TestMain sends it to testworker.
 func TestMain(m *testing.M) {
-	if worker.IsWorker() {
-		err := worker.Run(context.Background(), nil, newTestHandler)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "worker:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	testworker.Serve()
 	if os.Getenv("POOL_TEST_SUPERVISOR") != "" {
 		runTestSupervisor()
 		return
@@ -33,77 +30,17 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-const envMode, envCost = "POOL_TEST_MODE", "POOL_TEST_COST"
-
-// testHandler acts out a mode: echo (send each message back to its source
-// after a cost), never-ready, crash-after-ready, slow-drain (holds a session
-// forever), gc (echo after a garbage collection).
-type testHandler struct {
-	env  *worker.Env
-	mode string
-	cost time.Duration
-	n    int
-}
-
-func newTestHandler(env *worker.Env) (worker.Handler, error) {
-	h := &testHandler{env: env, mode: os.Getenv(envMode)}
-	h.cost, _ = time.ParseDuration(os.Getenv(envCost))
-	switch h.mode {
-	case "never-ready":
-		select {}
-	case "crash-after-ready":
-		go func() {
-			time.Sleep(50 * time.Millisecond)
-			os.Exit(7)
-		}()
-	}
-	return h, nil
-}
-
-func (h *testHandler) HandleMessage(m *worker.Message) {
-	if h.cost > 0 {
-		time.Sleep(h.cost)
-	}
-	h.n++
-	if h.mode == "gc" {
-		runtime.GC()
-	}
-	data := m.Data
-	if h.mode == "note" {
-		if err := h.env.Note(data); err != nil {
-			data = []byte(err.Error())
-		}
-	}
-	if h.mode == "call" {
-		ans, err := h.env.Call(data)
-		if err != nil {
-			ans = []byte(err.Error())
-		}
-		data = ans
-	}
-	h.env.Sockets[m.Socket].WriteTo(data, net.UDPAddrFromAddrPort(m.From))
-}
-func (h *testHandler) HandleJob(name string) {}
-func (h *testHandler) HandleConn(c net.Conn) { c.Close() }
-func (h *testHandler) Tick(time.Time)        {}
-func (h *testHandler) Held() int {
-	if h.mode == "slow-drain" {
-		return 1
-	}
-	return 0
-}
-
 // runTestSupervisor starts a group and prints its workers' pids, then waits
 // to be killed.
 func runTestSupervisor() {
-	g := NewGroup(GroupOptions{Name: "udp0", Kind: KindUDP, Initial: 2, Command: testCommand("echo", 0)})
+	g := NewGroup(GroupOptions{Name: "udp0", Kind: KindUDP, Initial: 2, Command: testCommand(testworker.Echo, 0), ReadyTimeout: patience})
 	if err := g.Start(); err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) && len(g.Routable()) < 2 {
-		time.Sleep(10 * time.Millisecond)
+	if !testkit.Until(patience, func() bool { return len(g.Routable()) == 2 }) {
+		fmt.Println("error: workers not ready")
+		os.Exit(1)
 	}
 	for _, w := range g.Workers() {
 		fmt.Println("pid", w.Pid)
@@ -112,12 +49,9 @@ func runTestSupervisor() {
 	select {}
 }
 
-func testCommand(mode string, cost time.Duration) Command {
-	return Command{
-		Path: os.Args[0],
-		Args: []string{"-test.run=^$"},
-		Env:  []string{envMode + "=" + mode, envCost + "=" + cost.String()},
-	}
+func testCommand(mode testworker.Mode, cost time.Duration) Command {
+	path, args, env := testworker.Command(mode, cost)
+	return Command{Path: path, Args: args, Env: env}
 }
 
 // fixture is a group of real worker processes sharing one UDP socket, and a
@@ -150,6 +84,9 @@ func newFixture(t *testing.T, o GroupOptions) *fixture {
 	if o.Name == "" {
 		o.Name = "udp0"
 	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = patience
+	}
 	g := NewGroup(o)
 	fx := &fixture{t: t, g: g, sock: sock, client: client, buf: make([]byte, 2048)}
 	t.Cleanup(func() {
@@ -162,18 +99,6 @@ func newFixture(t *testing.T, o GroupOptions) *fixture {
 		t.Fatal(err)
 	}
 	return fx
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // send hands one numbered message to w, as the front door would.
@@ -200,5 +125,3 @@ func (fx *fixture) receive(n int, d time.Duration) map[int]bool {
 	}
 	return got
 }
-
-var _ = netip.AddrPort{}

@@ -14,19 +14,22 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sipvisor/sipvisor/internal/testkit"
+	"github.com/sipvisor/sipvisor/internal/testkit/testworker"
 	"github.com/sipvisor/sipvisor/internal/wire"
 )
 
 func TestWorkersServeThroughSharedSocket(t *testing.T) {
-	fx := newFixture(t, GroupOptions{Initial: 2, Command: testCommand("echo", 0)})
-	waitFor(t, "2 ready workers", 10*time.Second, func() bool { return len(fx.g.Routable()) == 2 })
+	t.Parallel()
+	fx := newFixture(t, GroupOptions{Initial: 2, Command: testCommand(testworker.Echo, 0)})
+	testkit.WaitFor(t, patience, "2 ready workers", func() bool { return len(fx.g.Routable()) == 2 })
 	const n = 200
 	for i := 0; i < n; i++ {
 		if err := fx.send(fx.g.Pick(), i); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got := fx.receive(n, 10*time.Second)
+	got := fx.receive(n, patience)
 	if len(got) != n {
 		t.Fatalf("want %d replies, have %d", n, len(got))
 	}
@@ -38,41 +41,55 @@ func TestWorkersServeThroughSharedSocket(t *testing.T) {
 	}
 }
 
-// A worker given a per-message cost reports busy time: the group's load is
-// the share of wall time spent in the handler.
+// The group's load is the share of wall time its workers spend in the
+// handler: none for an idle worker, all of it for one inside the handler
+// throughout. The samples are taken at chosen instants, so the shares are
+// exact whatever the machine's speed.
 func TestLoadIsBusyShare(t *testing.T) {
-	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("echo", 2*time.Millisecond)})
-	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	t.Parallel()
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand(testworker.Hold, 0)})
+	testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(fx.g.Routable()) == 1 })
 	w := fx.g.Routable()[0]
-	fx.g.Sample(time.Now())
-	time.Sleep(50 * time.Millisecond)
-	if load, ok, _ := fx.g.Sample(time.Now()); !ok || load > 50 {
-		t.Fatalf("idle worker: want load under 50%%, have %.1f (ok %v)", load, ok)
+	defer w.Signal(testworker.ReleaseSignal)
+	t0 := time.Now()
+	fx.g.Sample(t0)
+	if load, ok, _ := fx.g.Sample(t0.Add(50 * time.Millisecond)); !ok || load != 0 {
+		t.Fatalf("idle worker: want load 0, have %.1f (ok %v)", load, ok)
 	}
-	// 300 messages of 2 ms keep it busy for at least 600 ms.
-	for i := 0; i < 300; i++ {
+	for i := range 3 {
 		if err := fx.send(w, i); err != nil {
 			t.Fatal(err)
 		}
 	}
-	start := time.Now()
-	time.Sleep(300 * time.Millisecond)
-	load, ok, ws := fx.g.Sample(time.Now())
-	if !ok || load < 80 {
-		t.Fatalf("busy worker: want load over 80%%, have %.1f after %v (ok %v)", load, time.Since(start), ok)
+	var since int64
+	testkit.WaitFor(t, patience, "the worker inside its handler", func() bool {
+		since = int64(w.p.stats.Load(wire.OffBusySince))
+		return since != 0
+	})
+	t1 := time.Unix(0, since).Add(time.Millisecond)
+	fx.g.Sample(t1)
+	load, ok, ws := fx.g.Sample(t1.Add(300 * time.Millisecond))
+	if !ok || load != 100 {
+		t.Fatalf("worker in its handler throughout: want load 100, have %.1f (ok %v)", load, ok)
 	}
-	if ws[0].Queue == 0 {
-		t.Errorf("want a queue behind the busy worker, have 0")
+	if ws[0].Queue < 2 {
+		t.Errorf("want 2 messages queued behind the held one, have %d", ws[0].Queue)
 	}
-	fx.receive(300, 20*time.Second)
+	if err := w.Signal(testworker.ReleaseSignal); err != nil {
+		t.Fatal(err)
+	}
+	if got := fx.receive(3, patience); len(got) != 3 {
+		t.Fatalf("once let go: want 3 replies, have %d", len(got))
+	}
 }
 
 // Everything handed to a worker before it was told to drain is handled
 // before it exits, and it exits cleanly.
 func TestDrainLosesNothing(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
-	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("echo", 200*time.Microsecond), Metrics: NewMetrics(reg)})
-	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand(testworker.Echo, 200*time.Microsecond), Metrics: NewMetrics(reg)})
+	testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(fx.g.Routable()) == 1 })
 	w := fx.g.Routable()[0]
 	const n = 1000
 	for i := 0; i < n; i++ {
@@ -86,10 +103,10 @@ func TestDrainLosesNothing(t *testing.T) {
 		// sends it messages of transactions it holds).
 		t.Fatalf("send to draining worker: %v", err)
 	}
-	got := fx.receive(n+1, 20*time.Second)
+	got := fx.receive(n+1, patience)
 	select {
 	case <-w.Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("drained worker did not exit")
 	}
 	if len(got) != n+1 {
@@ -107,9 +124,10 @@ func TestDrainLosesNothing(t *testing.T) {
 }
 
 func TestCrashedWorkerIsReplacedAndCounted(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
-	fx := newFixture(t, GroupOptions{Initial: 2, Command: testCommand("echo", 0), Metrics: NewMetrics(reg)})
-	waitFor(t, "2 ready workers", 10*time.Second, func() bool { return len(fx.g.Routable()) == 2 })
+	fx := newFixture(t, GroupOptions{Initial: 2, Command: testCommand(testworker.Echo, 0), Metrics: NewMetrics(reg)})
+	testkit.WaitFor(t, patience, "2 ready workers", func() bool { return len(fx.g.Routable()) == 2 })
 	victim := fx.g.Routable()[0]
 	if err := victim.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -118,7 +136,7 @@ func TestCrashedWorkerIsReplacedAndCounted(t *testing.T) {
 	if r := victim.ExitReason(); r != ExitCrash {
 		t.Fatalf("want %s, have %s", ExitCrash, r)
 	}
-	waitFor(t, "a replacement", 10*time.Second, func() bool {
+	testkit.WaitFor(t, patience, "a replacement", func() bool {
 		ws := fx.g.Routable()
 		return len(ws) == 2 && ws[0] != victim && ws[1] != victim
 	})
@@ -135,11 +153,12 @@ func TestCrashedWorkerIsReplacedAndCounted(t *testing.T) {
 }
 
 func TestReadyTimeoutKills(t *testing.T) {
-	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("never-ready", 0), ReadyTimeout: 300 * time.Millisecond})
+	t.Parallel()
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand(testworker.NeverReady, 0), ReadyTimeout: 300 * time.Millisecond})
 	w := fx.g.Workers()[0]
 	select {
 	case <-w.Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("worker that never got ready is still there")
 	}
 	if r := w.ExitReason(); r != ExitReadyTimeout {
@@ -148,15 +167,16 @@ func TestReadyTimeoutKills(t *testing.T) {
 }
 
 func TestDrainDeadlineKills(t *testing.T) {
-	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("slow-drain", 0), DrainTimeout: 300 * time.Millisecond})
-	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	t.Parallel()
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand(testworker.SlowDrain, 0), DrainTimeout: 300 * time.Millisecond})
+	testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(fx.g.Routable()) == 1 })
 	w := fx.g.Shrink()
 	if w == nil {
 		t.Fatal("Shrink found no worker")
 	}
 	select {
 	case <-w.Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("worker past its drain deadline is still there")
 	}
 	if r := w.ExitReason(); r != ExitKilled {
@@ -165,17 +185,46 @@ func TestDrainDeadlineKills(t *testing.T) {
 }
 
 func TestCrashLoopBacksOff(t *testing.T) {
-	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("crash-after-ready", 0)})
-	// Each worker dies 50 ms after it starts. Without back-off there would be
-	// dozens of spawns in 1.5 s; with it, a handful.
-	time.Sleep(1500 * time.Millisecond)
-	spawns := testutil.ToFloat64(fx.g.opts.Metrics.spawns.WithLabelValues("udp0"))
-	if spawns < 2 || spawns > 8 {
-		t.Fatalf("want between 2 and 8 spawns in a crash loop, have %v", spawns)
+	t.Parallel()
+	type exit struct {
+		id      int
+		started time.Time
+		reason  string
+	}
+	exits := make(chan exit, 16)
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand(testworker.CrashAfterReady, 0),
+		OnExit: func(w *Worker, reason string) { exits <- exit{w.ID, w.Started, reason} }})
+	// Every worker crashes once ready. The first is replaced at once, the
+	// second after RestartDelay(2), the third after RestartDelay(3): each
+	// replacement starts at least that long after the one before started.
+	// A slow machine only widens the gaps.
+	byID := map[int]exit{}
+	for len(byID) < 4 {
+		select {
+		case e := <-exits:
+			if e.reason != ExitCrash {
+				t.Fatalf("worker %d: want exit reason %s, have %s", e.id, ExitCrash, e.reason)
+			}
+			byID[e.id] = e
+		case <-time.After(patience):
+			t.Fatalf("want 4 crashed workers, have %d", len(byID))
+		}
+	}
+	for id := 2; id <= 4; id++ {
+		gap := byID[id].started.Sub(byID[id-1].started)
+		if want := RestartDelay(id - 1); gap < want {
+			t.Errorf("worker %d started %v after worker %d; want at least RestartDelay(%d) = %v", id, gap, id-1, id-1, want)
+		}
+	}
+	// The first three crashes were replaced before the fourth worker ran;
+	// the fourth's replacement may still be being counted.
+	if v := testutil.ToFloat64(fx.g.opts.Metrics.restarts.WithLabelValues("udp0")); v < 3 {
+		t.Errorf("want at least 3 restarts counted, have %v", v)
 	}
 }
 
 func TestRestartDelay(t *testing.T) {
+	t.Parallel()
 	for _, r := range []struct {
 		n    int
 		want time.Duration
@@ -192,6 +241,7 @@ func TestRestartDelay(t *testing.T) {
 
 // Workers never outlive their supervisor, even one killed with SIGKILL.
 func TestWorkersDieWithSupervisor(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "POOL_TEST_SUPERVISOR=1")
 	out, err := cmd.StdoutPipe()
@@ -211,7 +261,7 @@ func TestWorkersDieWithSupervisor(t *testing.T) {
 		}
 		close(lines)
 	}()
-	timeout := time.After(20 * time.Second)
+	timeout := time.After(patience)
 loop:
 	for {
 		select {
@@ -235,7 +285,7 @@ loop:
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	waitFor(t, "workers to die", 10*time.Second, func() bool {
+	testkit.WaitFor(t, patience, "workers to die", func() bool {
 		for _, pid := range pids {
 			if alive(pid) {
 				return false
@@ -247,27 +297,23 @@ loop:
 
 // alive reports whether pid runs; a zombie waiting to be reaped is dead.
 func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+	st := testkit.ProcState(pid)
+	return st != 0 && st != 'Z'
 }
 
 // A worker reaches state kept in the supervisor with worker.Env.Call.
 func TestWorkerCallsSupervisor(t *testing.T) {
-	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("call", 0),
+	t.Parallel()
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand(testworker.Call, 0),
 		OnCall: func(w *Worker, req []byte) []byte { return append([]byte("7"), req...) }})
-	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(fx.g.Routable()) == 1 })
 	w := fx.g.Routable()[0]
 	for i := 0; i < 20; i++ {
 		if err := fx.send(w, i); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got := fx.receive(20, 10*time.Second)
+	got := fx.receive(20, patience)
 	for i := 0; i < 20; i++ {
 		if !got[700+i] && !(i < 10 && got[70+i]) {
 			t.Fatalf("want answer 7%d, have %v", i, got)
@@ -278,23 +324,24 @@ func TestWorkerCallsSupervisor(t *testing.T) {
 // A worker tells the supervisor what needs no answer with worker.Env.Note, in
 // order.
 func TestWorkerNotesSupervisor(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var notes []string
-	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("note", 0),
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand(testworker.Note, 0),
 		OnNote: func(w *Worker, note []byte) {
 			mu.Lock()
 			notes = append(notes, string(note))
 			mu.Unlock()
 		}})
-	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(fx.g.Routable()) == 1 })
 	w := fx.g.Routable()[0]
 	for i := 0; i < 20; i++ {
 		if err := fx.send(w, i); err != nil {
 			t.Fatal(err)
 		}
 	}
-	fx.receive(20, 10*time.Second)
-	waitFor(t, "20 notes", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(notes) == 20 })
+	fx.receive(20, patience)
+	testkit.WaitFor(t, patience, "20 notes", func() bool { mu.Lock(); defer mu.Unlock(); return len(notes) == 20 })
 	mu.Lock()
 	defer mu.Unlock()
 	for i, n := range notes {
@@ -308,8 +355,9 @@ func TestWorkerNotesSupervisor(t *testing.T) {
 // their replacements are ready; what is sent meanwhile is all handled, and
 // a scale-down in between takes an old worker, not a new one.
 func TestRenewReplacesEveryWorker(t *testing.T) {
-	fx := newFixture(t, GroupOptions{Initial: 2, Command: testCommand("echo", 0)})
-	waitFor(t, "2 ready workers", 10*time.Second, func() bool { return len(fx.g.Routable()) == 2 })
+	t.Parallel()
+	fx := newFixture(t, GroupOptions{Initial: 2, Command: testCommand(testworker.Echo, 0)})
+	testkit.WaitFor(t, patience, "2 ready workers", func() bool { return len(fx.g.Routable()) == 2 })
 	old := append([]*Worker(nil), fx.g.Routable()...)
 	if n := fx.g.Renew(); n != 2 {
 		t.Fatalf("want 2 workers renewed, have %d", n)
@@ -317,27 +365,48 @@ func TestRenewReplacesEveryWorker(t *testing.T) {
 	if n := fx.g.Renew(); n != 2 {
 		t.Fatalf("want only the 2 new workers renewed again, have %d", n)
 	}
-	sent := 0
-	for i := 0; i < 300; i++ {
-		if w := fx.g.Pick(); w != nil && fx.send(w, i) == nil {
-			sent++
+	// Messages go out in rounds until every old worker has gone: all of
+	// them are sent while the renewal runs, whatever it takes.
+	oldGone := func() bool {
+		for _, w := range old {
+			select {
+			case <-w.Done():
+			default:
+				return false
+			}
 		}
-		time.Sleep(time.Millisecond)
+		return true
 	}
-	if got := fx.receive(sent, 20*time.Second); len(got) != sent {
-		t.Fatalf("want %d replies, have %d", sent, len(got))
+	sent := 0
+	deadline := time.Now().Add(patience)
+	for round := 0; round < 30 || !oldGone(); round++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("old workers not drained within %v", patience)
+		}
+		first := sent
+		for range 10 {
+			if w := fx.g.Pick(); w != nil && fx.send(w, sent) == nil {
+				sent++
+			}
+		}
+		got := fx.receive(sent-first, patience)
+		for i := first; i < sent; i++ {
+			if !got[i] {
+				t.Fatalf("message %d sent during the renewal got no reply", i)
+			}
+		}
 	}
 	for _, w := range old {
 		select {
 		case <-w.Done():
-		case <-time.After(20 * time.Second):
+		case <-time.After(patience):
 			t.Fatalf("old worker %d not drained", w.ID)
 		}
 		if r := w.ExitReason(); r != ExitClean {
 			t.Fatalf("old worker %d: want exit reason %s, have %s", w.ID, ExitClean, r)
 		}
 	}
-	waitFor(t, "2 ready workers of the second renewal", 20*time.Second, func() bool {
+	testkit.WaitFor(t, patience, "2 ready workers of the second renewal", func() bool {
 		ws := fx.g.Routable()
 		if len(ws) != 2 {
 			return false
@@ -349,14 +418,15 @@ func TestRenewReplacesEveryWorker(t *testing.T) {
 		}
 		return true
 	})
-	waitFor(t, "only the renewed workers left", 20*time.Second, func() bool { return len(fx.g.Workers()) == 2 })
+	testkit.WaitFor(t, patience, "only the renewed workers left", func() bool { return len(fx.g.Workers()) == 2 })
 }
 
 // While a renewal runs, Shrink drains a worker being replaced first, though
 // it would otherwise take the newest.
 func TestShrinkTakesAStaleWorkerFirst(t *testing.T) {
-	fx := newFixture(t, GroupOptions{Initial: 2, Command: testCommand("echo", 0)})
-	waitFor(t, "2 ready workers", 10*time.Second, func() bool { return len(fx.g.Routable()) == 2 })
+	t.Parallel()
+	fx := newFixture(t, GroupOptions{Initial: 2, Command: testCommand(testworker.Echo, 0)})
+	testkit.WaitFor(t, patience, "2 ready workers", func() bool { return len(fx.g.Routable()) == 2 })
 	first := fx.g.Routable()[0]
 	for _, w := range fx.g.Routable() {
 		if w.ID < first.ID {
@@ -375,8 +445,9 @@ func TestShrinkTakesAStaleWorkerFirst(t *testing.T) {
 // unhandled and counted; a fresh request and a response of any age are
 // handled. The bound applies to a running worker as soon as it is set.
 func TestStaleRequestsDropped(t *testing.T) {
-	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("echo", 0)})
-	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	t.Parallel()
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand(testworker.Echo, 0)})
+	testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(fx.g.Routable()) == 1 })
 	w := fx.g.Workers()[0]
 	from := fx.client.LocalAddr().(*net.UDPAddr).AddrPort()
 	send := func(body string, age time.Duration) {
@@ -388,16 +459,18 @@ func TestStaleRequestsDropped(t *testing.T) {
 		}
 	}
 	// No bound yet: an old request is handled.
-	send("OPTIONS old-unbounded", time.Minute)
+	send("OPTIONS old-unbounded", 24*time.Hour)
 	// The bound is read when a frame is taken: wait until this one was.
-	waitFor(t, "the first frame handled", 10*time.Second, func() bool { return w.Handled() >= 1 })
-	fx.g.SetMaxQueueWait(200 * time.Millisecond)
-	send("OPTIONS stale", time.Second)
-	send("SIP/2.0 200 old-response", time.Second)
+	testkit.WaitFor(t, patience, "the first frame handled", func() bool { return w.Handled() >= 1 })
+	// The bound is far above any wait of a fresh frame on a loaded machine,
+	// the stale ones far above the bound.
+	fx.g.SetMaxQueueWait(patience)
+	send("OPTIONS stale", time.Hour)
+	send("SIP/2.0 200 old-response", time.Hour)
 	send("OPTIONS fresh", 0)
-	waitFor(t, "4 frames handled", 10*time.Second, func() bool { return w.Handled() >= 4 })
+	testkit.WaitFor(t, patience, "4 frames handled", func() bool { return w.Handled() >= 4 })
 	got := map[string]bool{}
-	fx.client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	fx.client.SetReadDeadline(time.Now().Add(patience))
 	for len(got) < 3 {
 		n, _, err := fx.client.ReadFrom(fx.buf)
 		if err != nil {
@@ -416,13 +489,11 @@ func TestStaleRequestsDropped(t *testing.T) {
 // QueueAge is the wait of the oldest frame still queued, measured, whatever
 // each frame costs.
 func TestQueueAge(t *testing.T) {
-	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("echo", 0)})
-	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	t.Parallel()
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand(testworker.Echo, 0)})
+	testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(fx.g.Routable()) == 1 })
 	w := fx.g.Workers()[0]
-	if err := syscall.Kill(w.Pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Kill(w.Pid, syscall.SIGCONT)
+	resume := testkit.StopProcess(t, w.Pid)
 	base := time.Now().UnixNano()
 	frame := make([]byte, wire.MsgHeaderLen, wire.MsgHeaderLen+8)
 	wire.PutMsgHeader(frame, 0, fx.client.LocalAddr().(*net.UDPAddr).AddrPort(), base)
@@ -435,14 +506,15 @@ func TestQueueAge(t *testing.T) {
 	if age := w.QueueAge(base + int64(5*time.Second)); age != 5*time.Second {
 		t.Fatalf("want the oldest of 3 queued frames 5 s old, have %v", age)
 	}
-	syscall.Kill(w.Pid, syscall.SIGCONT)
-	waitFor(t, "the queue empty", 10*time.Second, func() bool { return w.Queue() == 0 })
+	resume()
+	testkit.WaitFor(t, patience, "the queue empty", func() bool { return w.Queue() == 0 })
 	if age := w.QueueAge(base + int64(5*time.Second)); age != 0 {
 		t.Fatalf("an empty queue: want age 0, have %v", age)
 	}
 }
 
 func TestFrameCost(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name    string
 		busy    int64
@@ -466,19 +538,20 @@ func TestFrameCost(t *testing.T) {
 // A worker reports its heap and its GC's CPU time on the stats page, and a
 // sample carries them.
 func TestWorkerReportsHeapAndGCCPU(t *testing.T) {
-	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand("gc", 0)})
-	waitFor(t, "a ready worker", 10*time.Second, func() bool { return len(fx.g.Routable()) == 1 })
+	t.Parallel()
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand(testworker.GC, 0)})
+	testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(fx.g.Routable()) == 1 })
 	w := fx.g.Routable()[0]
-	waitFor(t, "the heap reported", 5*time.Second, func() bool { return w.HeapBytes() > 0 })
+	testkit.WaitFor(t, patience, "the heap reported", func() bool { return w.HeapBytes() > 0 })
 	for i := range 3 {
 		if err := fx.send(w, i); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := fx.receive(3, 10*time.Second); len(got) != 3 {
+	if got := fx.receive(3, patience); len(got) != 3 {
 		t.Fatalf("want 3 replies, have %d", len(got))
 	}
-	waitFor(t, "the GC's CPU time reported", 5*time.Second, func() bool { return w.GCCPUSeconds() > 0 })
+	testkit.WaitFor(t, patience, "the GC's CPU time reported", func() bool { return w.GCCPUSeconds() > 0 })
 	_, _, ws := fx.g.Sample(time.Now())
 	if len(ws) != 1 || ws[0].Heap == 0 || ws[0].GCCPU <= 0 {
 		t.Fatalf("want a sample with heap and GC CPU time, have %+v", ws)

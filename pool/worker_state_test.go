@@ -5,6 +5,7 @@ import "testing"
 // Every (state, event) pair, so that a new state or event cannot be added
 // without deciding what it does everywhere.
 func TestNext(t *testing.T) {
+	t.Parallel()
 	type row struct {
 		s      State
 		e      Event

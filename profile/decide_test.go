@@ -47,6 +47,7 @@ var eager = Profile{Name: "EAGER", UpTo: 6, UpLoad: 70, UpCycles: 4, Window: 5,
 const late = 100000
 
 func TestDecide(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		p       Profile
@@ -96,6 +97,7 @@ func TestDecide(t *testing.T) {
 }
 
 func TestDecideEstimatedLoad(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		p       Profile
@@ -118,6 +120,7 @@ func TestDecideEstimatedLoad(t *testing.T) {
 }
 
 func TestRescale(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		history  []float64
@@ -153,6 +156,7 @@ func equal(a, b []float64) bool {
 }
 
 func TestActionString(t *testing.T) {
+	t.Parallel()
 	for a, want := range map[Action]string{Hold: "hold", Up: "up", Down: "down", Action(7): "unknown"} {
 		if have := a.String(); have != want {
 			t.Errorf("want %v, have %v", want, have)
@@ -160,6 +164,7 @@ func TestActionString(t *testing.T) {
 	}
 }
 
+// Not parallel: it measures the process's allocations.
 func TestNoAllocations(t *testing.T) {
 	h := NewHistory(profileA.HistoryLen())
 	v, err := NewViews(time.Second)

@@ -3,6 +3,7 @@ package profile
 import "testing"
 
 func TestHistory(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		size int
@@ -33,6 +34,7 @@ func TestHistory(t *testing.T) {
 }
 
 func TestHistoryRescaleAndReset(t *testing.T) {
+	t.Parallel()
 	h := NewHistory(3)
 	for _, v := range loads(10, 80, 40, 20) {
 		h.Add(v)
@@ -52,6 +54,7 @@ func TestHistoryRescaleAndReset(t *testing.T) {
 }
 
 func TestHistoryValuesReusesBuffer(t *testing.T) {
+	t.Parallel()
 	h := NewHistory(4)
 	buf := make([]float64, 0, 4)
 	for _, v := range loads(1, 2, 3, 4, 5) {
@@ -64,6 +67,7 @@ func TestHistoryValuesReusesBuffer(t *testing.T) {
 }
 
 func TestHistoryLen(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		p    Profile
 		want int

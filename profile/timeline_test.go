@@ -59,6 +59,7 @@ func equalCycles(a, b []int64) bool {
 // seconds 20–60 that changes nothing, and a cascade down to 2 workers only
 // once the startup cooldown (10 × 10 cycles) is over.
 func TestTimelineStartupDownscale(t *testing.T) {
+	t.Parallel()
 	g := newGroup(profileA, 4, 2.8) // 10 CPS × 2.8 / 4 workers = 7%
 	for c := int64(1); c <= 119; c++ {
 		cps := 10.0
@@ -90,6 +91,7 @@ func TestTimelineStartupDownscale(t *testing.T) {
 // on 4 workers, ~70% at 350 CPS on 5), so this part uses its own: 1% of a
 // worker per CPS.
 func TestTimelineRampAndFall(t *testing.T) {
+	t.Parallel()
 	g := newGroup(profileA, 2, 1)
 	g.lastFork = 0
 	traffic := func(c int64) float64 {
@@ -158,6 +160,7 @@ func TestTimelineRampAndFall(t *testing.T) {
 // samples taken on 4 workers hide it, the group drains to 2 workers and has
 // to fork back to 3.
 func TestTimelineDrainDoesNotFlipFlop(t *testing.T) {
+	t.Parallel()
 	p := Profile{UpTo: 6, UpLoad: 30, UpCycles: 2, Window: 3, DownTo: 1, DownLoad: 24, DownCycles: 3}
 	for _, tc := range []struct {
 		name      string

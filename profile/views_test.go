@@ -8,6 +8,7 @@ import (
 )
 
 func TestViews(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		cycle time.Duration
@@ -47,6 +48,7 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 // TestViewsNoDrift runs many laps of values that do not add up exactly in
 // binary; the running sums must still agree with a fresh sum.
 func TestViewsNoDrift(t *testing.T) {
+	t.Parallel()
 	v, err := NewViews(time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +66,7 @@ func TestViewsNoDrift(t *testing.T) {
 }
 
 func TestNewViewsBadCycle(t *testing.T) {
+	t.Parallel()
 	for _, cycle := range []time.Duration{0, -time.Second} {
 		_, err := NewViews(cycle)
 		if err == nil || !strings.Contains(err.Error(), "must be positive") {

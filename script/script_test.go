@@ -7,6 +7,7 @@ import (
 )
 
 func TestFunctionsTable(t *testing.T) {
+	t.Parallel()
 	for name, f := range Functions {
 		if f.MinArgs < 0 || f.MaxArgs < f.MinArgs {
 			t.Errorf("%s: want 0 <= MinArgs <= MaxArgs, have %d..%d", name, f.MinArgs, f.MaxArgs)
@@ -30,6 +31,7 @@ func TestFunctionsTable(t *testing.T) {
 
 // TestJSON pins the tagged, stable JSON form that golden files rely on.
 func TestJSON(t *testing.T) {
+	t.Parallel()
 	p := Pos{File: "a.cfg", Line: 2, Col: 3}
 	s := &Script{Routes: map[string]*Block{
 		"": {Pos: p, Stmts: []Stmt{
@@ -55,6 +57,7 @@ func TestJSON(t *testing.T) {
 }
 
 func TestPseudoVarString(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		v    PseudoVar
 		want string

@@ -33,6 +33,7 @@ type fixedTimer struct {
 func (f fixedTimer) NextTimer() (time.Time, bool) { return f.at, f.ok }
 
 func TestNextTick(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1000, 0)
 	for _, c := range []struct {
 		name  string

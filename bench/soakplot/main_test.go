@@ -26,6 +26,7 @@ const good = header +
 	"5.0,kamailio,tree,200,NA,12500,1.05,NA,NA,1500,1500,0,NA,NA\n"
 
 func TestReadCSV(t *testing.T) {
+	t.Parallel()
 	rows, err := readCSV(strings.NewReader(good), "s.csv")
 	if err != nil {
 		t.Fatal(err)
@@ -47,6 +48,7 @@ func TestReadCSV(t *testing.T) {
 // Columns are found by name: another order, or one more column, reads the
 // same.
 func TestReadCSVColumnsByName(t *testing.T) {
+	t.Parallel()
 	in := "role,server,extra,pid,t_s,rss_kb,pss_kb,cpu_s,heap_bytes,gc_cpu_s\n" +
 		"udp-2,sipvisor,x,7,12.5,100,90,1,NA,NA\n"
 	rows, err := readCSV(strings.NewReader(in), "s.csv")
@@ -59,6 +61,7 @@ func TestReadCSVColumnsByName(t *testing.T) {
 }
 
 func TestReadCSVRefusesMalformed(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name, in, want string
 	}{
@@ -83,6 +86,7 @@ func TestReadCSVRefusesMalformed(t *testing.T) {
 }
 
 func TestPanelsOnlyWithData(t *testing.T) {
+	t.Parallel()
 	rows, err := readCSV(strings.NewReader(good), "s.csv")
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +137,7 @@ func TestPanelsOnlyWithData(t *testing.T) {
 }
 
 func TestRoleOrder(t *testing.T) {
+	t.Parallel()
 	in := []string{"udp-10", "timer-1", "udp-2", "supervisor", "udp-1"}
 	want := "supervisor timer-1 udp-1 udp-2 udp-10"
 	var rows []sample
@@ -149,6 +154,7 @@ func TestRoleOrder(t *testing.T) {
 }
 
 func TestRunWritesPNG(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	in := filepath.Join(dir, "s.csv")
 	if err := os.WriteFile(in, []byte(good), 0o644); err != nil {
@@ -177,6 +183,7 @@ func TestRunWritesPNG(t *testing.T) {
 
 // Tick labels carry no binary-fraction noise.
 func TestTickLabel(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		v    float64
 		want string

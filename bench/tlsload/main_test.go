@@ -21,6 +21,7 @@ import (
 )
 
 func TestReadMessage(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, in string
 		code     int
@@ -68,6 +69,7 @@ func TestReadMessage(t *testing.T) {
 }
 
 func TestSplitListAndURI(t *testing.T) {
+	t.Parallel()
 	got := splitList([]string{`<sip:a;lr>, "x,y" <sip:b;lr>`, "<sip:c,d;lr>"})
 	want := []string{"<sip:a;lr>", `"x,y" <sip:b;lr>`, "<sip:c,d;lr>"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -85,6 +87,7 @@ func TestSplitListAndURI(t *testing.T) {
 }
 
 func TestPercentile(t *testing.T) {
+	t.Parallel()
 	var ds []time.Duration
 	for i := 100; i >= 1; i-- {
 		ds = append(ds, time.Duration(i))
@@ -100,6 +103,7 @@ func TestPercentile(t *testing.T) {
 }
 
 func TestFlagErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -215,6 +219,7 @@ func summary(t *testing.T, out string) map[string]string {
 }
 
 func TestCallsAndHandshakes(t *testing.T) {
+	t.Parallel()
 	s := startTestServer(t)
 	dir := t.TempDir()
 	var out bytes.Buffer

@@ -3,6 +3,7 @@ package didyoumean
 import "testing"
 
 func TestClosest(t *testing.T) {
+	t.Parallel()
 	names := []string{"udp_workers", "tcp_workers", "timer_workers", "auto_scaling_cycle"}
 	for _, c := range []struct{ word, want string }{
 		{"udp_workerz", "udp_workers"},
@@ -19,6 +20,7 @@ func TestClosest(t *testing.T) {
 }
 
 func TestDistance(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		a, b string
 		want int

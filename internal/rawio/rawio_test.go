@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sipvisor/sipvisor/internal/testkit"
 )
 
 // udpFD is a non-blocking UDP socket on the loopback and its descriptor.
@@ -26,23 +28,25 @@ func udpFD(t *testing.T, network, addr string) (*net.UDPConn, int) {
 	return c, fd
 }
 
-// recvWait reads one datagram, waiting up to 5 s for it.
+// recvWait reads one datagram from the non-blocking fd, waiting up to 5 s
+// for it to arrive.
 func recvWait(t *testing.T, fd int, b []byte) (int, netip.AddrPort) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n, from, e := Recvfrom(fd, b)
-		if e == 0 {
-			return n, from
-		}
-		if e != EAGAIN || time.Now().After(deadline) {
-			t.Fatalf("recvfrom: want a datagram, have %v", e)
-		}
-		time.Sleep(time.Millisecond)
+	var n int
+	var from netip.AddrPort
+	var e syscall.Errno
+	testkit.WaitFor(t, 5*time.Second, "a datagram", func() bool {
+		n, from, e = Recvfrom(fd, b)
+		return e != EAGAIN
+	})
+	if e != 0 {
+		t.Fatalf("recvfrom: want a datagram, have %v", e)
 	}
+	return n, from
 }
 
 func TestSendtoRecvfrom(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name, network, a, b string
 		v6                  bool
@@ -79,6 +83,7 @@ func TestSendtoRecvfrom(t *testing.T) {
 }
 
 func TestRecvfromEmptySocket(t *testing.T) {
+	t.Parallel()
 	_, fd := udpFD(t, "udp4", "127.0.0.1:0")
 	if _, _, e := Recvfrom(fd, make([]byte, 16)); e != EAGAIN {
 		t.Errorf("want EAGAIN, have %v", e)
@@ -86,6 +91,7 @@ func TestRecvfromEmptySocket(t *testing.T) {
 }
 
 func TestSendtoWrongFamily(t *testing.T) {
+	t.Parallel()
 	_, fd := udpFD(t, "udp4", "127.0.0.1:0")
 	sa := MakeSockaddr(netip.MustParseAddrPort("[::1]:5060"), false)
 	if _, e := Sendto(fd, []byte("x"), &sa); e == 0 {
@@ -104,6 +110,7 @@ func seqpacket(t *testing.T) (int, int) {
 }
 
 func TestWriteRecvmsgKeepsFrames(t *testing.T) {
+	t.Parallel()
 	a, b := seqpacket(t)
 	for _, f := range []string{"first", "", "third frame"} {
 		if n, e := Write(a, []byte(f)); e != 0 || n != len(f) {
@@ -123,6 +130,7 @@ func TestWriteRecvmsgKeepsFrames(t *testing.T) {
 }
 
 func TestRecvmsgPassesDescriptorCloseOnExec(t *testing.T) {
+	t.Parallel()
 	a, b := seqpacket(t)
 	f, err := os.CreateTemp(t.TempDir(), "passed")
 	if err != nil {
@@ -152,6 +160,7 @@ func TestRecvmsgPassesDescriptorCloseOnExec(t *testing.T) {
 	}
 }
 
+// Not parallel: it measures the process's allocations.
 func TestNoAllocations(t *testing.T) {
 	a, afd := udpFD(t, "udp4", "127.0.0.1:0")
 	sa := MakeSockaddr(a.LocalAddr().(*net.UDPAddr).AddrPort(), false)
@@ -173,6 +182,7 @@ func TestNoAllocations(t *testing.T) {
 // EpollPoll finds nothing and leaves the set quiet, and new data makes it
 // ready again.
 func TestEpollPoll(t *testing.T) {
+	t.Parallel()
 	a, b := seqpacket(t)
 	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {

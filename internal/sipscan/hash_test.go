@@ -8,6 +8,7 @@ import (
 // TestCallIDHashFixed pins values: the hash must not change between releases
 // or processes, since every process that sees a Call-ID must agree on it.
 func TestCallIDHashFixed(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		want uint64
@@ -27,6 +28,7 @@ func TestCallIDHashFixed(t *testing.T) {
 // and an address, differing in a few digits) and wants no collision and an
 // even spread over buckets picked by the low bits.
 func TestCallIDHashSpread(t *testing.T) {
+	t.Parallel()
 	const n, buckets = 100000, 64
 	seen := make(map[uint64]string, n)
 	var count [buckets]int
@@ -46,6 +48,7 @@ func TestCallIDHashSpread(t *testing.T) {
 	}
 }
 
+// Not parallel: it measures the process's allocations.
 func TestCallIDHashTail(t *testing.T) {
 	// The length takes part, so trailing zero bytes do not collide.
 	a, b := CallIDHash([]byte("abc")), CallIDHash([]byte("abc\x00"))

@@ -51,6 +51,7 @@ func viaBranches(t *testing.T, msg sip.Message) []string {
 // parser: status, Via list, Call-ID, CSeq and From as in the request, and a
 // To tag.
 func TestAppendReplyParsesWithSipgo(t *testing.T) {
+	t.Parallel()
 	for _, f := range requestFiles(t) {
 		t.Run(f, func(t *testing.T) {
 			b := readMsg(t, strings.TrimPrefix(filepath.ToSlash(f), "testdata/"))
@@ -118,6 +119,7 @@ func TestAppendReplyParsesWithSipgo(t *testing.T) {
 }
 
 func TestAppendReplyTag(t *testing.T) {
+	t.Parallel()
 	b := readMsg(t, "msgs/bench_invite.sip")
 	var m Msg
 	if err := Scan(b, &m); err != nil {
@@ -169,6 +171,7 @@ func TestAppendReplyTag(t *testing.T) {
 }
 
 func TestAppendReplyRefuses(t *testing.T) {
+	t.Parallel()
 	invite := readMsg(t, "msgs/rfc3261_invite.sip")
 	tests := []struct {
 		name string
@@ -201,6 +204,7 @@ func TestAppendReplyRefuses(t *testing.T) {
 // TestAppendReplyAfterScanError answers requests the front door will not
 // route: the start line was read, so a 400, 483 or 505 can still go back.
 func TestAppendReplyAfterScanError(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		file string
 		err  Error
@@ -241,6 +245,7 @@ func TestAppendReplyAfterScanError(t *testing.T) {
 func itoa(n int) string { return string(appendUint(nil, uint(n))) }
 
 func TestAppendReplyHeaders(t *testing.T) {
+	t.Parallel()
 	b := readMsg(t, "msgs/options_keepalive.sip")
 	var m Msg
 	if err := Scan(b, &m); err != nil {
@@ -268,6 +273,7 @@ func TestAppendReplyHeaders(t *testing.T) {
 // TestAppendReplyUnfolds answers RFC 4475's wsinv, whose Via, To and CSeq are
 // folded over several lines: the reply carries each on one line.
 func TestAppendReplyUnfolds(t *testing.T) {
+	t.Parallel()
 	b := readMsg(t, "rfc4475/valid/wsinv.dat")
 	var m Msg
 	if err := Scan(b, &m); err != nil {
@@ -289,6 +295,7 @@ func TestAppendReplyUnfolds(t *testing.T) {
 	}
 }
 
+// Not parallel: it measures the process's allocations.
 func TestAppendReplyDoesNotAllocate(t *testing.T) {
 	dst := make([]byte, 0, 4096)
 	for _, f := range requestFiles(t) {
@@ -309,6 +316,7 @@ func TestAppendReplyDoesNotAllocate(t *testing.T) {
 // The ACK of a stateless reply carries the reply's tag back, whatever the
 // request's retransmission; an ACK of someone else's reply does not match.
 func TestIsOwnAck(t *testing.T) {
+	t.Parallel()
 	inv := []byte("INVITE sip:bob@example.com SIP/2.0\r\n" +
 		"Via: SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bKabc\r\n" +
 		"From: <sip:alice@example.com>;tag=a1\r\n" +

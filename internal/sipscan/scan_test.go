@@ -224,6 +224,7 @@ var messageTests = []struct {
 }
 
 func TestScanMessages(t *testing.T) {
+	t.Parallel()
 	for _, tt := range messageTests {
 		t.Run(tt.file, func(t *testing.T) {
 			b := readMsg(t, tt.file)
@@ -244,6 +245,7 @@ func TestScanMessages(t *testing.T) {
 // TestScanBareLF reads every message again with bare LF line ends in the
 // headers, which RFC 3261 7.5 asks receivers to tolerate.
 func TestScanBareLF(t *testing.T) {
+	t.Parallel()
 	for _, tt := range messageTests {
 		t.Run(tt.file, func(t *testing.T) {
 			b := readMsg(t, tt.file)
@@ -272,6 +274,7 @@ func TestScanBareLF(t *testing.T) {
 // the right reason, and those only semantically wrong (unknown scheme, bad
 // Date, missing From tag) pass through to the worker.
 func TestScanRFC4475(t *testing.T) {
+	t.Parallel()
 	want := map[string]Error{
 		"invalid/badaspec.dat":   ErrBadHeader,
 		"invalid/badinv01.dat":   ErrBadVia,
@@ -314,6 +317,7 @@ func TestScanRFC4475(t *testing.T) {
 }
 
 func TestScanMalformed(t *testing.T) {
+	t.Parallel()
 	big := make([]byte, DefaultMaxDatagram+1)
 	copy(big, readMsg(t, "msgs/rfc3261_invite.sip"))
 	longLine := crlf(
@@ -462,6 +466,7 @@ func TestScanMalformed(t *testing.T) {
 }
 
 func TestScanToTagCases(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		to     string
 		hasTag bool
@@ -505,6 +510,7 @@ func TestScanToTagCases(t *testing.T) {
 // inside the headers is truncated, one cut inside the body is short of its
 // Content-Length, and none may scan cleanly or panic.
 func TestScanTruncatedEverywhere(t *testing.T) {
+	t.Parallel()
 	for _, tt := range messageTests {
 		b := readMsg(t, tt.file)
 		var m Msg
@@ -537,6 +543,7 @@ func inside(b, s []byte) bool {
 }
 
 func TestScanAliasesInput(t *testing.T) {
+	t.Parallel()
 	for _, tt := range messageTests {
 		b := readMsg(t, tt.file)
 		var m Msg
@@ -552,6 +559,7 @@ func TestScanAliasesInput(t *testing.T) {
 	}
 }
 
+// Not parallel: it measures the process's allocations.
 func TestScanDoesNotAllocate(t *testing.T) {
 	var inputs [][]byte
 	for _, tt := range messageTests {
@@ -568,6 +576,7 @@ func TestScanDoesNotAllocate(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
+	t.Parallel()
 	b := readMsg(t, "msgs/rfc3261_invite.sip")
 	tests := []struct {
 		limits Limits
@@ -588,6 +597,7 @@ func TestLimits(t *testing.T) {
 }
 
 func TestErrorNames(t *testing.T) {
+	t.Parallel()
 	names := map[string]bool{}
 	for e := Error(1); e < NumErrors; e++ {
 		if e.Error() == "" || e.Error() == "unknown scan error" || e.String() == "unknown" {
@@ -607,6 +617,7 @@ func TestErrorNames(t *testing.T) {
 }
 
 func TestPosition(t *testing.T) {
+	t.Parallel()
 	b := []byte("ab\ncd\r\nef")
 	tests := []struct{ off, line, col int }{
 		{0, 1, 1}, {2, 1, 3}, {3, 2, 1}, {7, 3, 1}, {9, 3, 3}, {99, 3, 3}, {-1, 1, 1},
@@ -620,6 +631,7 @@ func TestPosition(t *testing.T) {
 }
 
 func TestMethodAndKindNames(t *testing.T) {
+	t.Parallel()
 	for m := Invite; m < OtherMethod; m++ {
 		if lookupMethod([]byte(m.String())) != m {
 			t.Errorf("want %v to look up as itself, have %v", m, lookupMethod([]byte(m.String())))

@@ -9,6 +9,7 @@ import (
 // first Via header, and the header line too when it held only that value;
 // every other byte stays as it came.
 func TestWithoutTopVia(t *testing.T) {
+	t.Parallel()
 	head := "SIP/2.0 180 Ringing\r\n"
 	rest := "From: <sip:a@b>;tag=1\r\nTo: <sip:c@d>;tag=2\r\nCall-ID: x\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"
 	for _, c := range []struct{ name, vias, want string }{

@@ -6,6 +6,7 @@ import (
 )
 
 func TestSessionNoteRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		method  byte
 		toTag   bool
@@ -35,6 +36,7 @@ func TestSessionNoteRoundTrip(t *testing.T) {
 }
 
 func TestConnClosedNote(t *testing.T) {
+	t.Parallel()
 	r, a, ok := ParseConnClosedNote(ConnClosedNote("idle", "127.0.0.1:5060"))
 	if !ok || r != "idle" || a != "127.0.0.1:5060" {
 		t.Fatalf("round trip: have %q %q %v", r, a, ok)
@@ -48,6 +50,7 @@ func TestConnClosedNote(t *testing.T) {
 }
 
 func TestForwardNote(t *testing.T) {
+	t.Parallel()
 	pid, from, msg, ok := ParseForwardNote(ForwardNote(4242, "127.0.0.1:5070", []byte("SIP/2.0 200 OK\r\n\r\n")))
 	if !ok || pid != 4242 || from != "127.0.0.1:5070" || string(msg) != "SIP/2.0 200 OK\r\n\r\n" {
 		t.Fatalf("round trip: have %d %q %q %v", pid, from, msg, ok)

@@ -6,6 +6,7 @@ import (
 )
 
 func TestPassRequestRoundTrip(t *testing.T) {
+	t.Parallel()
 	to, from := netip.MustParseAddrPort("127.0.0.1:40000"), netip.MustParseAddrPort("[2001:db8::1]:5060")
 	sock, gotTo, gotFrom, msg, ok := ParsePassRequest(PassRequest(3, to, from, []byte("BYE sip:a SIP/2.0\r\n\r\n")))
 	if !ok || sock != 3 || gotTo != to || gotFrom != from || string(msg) != "BYE sip:a SIP/2.0\r\n\r\n" {

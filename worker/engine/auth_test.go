@@ -17,6 +17,7 @@ import (
 // refuses everything else alike: a wrong password, an unknown user, a
 // replay, a nonce it did not sign, credentials for another Request-URI.
 func TestWWWAuthorize(t *testing.T) {
+	t.Parallel()
 	store := location.NewMemory()
 	store.PutUser(location.NewUser("alice", "example.com", "right"))
 	store.PutUser(location.NewUser("bob", "example.com", "bobs"))
@@ -83,6 +84,7 @@ func TestWWWAuthorize(t *testing.T) {
 
 // A nonce is valid only as signed, and stale once older than its expiry.
 func TestNonce(t *testing.T) {
+	t.Parallel()
 	nonce := newNonce([]byte("k"), time.Now())
 	if ok, stale := checkNonce([]byte("k"), nonce, time.Now(), time.Minute); !ok || stale {
 		t.Fatalf("fresh nonce: want valid, have %v %v", ok, stale)

@@ -51,8 +51,6 @@ func newCallDriver(tb testing.TB) *callDriver {
 	return d
 }
 
-func crlf(s string) []byte { return []byte(strings.ReplaceAll(s, "\n", "\r\n")) }
-
 func (d *callDriver) msg(from netip.AddrPort, data []byte) {
 	d.w.HandleMessage(&worker.Message{Socket: 0, From: from, Data: data})
 }
@@ -128,6 +126,7 @@ func heapInUse() int64 {
 // nothing. The second wave of calls runs after the first has grown the
 // worker's maps to their size, so what remains after it is only what
 // finished calls would keep. The figures are in docs/PERFORMANCE.md.
+// Not parallel: it measures the process's allocations.
 func TestCallMemory(t *testing.T) {
 	const n = 2000
 	d := newCallDriver(t)

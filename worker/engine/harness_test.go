@@ -2,11 +2,10 @@ package engine
 
 import (
 	"bufio"
-	"bytes"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/internal/testkit"
 	"github.com/sipvisor/sipvisor/worker"
 )
 
@@ -32,24 +32,7 @@ type proxy struct {
 	fns  chan func()
 	stop chan struct{}
 	done sync.WaitGroup
-	logs *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *testkit.SyncBuffer
 }
 
 // startProxy runs cfg's script (with %s replaced by the proxy's own
@@ -64,7 +47,7 @@ func startProxy(t *testing.T, cfg string, tune func(*Options)) *proxy {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	p := &proxy{t: t, sock: sock, fns: make(chan func(), 64), stop: make(chan struct{}), logs: &syncBuffer{}}
+	p := &proxy{t: t, sock: sock, fns: make(chan func(), 64), stop: make(chan struct{}), logs: &testkit.SyncBuffer{}}
 	opt := Options{
 		Script:  c.Script,
 		Sockets: []net.PacketConn{sock},
@@ -160,13 +143,7 @@ func (p *proxy) stats() Stats {
 // finished call's memory alive.
 func (p *proxy) waitHeld0() {
 	p.t.Helper()
-	deadline := time.Now().Add(wait)
-	for p.held() != 0 {
-		if time.Now().After(deadline) {
-			p.t.Fatalf("transactions held: want %v, have %v", 0, p.held())
-		}
-		time.Sleep(10 * time.Millisecond) // polling the worker's state, not asserting after it
-	}
+	testkit.WaitFor(p.t, wait, "no transaction held", func() bool { return p.held() == 0 })
 	var acks, timers int
 	p.do(func() { acks, timers = len(p.w.ackIdx), len(p.w.timers) })
 	if acks != 0 || timers != 0 {
@@ -175,9 +152,16 @@ func (p *proxy) waitHeld0() {
 }
 
 // ua is a SIP endpoint on its own UDP socket that the test scripts by hand.
+//
+// The proxy's timers are short (T1 20 ms), so a request it relayed may come
+// again before the test's UA has answered it on a loaded machine: recv
+// passes over such retransmissions, unless the test wants to see them
+// (retrans).
 type ua struct {
-	t *testing.T
-	c *net.UDPConn
+	t       *testing.T
+	c       *net.UDPConn
+	retrans bool
+	seen    map[string]bool
 }
 
 func newUA(t *testing.T) *ua {
@@ -194,8 +178,7 @@ func (u *ua) addr() netip.AddrPort { return u.c.LocalAddr().(*net.UDPAddr).AddrP
 
 func (u *ua) send(to netip.AddrPort, msg string) {
 	u.t.Helper()
-	msg = strings.ReplaceAll(msg, "\n", "\r\n")
-	if _, err := u.c.WriteToUDPAddrPort([]byte(msg), to); err != nil {
+	if _, err := u.c.WriteToUDPAddrPort(crlf(msg), to); err != nil {
 		u.t.Fatal(err)
 	}
 }
@@ -220,7 +203,28 @@ func (u *ua) recv() (sip.Message, string) {
 	if err != nil {
 		u.t.Fatalf("unparsable message %v:\n%s", err, buf[:n])
 	}
+	if u.again(m) {
+		return u.recv()
+	}
 	return m, string(buf[:n])
+}
+
+// again reports whether m is a request that came before, which the UA
+// passes over unless retrans is set; it notes the requests it sees.
+func (u *ua) again(m sip.Message) bool {
+	r, ok := m.(*sip.Request)
+	if !ok || u.retrans || r.Via() == nil || r.CSeq() == nil {
+		return false
+	}
+	key := string(r.Method) + " " + branchOf(r.Via()) + " " + strconv.Itoa(int(r.CSeq().SeqNo))
+	if u.seen[key] {
+		return true
+	}
+	if u.seen == nil {
+		u.seen = map[string]bool{}
+	}
+	u.seen[key] = true
+	return false
 }
 
 func (u *ua) recvRequest(method sip.RequestMethod) (*sip.Request, string) {
@@ -245,13 +249,21 @@ func (u *ua) recvResponse(code int) (*sip.Response, string) {
 	return r, raw
 }
 
-// quiet fails if a message arrives within d: what "absorbed" looks like
-// from outside. A slow machine can only make it pass, never fail wrongly.
+// quiet fails if a message arrives within d, other than a request again
+// (see again): what "absorbed" looks like from outside. A slow machine can
+// only make it pass, never fail wrongly.
 func (u *ua) quiet(d time.Duration) {
 	u.t.Helper()
 	buf := make([]byte, 65535)
 	u.c.SetReadDeadline(time.Now().Add(d))
-	if n, _, err := u.c.ReadFromUDPAddrPort(buf); err == nil {
+	for {
+		n, _, err := u.c.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			return
+		}
+		if m, err := sip.ParseMessage(buf[:n]); err == nil && u.again(m) {
+			continue
+		}
 		u.t.Fatalf("want nothing, have:\n%s", buf[:n])
 	}
 }
@@ -270,34 +282,28 @@ func (u *ua) respond(to netip.AddrPort, req *sip.Request, code int, reason strin
 	return res
 }
 
+// invite is alice's INVITE from her address from to ruri.
 func invite(to, from netip.AddrPort, ruri, callID, branch string, maxFwd int) string {
-	return fmt.Sprintf(`INVITE %s SIP/2.0
-Via: SIP/2.0/UDP %s;branch=%s;rport
-Max-Forwards: %d
-From: <sip:alice@example.com>;tag=alice-tag
-To: <%s>
-Call-ID: %s
-CSeq: 1 INVITE
-Contact: <sip:alice@%s>
-Content-Length: 0
-
-`, ruri, from, branch, maxFwd, ruri, callID, from)
+	r := testkit.Invite(ruri, from.String(), callID)
+	r.Branch, r.Rport, r.MaxForwards = branch, true, strconv.Itoa(maxFwd)
+	return r.String()
 }
 
 // inDialog builds an ACK, BYE or CANCEL from the UAC for the call: route is
 // the Record-Route set the UAC learnt, reversed as RFC 3261 12.1.2 says.
 func inDialog(method, ruri string, from netip.AddrPort, branch, callID string, cseq int, toTag string, route []string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s SIP/2.0\nVia: SIP/2.0/UDP %s;branch=%s;rport\nMax-Forwards: 70\n", method, ruri, from, branch)
+	r := testkit.Request{Method: method, URI: ruri, Via: from.String(), Branch: branch, Rport: true,
+		CallID: callID, CSeq: cseq, ToTag: toTag}
 	for i := len(route) - 1; i >= 0; i-- {
-		fmt.Fprintf(&b, "Route: %s\n", route[i])
+		r.Headers = append(r.Headers, "Route: "+route[i])
 	}
-	to := "<sip:bob@example.com>"
-	if toTag != "" {
-		to += ";tag=" + toTag
-	}
-	fmt.Fprintf(&b, "From: <sip:alice@example.com>;tag=alice-tag\nTo: %s\nCall-ID: %s\nCSeq: %d %s\nContent-Length: 0\n\n", to, callID, cseq, method)
-	return b.String()
+	return r.String()
+}
+
+// crlf ends every line of s with CRLF, whether it was written with LF, as
+// the tests' message literals are, or already with CRLF.
+func crlf(s string) []byte {
+	return []byte(strings.ReplaceAll(strings.ReplaceAll(s, "\r\n", "\n"), "\n", "\r\n"))
 }
 
 func recordRoutes(m sip.Message) []string {

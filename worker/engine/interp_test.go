@@ -10,6 +10,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/internal/testkit"
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/script"
 )
@@ -31,7 +32,7 @@ Content-Length: 0
 type scriptRun struct {
 	c    *msgCtx
 	w    *Worker
-	logs *syncBuffer
+	logs *testkit.SyncBuffer
 }
 
 // runOn runs cfg's main route on the request raw, on a worker with no
@@ -42,7 +43,7 @@ func runOn(t *testing.T, cfg, raw string) scriptRun {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	w, err := NewWorker(Options{
 		Script: conf.Script,
 		Listen: []config.Socket{{Proto: "udp", Host: "127.0.0.1", Port: 5060}},
@@ -61,6 +62,7 @@ func runOn(t *testing.T, cfg, raw string) scriptRun {
 }
 
 func TestConditions(t *testing.T) {
+	t.Parallel()
 	for _, row := range []struct {
 		cond string
 		want bool
@@ -107,6 +109,7 @@ func TestConditions(t *testing.T) {
 }
 
 func TestAssignments(t *testing.T) {
+	t.Parallel()
 	r := runOn(t, `route {
 		$var(x) = $rU;
 		$ru = "sip:carol@10.0.0.7:5080";
@@ -131,6 +134,7 @@ func TestAssignments(t *testing.T) {
 }
 
 func TestFlow(t *testing.T) {
+	t.Parallel()
 	r := runOn(t, `route {
 		$var(a) = "1";
 		route(sub);
@@ -168,6 +172,7 @@ func TestFlow(t *testing.T) {
 }
 
 func TestTemplate(t *testing.T) {
+	t.Parallel()
 	r := runOn(t, `route { $var(s) = "u=$rU h=$hdr(X-Num) v=$var(none). $5 $notapv $hdr(unclosed"; }`, fixture)
 	if want := "u=bob h=42 v=. $5 $notapv $hdr(unclosed"; r.c.vars["s"] != want {
 		t.Fatalf("want %v, have %v", want, r.c.vars["s"])
@@ -175,6 +180,7 @@ func TestTemplate(t *testing.T) {
 }
 
 func TestEveryFunctionImplemented(t *testing.T) {
+	t.Parallel()
 	for name := range script.Functions {
 		if functions[name] == nil {
 			t.Errorf("%s is in script.Functions but has no implementation", name)
@@ -191,6 +197,7 @@ func TestEveryFunctionImplemented(t *testing.T) {
 // t_check_trans, t_on_reply and the registrar on the wire are in
 // proxy_test.go.
 func TestFunctions(t *testing.T) {
+	t.Parallel()
 	withHdr := func(h string) string { return strings.Replace(fixture, "X-Num: 42", h, 1) }
 	hdr := func(r scriptRun, name string) string { return headerValue(r.c.req, name) }
 	for _, row := range []struct {
@@ -313,6 +320,7 @@ func TestFunctions(t *testing.T) {
 }
 
 func TestSaveLookup(t *testing.T) {
+	t.Parallel()
 	reg := `REGISTER sip:127.0.0.1 SIP/2.0
 Via: SIP/2.0/UDP 10.0.0.9:5070;branch=z9hG4bK-r
 From: <sip:bob@127.0.0.1>;tag=b

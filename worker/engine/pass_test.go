@@ -13,6 +13,7 @@ import (
 // that reads that peer's connection, and not relayed here; when none does,
 // the worker connects as before.
 func TestRequestPassedToConnectionHolder(t *testing.T) {
+	t.Parallel()
 	type passed struct {
 		sock     int
 		to, from netip.AddrPort

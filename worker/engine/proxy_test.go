@@ -12,6 +12,7 @@ import (
 	"github.com/icholy/digest"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/internal/testkit"
 	"github.com/sipvisor/sipvisor/location"
 )
 
@@ -19,23 +20,23 @@ import (
 // realm is the server's address, which stands for its domain), then a call
 // to him reaches his contact.
 func TestRegisterThenInvite(t *testing.T) {
+	t.Parallel()
 	store := location.NewMemory()
 	p := startProxy(t, config.DefaultText, func(o *Options) { o.Store = store })
 	store.PutUser(location.NewUser("bob", p.addr().String(), "bobs-password"))
 	bob, alice := newUA(t), newUA(t)
 
 	register := func(branch string, cseq int, contact, expires, auth string) {
-		bob.send(p.addr(), fmt.Sprintf(`REGISTER sip:%s SIP/2.0
-Via: SIP/2.0/UDP %s;branch=%s
-Max-Forwards: 70
-From: <sip:bob@%s>;tag=bob-tag
-To: <sip:bob@%s>
-Call-ID: reg1@test
-CSeq: %d REGISTER
-Contact: <sip:bob@%s>%s
-%sContent-Length: 0
-
-`, p.addr(), bob.addr(), branch, p.addr(), p.addr(), cseq, bob.addr(), contact, expires+auth))
+		r := testkit.Register("sip:bob@"+p.addr().String(), "sip:bob@"+bob.addr().String(), bob.addr().String(), "reg1@test", 0)
+		r.Branch, r.CSeq, r.FromTag = branch, cseq, "bob-tag"
+		r.Contact += contact
+		r.Headers = nil
+		for _, h := range strings.Split(expires+auth, "\n") {
+			if h != "" {
+				r.Headers = append(r.Headers, h)
+			}
+		}
+		bob.send(p.addr(), r.String())
 	}
 	register("z9hG4bK-reg0", 1, ";expires=120", "", "")
 	res, raw := bob.recvResponse(401)
@@ -83,6 +84,7 @@ Contact: <sip:bob@%s>%s
 }
 
 func TestUnknownUser404(t *testing.T) {
+	t.Parallel()
 	p := startProxy(t, config.DefaultText, nil)
 	alice := newUA(t)
 	alice.send(p.addr(), invite(p.addr(), alice.addr(), "sip:nobody@"+p.addr().String(), "c404@test", "z9hG4bK-404", 70))
@@ -96,6 +98,7 @@ func TestUnknownUser404(t *testing.T) {
 }
 
 func TestMaxForwardsZero483(t *testing.T) {
+	t.Parallel()
 	p := startProxy(t, config.DefaultText, nil)
 	alice, bob := newUA(t), newUA(t)
 	alice.send(p.addr(), invite(p.addr(), alice.addr(), "sip:bob@"+bob.addr().String(), "c483@test", "z9hG4bK-483", 0))
@@ -106,6 +109,7 @@ func TestMaxForwardsZero483(t *testing.T) {
 // TestCall runs a whole call through the proxy: INVITE, 100, 180, 200, ACK,
 // BYE, 200, with record-routing, and checks the proxy lets go of it.
 func TestCall(t *testing.T) {
+	t.Parallel()
 	p := startProxy(t, config.DefaultText, nil)
 	alice, bob := newUA(t), newUA(t)
 	ruri := "sip:bob@" + bob.addr().String()
@@ -141,8 +145,10 @@ func TestCall(t *testing.T) {
 }
 
 func TestRetransmittedInviteAbsorbed(t *testing.T) {
-	p := startProxy(t, config.DefaultText, func(o *Options) { o.T1 = time.Second }) // no timer A firing during the test
+	t.Parallel()
+	p := startProxy(t, config.DefaultText, func(o *Options) { o.T1 = time.Hour }) // no timer A firing during the test
 	alice, bob := newUA(t), newUA(t)
+	bob.retrans = true // T1 out of reach: anything again is the proxy's doing
 	msg := invite(p.addr(), alice.addr(), "sip:bob@"+bob.addr().String(), "retr@test", "z9hG4bK-retr", 70)
 
 	alice.send(p.addr(), msg)
@@ -160,8 +166,10 @@ func TestRetransmittedInviteAbsorbed(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	p := startProxy(t, config.DefaultText, func(o *Options) { o.T1 = time.Second })
+	t.Parallel()
+	p := startProxy(t, config.DefaultText, func(o *Options) { o.T1 = time.Hour }) // no timer A or G firing during the test
 	alice, bob := newUA(t), newUA(t)
+	bob.retrans = true // T1 out of reach: anything again is the proxy's doing
 	ruri := "sip:bob@" + bob.addr().String()
 	alice.send(p.addr(), invite(p.addr(), alice.addr(), ruri, "cancel@test", "z9hG4bK-can", 70))
 	alice.recvResponse(100)
@@ -209,8 +217,10 @@ failure_route[next] {
 // (timer A), the branch times out (timer B) into a 408, and failure_route
 // sends the call elsewhere.
 func TestTimeoutFailureRoute(t *testing.T) {
+	t.Parallel()
 	p := startProxy(t, failoverCfg, nil)
 	alice, dead, backup := newUA(t), newUA(t), newUA(t)
+	dead.retrans = true
 	msg := invite(p.addr(), alice.addr(), "sip:bob@"+dead.addr().String(), "fail@test", "z9hG4bK-fail", 70)
 	msg = strings.Replace(msg, "Content-Length: 0", "X-Backup: sip:"+backup.addr().String()+"\nContent-Length: 0", 1)
 	alice.send(p.addr(), msg)
@@ -230,6 +240,7 @@ func TestTimeoutFailureRoute(t *testing.T) {
 }
 
 func TestTimeout408(t *testing.T) {
+	t.Parallel()
 	p := startProxy(t, failoverCfg, nil)
 	alice, dead := newUA(t), newUA(t)
 	alice.send(p.addr(), invite(p.addr(), alice.addr(), "sip:bob@"+dead.addr().String(), "t408@test", "z9hG4bK-408", 70))
@@ -270,13 +281,14 @@ func (p *proxy) handConn() net.Conn {
 // TestTCPUpstream takes the caller's leg over a TCP connection handed to
 // the worker, as the supervisor does, and relays to a UDP callee.
 func TestTCPUpstream(t *testing.T) {
+	t.Parallel()
 	p := startProxy(t, config.DefaultText, nil)
 	bob := newUA(t)
 	client := p.handConn()
 
 	la := client.LocalAddr().String()
 	msg := strings.ReplaceAll(invite(p.addr(), p.addr(), "sip:bob@"+bob.addr().String(), "tcp@test", "z9hG4bK-tcp", 70), "SIP/2.0/UDP "+p.addr().String(), "SIP/2.0/TCP "+la)
-	client.Write([]byte(strings.ReplaceAll(msg, "\n", "\r\n")))
+	client.Write(crlf(msg))
 	inv, raw := bob.recvRequest(sip.INVITE)
 	rr := recordRoutes(inv)
 	if len(rr) != 2 || !strings.Contains(rr[1], "transport=tcp") || strings.Contains(rr[0], "transport=tcp") {
@@ -298,6 +310,7 @@ func TestTCPUpstream(t *testing.T) {
 // upstream byte for byte as the UAS sent them, less the proxy's Via, however
 // the UAS wrote its headers; the transaction moves on as with any relay.
 func TestResponsesRelayedAsTheyCame(t *testing.T) {
+	t.Parallel()
 	p := startProxy(t, config.DefaultText, nil)
 	alice, bob := newUA(t), newUA(t)
 	ruri := "sip:bob@" + bob.addr().String()
@@ -336,6 +349,7 @@ func TestResponsesRelayedAsTheyCame(t *testing.T) {
 // something (a stream's client will not retransmit it, so it cannot be
 // dropped), and handled late when it belongs to a call that is up.
 func TestTCPLateRequests(t *testing.T) {
+	t.Parallel()
 	var late atomic.Bool
 	var refused atomic.Int64
 	var sawReadAt atomic.Int64
@@ -353,7 +367,7 @@ func TestTCPLateRequests(t *testing.T) {
 	la := client.LocalAddr().String()
 	overTCP := func(msg string) {
 		msg = strings.ReplaceAll(msg, "SIP/2.0/UDP "+p.addr().String(), "SIP/2.0/TCP "+la)
-		if _, err := client.Write([]byte(strings.ReplaceAll(msg, "\n", "\r\n"))); err != nil {
+		if _, err := client.Write(crlf(msg)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 // Reload takes the script of a file that loads and keeps the running one
 // when the file does not load.
 func TestReload(t *testing.T) {
+	t.Parallel()
 	text := func(reason string) string {
 		return "route {\n\tsl_send_reply(200, \"" + reason + "\");\n}\n"
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/internal/testkit"
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/worker"
 )
@@ -19,6 +20,7 @@ import (
 // TestMalformed: bad datagrams are counted and dropped, and the worker
 // goes on serving.
 func TestMalformed(t *testing.T) {
+	t.Parallel()
 	p := startProxy(t, config.DefaultText, nil)
 	alice := newUA(t)
 	good := invite(p.addr(), alice.addr(), "sip:nobody@"+p.addr().String(), "ok@test", "z9hG4bK-ok", 70)
@@ -26,7 +28,7 @@ func TestMalformed(t *testing.T) {
 		"garbage \x00\x01\x02",
 		"",
 		"INVITE sip:x@y SIP/2.0\r\nVia: SIP/2.0/UDP 1.2.3.4\r\n", // truncated, no blank line
-		strings.Replace(good, "Call-ID: ok@test\n", "", 1),       // no Call-ID
+		strings.Replace(good, "Call-ID: ok@test\r\n", "", 1),     // no Call-ID
 		strings.Replace(good, "CSeq: 1 INVITE", "CSeq: one INVITE", 1),
 		"INVITE sip:x@y SIP/2.0\r\nX-Long: " + strings.Repeat("a", 64<<10-100) + "\r\n\r\n",
 		"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP 9.9.9.9;branch=z9hG4bKx\r\nCall-ID: a\r\nCSeq: 1 INVITE\r\nFrom: <sip:a@b>;tag=1\r\nTo: <sip:a@b>\r\n\r\n", // a reply for no one
@@ -82,6 +84,7 @@ timer_route[tick, 1] {
 // TestOnReplyRoute: t_on_reply's route sees each reply; drop stops a
 // provisional one.
 func TestOnReplyRoute(t *testing.T) {
+	t.Parallel()
 	p := startProxy(t, replyRouteCfg, nil)
 	alice, bob := newUA(t), newUA(t)
 	alice.send(p.addr(), invite(p.addr(), alice.addr(), "sip:bob@"+bob.addr().String(), "orr@test", "z9hG4bK-orr", 70))
@@ -103,6 +106,7 @@ func TestOnReplyRoute(t *testing.T) {
 // TestTCPDownstream relays to a next hop named with transport=tcp: the
 // worker opens the connection, and the reply comes back on it.
 func TestTCPDownstream(t *testing.T) {
+	t.Parallel()
 	p := startProxy(t, config.DefaultText, nil)
 	alice := newUA(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -138,6 +142,7 @@ func TestTCPDownstream(t *testing.T) {
 // TestNewUsesSupervisorStore: a worker made by New keeps registrations in
 // the store behind env.Call, so they outlive it.
 func TestNewUsesSupervisorStore(t *testing.T) {
+	t.Parallel()
 	sock, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -158,8 +163,8 @@ func TestNewUsesSupervisorStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := "REGISTER sip:127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bK-n\r\nFrom: <sip:carol@127.0.0.1>;tag=c\r\nTo: <sip:carol@127.0.0.1>\r\nCall-ID: n@x\r\nCSeq: 1 REGISTER\r\nContact: <sip:carol@127.0.0.1:5999>\r\nContent-Length: 0\r\n\r\n"
-	h.HandleMessage(&worker.Message{Socket: 0, From: netip.MustParseAddrPort("127.0.0.1:5999"), Data: []byte(reg)})
+	reg := testkit.Register("sip:carol@127.0.0.1", "sip:carol@127.0.0.1:5999", "127.0.0.1:5999", "n@x", 3600)
+	h.HandleMessage(&worker.Message{Socket: 0, From: netip.MustParseAddrPort("127.0.0.1:5999"), Data: reg.Bytes()})
 	// Registered at this server's address, filed under its domain.
 	if bs, _ := kept.List(); len(bs) != 1 || bs[0].AOR != "sip:carol@example.com" {
 		t.Fatalf("want carol's binding in the supervisor's store, have %+v", bs)
@@ -170,6 +175,7 @@ func TestNewUsesSupervisorStore(t *testing.T) {
 // reply to a relayed request, the ones a worker otherwise relays as they
 // came included.
 func TestOnReplyRouteForEveryReply(t *testing.T) {
+	t.Parallel()
 	p := startProxy(t, `
 route {
 	t_relay();

@@ -2,11 +2,12 @@ package engine
 
 import (
 	"context"
-	"net"
 	"os/exec"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sipvisor/sipvisor/internal/testkit"
 )
 
 // sippCfg relays in-dialog requests even without a Route: SIPp's built-in
@@ -27,31 +28,24 @@ route {
 }
 `
 
-func freeUDPPort(t *testing.T) int {
-	t.Helper()
-	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).Port
-}
-
 // TestSIPpThroughProxy: sipp -sn uac → this worker → sipp -sn uas; every
 // call must complete (both exit 0: no failed call).
 func TestSIPpThroughProxy(t *testing.T) {
+	t.Parallel()
 	sipp, err := exec.LookPath("sipp")
 	if err != nil {
 		t.Skip("sipp not installed (Debian package sip-tester)")
 	}
-	p := startProxy(t, sippCfg, nil)
-	uasPort, uacPort := freeUDPPort(t), freeUDPPort(t)
+	// RFC 3261's timers, as SIPp uses them: the harness's short ones would
+	// end a transaction that a slow machine's SIPp still retransmits into.
+	p := startProxy(t, sippCfg, func(o *Options) { o.T1, o.Linger = 500*time.Millisecond, 5*time.Second })
+	uasPort, uacPort := testkit.FreePort(t), testkit.FreePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const calls = "20"
 	uas := exec.CommandContext(ctx, sipp, "-sn", "uas", "-i", "127.0.0.1", "-p", strconv.Itoa(uasPort),
-		"-m", calls, "-timeout", "40s", "-timeout_error", "-nostdin")
-	uasOut := &syncBuffer{}
+		"-m", calls, "-timeout", "40s", "-timeout_error", "-nostdin", "-buff_size", "4194304")
+	uasOut := &testkit.SyncBuffer{}
 	uas.Stdout, uas.Stderr = uasOut, uasOut
 	if err := uas.Start(); err != nil {
 		t.Fatal(err)
@@ -61,7 +55,7 @@ func TestSIPpThroughProxy(t *testing.T) {
 
 	uac := exec.CommandContext(ctx, sipp, "-sn", "uac", "-i", "127.0.0.1", "-p", strconv.Itoa(uacPort),
 		"-rsa", p.addr().String(), "127.0.0.1:"+strconv.Itoa(uasPort),
-		"-m", calls, "-r", "10", "-d", "100", "-timeout", "40s", "-timeout_error", "-nostdin")
+		"-m", calls, "-r", "10", "-d", "100", "-timeout", "40s", "-timeout_error", "-nostdin", "-buff_size", "4194304")
 	out, err := uac.CombinedOutput()
 	if err != nil {
 		t.Fatalf("sipp uac: %v\n%s", err, tail(out))

@@ -40,6 +40,7 @@ func checkHeap(t *testing.T, h timerHeap) {
 // equal deadlines; a moved deadline counts once, at its new time, and a
 // removed one not at all, and nothing stays behind.
 func TestTimerHeapOrder(t *testing.T) {
+	t.Parallel()
 	base := time.Unix(1_000_000, 0)
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, n := range []int{0, 1, 2, 3, 7, 64, 1000} {
@@ -103,6 +104,7 @@ func TestTimerHeapOrder(t *testing.T) {
 // leaves a v4-mapped address unbracketed, which makes its port part of the
 // address; the line keeps RFC 3261's brackets there.
 func TestAppendVia(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ proto, local string }{
 		{"UDP", "127.0.0.1:5060"},
 		{"TCP", "10.1.2.3:40000"},
@@ -131,6 +133,7 @@ func TestAppendVia(t *testing.T) {
 // From tag and the branch, as it always was, and isLocalTag recognises it
 // and nothing else.
 func TestLocalTag(t *testing.T) {
+	t.Parallel()
 	p := sip.NewParser()
 	for i, raw := range []string{
 		"INVITE sip:b@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK-1\r\nFrom: <sip:a@h>;tag=f1\r\nTo: <sip:b@h>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n",
@@ -158,6 +161,7 @@ func TestLocalTag(t *testing.T) {
 }
 
 func TestBranchOwner(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		branch string
 		pid    int
