@@ -1,7 +1,9 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/pool"
 )
 
@@ -226,4 +229,47 @@ func (s *Supervisor) passResponse(note []byte) bool {
 	}
 	s.conns.passed.WithLabelValues("no_holder").Inc()
 	return true
+}
+
+// acceptLoop hands each accepted TCP connection to the least loaded worker of
+// the TCP group.
+func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
+	for {
+		c, err := sk.TCP.AcceptTCP()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			s.log.Warn("accept", "error", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		ap := c.RemoteAddr().(*net.TCPAddr).AddrPort()
+		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		lim := s.config().Conn
+		if reason := s.conns.admit(ap, lim.Max, lim.MaxPerIP); reason != "" {
+			s.m.dropped.WithLabelValues("tcp", reason).Inc()
+			c.Close()
+			continue
+		}
+		w := s.tcp.g.Pick()
+		if w == nil {
+			s.conns.release(ap)
+			s.m.dropped.WithLabelValues("tcp", "no_worker").Inc()
+			c.Close()
+			continue
+		}
+		// The supervisor's copy of the descriptor: a draining worker can
+		// give the connection back and another go on reading it.
+		f, ferr := c.File()
+		if ferr != nil {
+			f = nil
+		}
+		s.conns.handed(w, ap, f)
+		if err := w.SendConn(c); err != nil {
+			s.conns.ended(w, ap, "not_handed")
+			s.m.dropped.WithLabelValues("tcp", "queue_full").Inc()
+			c.Close()
+		}
+	}
 }

@@ -6,7 +6,7 @@
 // One process, several loops, joined with oklog/run (Run in supervisor.go):
 // a front door per UDP socket reading datagrams (udpdoors.go, the routing
 // itself in package frontdoor), an accept loop per TCP or TLS socket
-// (udpdoors.go), the scaling cycle (supervisor.go: sample each group's
+// (conns.go), the scaling cycle (supervisor.go: sample each group's
 // load, ask its profile, fork or drain), the overload monitors and the echo
 // ticker of the RTT throttle (admission.go, the decisions in package
 // overload), the slow start ticks (ramps.go),

@@ -1,5 +1,9 @@
 // Package didyoumean suggests the known word a user most likely meant: a
 // config parameter, a function, a profile, a control path.
+//
+// It only ever suggests a word from the list it is given, and none when the
+// nearest is more than a third of the word away, so an error message never
+// points a user at a guess.
 package didyoumean
 
 // Closest returns the candidate closest to word in edit distance, or "" when
