@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -74,8 +73,8 @@ func liveStarts(t *testing.T, pids map[int]string) map[int]string {
 
 // lifecycleCfg has every kind of group, with a timer route so the timer
 // group has work.
-func lifecycleCfg(sipPort, uasPort int, extra string) string {
-	return harness.ProxyCfg(sipPort, uasPort, extra+`
+func lifecycleCfg(uasPort int, extra string) string {
+	return harness.ProxyCfg(uasPort, extra+`
 timer_route[tick, 1] {
 	xlog("L_DBG", "tick");
 }
@@ -86,8 +85,8 @@ timer_route[tick, 1] {
 // by themselves (Pdeathsig, or EOF on the control channel).
 func TestSupervisorKilledLeavesNoWorker(t *testing.T) {
 	t.Parallel()
-	sip, uas := harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, lifecycleCfg(sip, uas, "udp_workers = 3\ntcp_workers = 2\ntimer_workers = 1"))
+	// No call is made: the callee is a socket that answers nothing.
+	s := harness.Start(t, lifecycleCfg(harness.NewPeer(t).Port(), "udp_workers = 3\ntcp_workers = 2\ntimer_workers = 1"))
 	pids := s.WorkerPids()
 	if len(pids) != 6 {
 		t.Fatalf("want 6 workers, have %d: %v", len(pids), pids)
@@ -106,9 +105,8 @@ func TestSupervisorKilledLeavesNoWorker(t *testing.T) {
 // serves calls again.
 func TestKilledWorkerReplaced(t *testing.T) {
 	t.Parallel()
-	sip, uas, uac := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, harness.ProxyCfg(sip, uas, "udp_workers = 2\ntcp_workers = 1"))
-	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
+	s := harness.Start(t, harness.ProxyCfg(harness.SIPpUAS(t).Port, "udp_workers = 2\ntcp_workers = 1"))
+	group := "udp:" + s.SIPAddr("udp")
 	var victim int
 	before := map[int]bool{}
 	for pid, g := range s.WorkerPids() {
@@ -160,8 +158,7 @@ func TestKilledWorkerReplaced(t *testing.T) {
 		t.Errorf("want sipvisor_pool_worker_restarts_total 1, have %v", v)
 	}
 
-	harness.SIPpUAS(t, uas)
-	r := harness.RunSIPp(t, 60*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+	r := harness.RunSIPp(t, 60*time.Second, "-sn", "uac", s.SIPAddr("udp"), "-i", "127.0.0.1",
 		"-r", "20", "-m", "40", "-d", "100", "-timeout", "40", "-timeout_error")
 	if r.Exit != 0 || r.Successful != 40 || r.Failed != 0 {
 		t.Fatalf("want 40 successful calls after the replacement, have %d/%d (exit %d)\n%s", r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 40))
@@ -171,8 +168,8 @@ func TestKilledWorkerReplaced(t *testing.T) {
 // SIGTERM drains every group and exits 0, leaving no worker behind.
 func TestSIGTERMExitsCleanly(t *testing.T) {
 	t.Parallel()
-	sip, uas := harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, lifecycleCfg(sip, uas, "udp_workers = 2\ntcp_workers = 1\ntimer_workers = 1"))
+	// No call is made: the callee is a socket that answers nothing.
+	s := harness.Start(t, lifecycleCfg(harness.NewPeer(t).Port(), "udp_workers = 2\ntcp_workers = 1\ntimer_workers = 1"))
 	pids := s.WorkerPids()
 	starts := liveStarts(t, pids)
 	if err := s.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -193,10 +190,9 @@ func TestSIGTERMExitsCleanly(t *testing.T) {
 // still reaches the worker and goes on to the caller.
 func TestSIGTERMFinishesCallInProgress(t *testing.T) {
 	t.Parallel()
-	sip := harness.FreePort(t)
 	caller, callee := harness.NewPeer(t), harness.NewPeer(t)
-	s := harness.Start(t, harness.ProxyCfg(sip, callee.Port(), "udp_workers = 1\ntcp_workers = 1"))
-	proxy := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
+	s := harness.Start(t, harness.ProxyCfg(callee.Port(), "udp_workers = 1\ntcp_workers = 1"))
+	proxy := harness.Local(s.SIPPort("udp"))
 	invite := fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
 		"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-term-%[3]d\r\n"+
 		"Max-Forwards: 70\r\n"+

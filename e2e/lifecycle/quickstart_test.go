@@ -77,8 +77,9 @@ func TestQuickStartExtract(t *testing.T) {
 // The README's quick start, run as written in a copy of the source tree:
 // every command exits 0, the calls included. The commands use the fixed
 // ports of the built-in config (5060, 5070, 8888), as a new user's would;
-// no other test binds them (the others take free ports), and the test is
-// skipped when something else holds them, outside CI.
+// no other test binds them (the others bind port 0, or give SIPp a port
+// the kernel picked), and the test is skipped when something else holds
+// them, outside CI.
 func TestQuickStart(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {

@@ -20,12 +20,13 @@ import (
 // applies. A SIGHUP does the same.
 func TestReloadAppliesSettings(t *testing.T) {
 	t.Parallel()
-	sip, other := harness.FreePort(t), harness.FreePort(t)
-	base := harness.WithoutAuth(t, harness.DefaultCfgOn(t, sip))
+	// The socket the reload adds is never bound: a reload says that a new
+	// socket takes a restart.
+	const other = 5999
+	base := harness.WithoutAuth(t, harness.DefaultCfg0(t))
 	before := "auto_scaling_cycle = 1\nthrottle_rtt_threshold = 1s\n"
 	s := harness.Start(t, strings.Replace(base, "route {", before+"route {", 1))
-	base = strings.ReplaceAll(base, "127.0.0.1:HTTP_PORT", s.HTTP)
-	file := s.Cmd.Args[len(s.Cmd.Args)-1]
+	file := s.ConfigPath()
 
 	get := func(path string) string {
 		t.Helper()
@@ -98,7 +99,7 @@ func TestReloadAppliesSettings(t *testing.T) {
 	}
 	// System memory is over 1%: suspended, new sessions and probes refused.
 	s.AwaitSuspended(true)
-	ua := harness.NewUA(t, sip)
+	ua := harness.NewUA(t, s.SIPPort("udp"))
 	harness.WantRefused(t, "REGISTER while suspended", ua.Register(harness.NewID(), 1))
 
 	// SIGHUP: the watermark back, the limit stays: one registration, and a
@@ -114,7 +115,7 @@ func TestReloadAppliesSettings(t *testing.T) {
 	}
 	// Registrations are counted once a cycle.
 	harness.WaitFor(t, "the registration counted", 5*time.Second, func() bool { return s.Stats().Counters["registrations"] >= 1 })
-	ua2 := harness.NewUA(t, sip)
+	ua2 := harness.NewUA(t, s.SIPPort("udp"))
 	// Another binding would be a second registration: over max_registrations.
 	id := harness.NewID()
 	ua2.Send("REGISTER", "sip:example.com", id, 1, "<sip:bob@example.com>", "Expires: 3600")

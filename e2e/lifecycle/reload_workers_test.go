@@ -28,15 +28,13 @@ func TestReloadUnderCallsLosesNoCall(t *testing.T) {
 }
 
 func testReloadUnderCalls(t *testing.T, extra string) {
-	sip, uas, uac := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, harness.ProxyCfg(sip, uas, "udp_workers = 2\ntcp_workers = 1\n"+extra))
-	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
-	harness.SIPpUAS(t, uas)
+	s := harness.Start(t, harness.ProxyCfg(harness.SIPpUAS(t).Port, "udp_workers = 2\ntcp_workers = 1\n"+extra))
+	group := "udp:" + s.SIPAddr("udp")
 	before := s.GroupPids(group)
 	if len(before) != 2 {
 		t.Fatalf("want 2 workers before the reload, have %v", before)
 	}
-	sipp := harness.StartSIPp(t, 120*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+	sipp := harness.StartSIPp(t, 120*time.Second, "-sn", "uac", s.SIPAddr("udp"), "-i", "127.0.0.1",
 		"-r", "20", "-m", "200", "-d", "2000", "-timeout", "100", "-timeout_error", "-recv_timeout", "40000")
 	// The reload comes with calls up in both workers: at 20 calls a second
 	// of 2 s each, about 40 once SIPp is under way.
@@ -57,10 +55,10 @@ func testReloadUnderCalls(t *testing.T, extra string) {
 
 // reloadCfg is a config whose script answers OPTIONS with the given reason
 // phrase, so that a test can tell which script a worker runs.
-func reloadCfg(sipPort int, profile, reason string) string {
+func reloadCfg(profile, reason string) string {
 	return `
-socket = udp:127.0.0.1:` + strconv.Itoa(sipPort) + `
-http_listen = 127.0.0.1:HTTP_PORT
+socket = udp:127.0.0.1:0
+http_listen = 127.0.0.1:0
 auto_scaling_profile = P ` + profile + `
 auto_scaling_cycle = 0.2
 auto_scaling_cooldown = 5
@@ -84,10 +82,10 @@ func optionsReason(t *testing.T, p *harness.Peer, sipPort int) string {
 // and says so in sipvisor_config_last_reload_successful.
 func TestSIGHUPReloadsProfile(t *testing.T) {
 	t.Parallel()
-	sip := harness.FreePort(t)
 	// Without a scale-down part the group never shrinks, however idle.
-	s := harness.Start(t, reloadCfg(sip, "scale up to 3 on 90% for 2 cycles", "v1"))
-	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
+	s := harness.Start(t, reloadCfg("scale up to 3 on 90% for 2 cycles", "v1"))
+	sip := s.SIPPort("udp")
+	group := "udp:" + s.SIPAddr("udp")
 	p := harness.NewPeer(t)
 	write := s.Rewrite
 	hup := func(wantOK float64, wantReloads string) {
@@ -111,7 +109,7 @@ func TestSIGHUPReloadsProfile(t *testing.T) {
 	}
 
 	before := s.GroupPids(group)
-	write(reloadCfg(sip, "scale up to 3 on 90% for 2 cycles scale down to 1 on 50% for 2 cycles", "v2"))
+	write(reloadCfg("scale up to 3 on 90% for 2 cycles scale down to 1 on 50% for 2 cycles", "v2"))
 	hup(1, `result="success"`)
 	s.WaitWorkers(group, 1, 20*time.Second)
 	// The renewal briefly doubles the group, and a scale-down in between
@@ -125,7 +123,7 @@ func TestSIGHUPReloadsProfile(t *testing.T) {
 	}
 
 	// A profile whose floor is over its ceiling: the whole file is refused.
-	write(reloadCfg(sip, "scale up to 3 on 90% for 2 cycles scale down to 5 on 50% for 2 cycles", "v3"))
+	write(reloadCfg("scale up to 3 on 90% for 2 cycles scale down to 5 on 50% for 2 cycles", "v3"))
 	hup(0, `result="failure"`)
 	if !strings.Contains(s.Log.String(), "reload failed") {
 		t.Errorf("want the failed reload logged, have\n%s", harness.Tail(s.Log.String(), 10))
@@ -142,13 +140,8 @@ func TestSIGHUPReloadsProfile(t *testing.T) {
 // across the reload, is answered by the new script, from the same worker.
 func TestReloadReachesTCPWorkerInPlace(t *testing.T) {
 	t.Parallel()
-	sip := harness.FreePort(t)
 	cfg := func(reason string) string {
-		return `
-socket = udp:127.0.0.1:` + strconv.Itoa(sip) + `
-socket = tcp:127.0.0.1:` + strconv.Itoa(sip) + `
-http_listen = 127.0.0.1:HTTP_PORT
-udp_workers = 1
+		return harness.Sockets0 + `udp_workers = 1
 tcp_workers = 1
 ` + harness.OptionsRoute(reason)
 	}
@@ -167,7 +160,7 @@ tcp_workers = 1
 		t.Fatalf("want 1 TCP worker, have %v", before)
 	}
 
-	c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(sip), 5*time.Second)
+	c, err := net.DialTimeout("tcp", s.SIPAddr("tcp"), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,11 +214,11 @@ tcp_workers = 1
 // down to no worker at all.
 func TestWorkerAfterFailedReloadRunsConfigInForce(t *testing.T) {
 	t.Parallel()
-	sip := harness.FreePort(t)
-	s := harness.Start(t, reloadCfg(sip, "scale up to 3 on 90% for 2 cycles", "v1"))
-	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
+	s := harness.Start(t, reloadCfg("scale up to 3 on 90% for 2 cycles", "v1"))
+	sip := s.SIPPort("udp")
+	group := "udp:" + s.SIPAddr("udp")
 	p := harness.NewPeer(t)
-	s.Rewrite(reloadCfg(sip, "scale up to 3 on 90% for 2 cycles scale down to 5 on 50% for 2 cycles", "v3"))
+	s.Rewrite(reloadCfg("scale up to 3 on 90% for 2 cycles scale down to 5 on 50% for 2 cycles", "v3"))
 	if err := s.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}

@@ -14,13 +14,12 @@ import (
 // burstCfg answers OPTIONS itself after costUS of script time, with a fixed
 // group of n UDP workers: a capacity of about n*1e6/costUS requests a
 // second, whatever else the machine does.
-func burstCfg(sipPort, n, costUS int, extra string) string {
+func burstCfg(n, costUS int, extra string) string {
 	return fmt.Sprintf(`
-socket = udp:127.0.0.1:%d
+socket = udp:127.0.0.1:0
 udp_workers = %d
 tcp_workers = 1
-http_listen = 127.0.0.1:HTTP_PORT
-log_level = warn
+http_listen = 127.0.0.1:0
 %s
 route {
 	if (is_method("OPTIONS")) {
@@ -30,7 +29,7 @@ route {
 	}
 	sl_send_reply(404, "Not Here");
 }
-`, sipPort, n, extra, costUS)
+`, n, extra, costUS)
 }
 
 // probeOptions sends n OPTIONS one after another from a plain socket and
@@ -88,17 +87,16 @@ func TestBurstOverSteadyTraffic(t *testing.T) {
 		burst   = 2 * capa
 		burstS  = 3
 	)
-	sip, uac1, uac2 := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, burstCfg(sip, workers, costUS, ""))
+	s := harness.Start(t, burstCfg(workers, costUS, ""))
 	scen := harness.Testdata("options_uac.xml")
-	target := "127.0.0.1:" + strconv.Itoa(sip)
-	steadyRun := harness.StartSIPp(t, (secs+60)*time.Second, "-sf", scen, target, "-i", "127.0.0.1", "-p", strconv.Itoa(uac1),
+	target := s.SIPAddr("udp")
+	steadyRun := harness.StartSIPp(t, (secs+60)*time.Second, "-sf", scen, target, "-i", "127.0.0.1",
 		"-r", strconv.Itoa(steady), "-m", strconv.Itoa(steady*secs), "-l", strconv.Itoa(steady*40))
 	time.Sleep(2 * time.Second) // the burst starts into steady traffic, as in the field
-	burstRun := harness.StartSIPp(t, (burstS+60)*time.Second, "-sf", scen, target, "-i", "127.0.0.1", "-p", strconv.Itoa(uac2),
+	burstRun := harness.StartSIPp(t, (burstS+60)*time.Second, "-sf", scen, target, "-i", "127.0.0.1",
 		"-r", strconv.Itoa(burst), "-m", strconv.Itoa(burst*burstS), "-l", strconv.Itoa(burst*40))
 	rb, rs := burstRun.Wait(), steadyRun.Wait()
-	worst := probeOptions(t, sip, 20)
+	worst := probeOptions(t, s.SIPPort("udp"), 20)
 	absorbed := s.Metric("sipvisor_frontdoor_retransmissions_absorbed_total")
 	stale := s.Metric("sipvisor_pool_stale_requests_dropped_total")
 	t.Logf("steady: %d of %d answered; burst: %d of %d; absorbed %v retransmissions, dropped %v stale requests; slowest probe after the load %v",

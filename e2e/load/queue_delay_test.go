@@ -2,8 +2,6 @@ package load
 
 import (
 	"fmt"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -15,10 +13,9 @@ import (
 // worker can answer within it and refuses the rest with 503, by reason
 // "queue"; turned off, the whole burst queues.
 func TestQueueDelayAdmission(t *testing.T) {
-	sip := harness.FreePort(t)
 	s := harness.Start(t, `
-socket = udp:127.0.0.1:`+strconv.Itoa(sip)+`
-http_listen = 127.0.0.1:HTTP_PORT
+socket = udp:127.0.0.1:0
+http_listen = 127.0.0.1:0
 udp_workers = 1
 auto_scaling_cycle = 0.2
 # The echo throttle would refuse too; this test is about the queue.
@@ -30,7 +27,7 @@ route {
 }
 `)
 	caller := harness.NewPeer(t)
-	proxy := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
+	proxy := harness.Local(s.SIPPort("udp"))
 	invite := func(id string) string {
 		return fmt.Sprintf("INVITE sip:bob@127.0.0.1 SIP/2.0\r\n"+
 			"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-%[2]s\r\n"+
@@ -72,7 +69,7 @@ route {
 		t.Errorf("refused_sessions_total{reason=queue}: want %d, have %v", codes[503], v)
 	}
 
-	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
+	group := "udp:" + s.SIPAddr("udp")
 	if r := s.Resource("queue_delay/" + group); r.High != 0.25 || r.Unit != "s" {
 		t.Errorf("resource-monitor queue_delay/%s: want a 0.25 s threshold, have %+v", group, r)
 	}

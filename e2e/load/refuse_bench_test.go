@@ -49,10 +49,8 @@ func BenchmarkRefusedVsServedCPU(b *testing.B) {
 	calls := 10 * rate
 	var idle, served, refused, invites phase
 	for i := 0; i < b.N; i++ {
-		sip, uas, uac := harness.FreePort(b), harness.FreePort(b), harness.FreePort(b)
-		s := harness.Start(b, harness.ProxyCfg(sip, uas, "udp_workers = 1\ntcp_workers = 1\nthrottle_enable = no"))
-		harness.SIPpUAS(b, uas)
-		uacArgs := []string{"127.0.0.1:" + strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+		s := harness.Start(b, harness.ProxyCfg(harness.SIPpUAS(b).Port, "udp_workers = 1\ntcp_workers = 1\nthrottle_enable = no"))
+		uacArgs := []string{s.SIPAddr("udp"), "-i", "127.0.0.1",
 			"-r", strconv.Itoa(rate), "-timeout", "100", "-timeout_error"}
 		sipp := func(what string, n int, args ...string) {
 			b.Helper()

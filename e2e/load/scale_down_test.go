@@ -2,7 +2,6 @@ package load
 
 import (
 	"encoding/json"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,8 +29,7 @@ func TestScaleDownUnderCallsLosesNoCall(t *testing.T) {
 }
 
 func testScaleDownUnderCalls(t *testing.T, extra string) {
-	sip, uas, uac := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, harness.ProxyCfg(sip, uas, `
+	s := harness.Start(t, harness.ProxyCfg(harness.SIPpUAS(t).Port, `
 auto_scaling_profile = P
 	scale up to 4 on 50% for 2 cycles within 3
 	scale down to 2 on 30% for 3 cycles
@@ -40,8 +38,7 @@ auto_scaling_cooldown = 25
 udp_workers = 4 use_auto_scaling_profile P
 tcp_workers = 1
 `+extra))
-	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
-	harness.SIPpUAS(t, uas)
+	group := "udp:" + s.SIPAddr("udp")
 	if n, all := harness.Live(s.PS(), group); n != 4 {
 		t.Fatalf("want 4 workers before the load, have %v", all)
 	}
@@ -89,7 +86,7 @@ tcp_workers = 1
 		}
 	}()
 	// -m is more calls than the run places: it ends with Quit.
-	sipp := harness.StartSIPp(t, 150*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+	sipp := harness.StartSIPp(t, 150*time.Second, "-sn", "uac", s.SIPAddr("udp"), "-i", "127.0.0.1",
 		"-r", "20", "-m", "2400", "-d", "2000", "-timeout", "140", "-timeout_error", "-recv_timeout", "40000")
 	s.AwaitMetricAtLeast(2, 60*time.Second, "sipvisor_pool_worker_exits_total", `reason="clean"`)
 	sipp.Quit()

@@ -20,14 +20,12 @@ func TestSoakMemoryFollowsCallsInProgress(t *testing.T) {
 		t.Skip("a 45-second soak")
 	}
 	const rate, secs = 200, 45
-	sip, uas, uac := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, harness.ProxyCfg(sip, uas, `udp_workers = 1
+	s := harness.Start(t, harness.ProxyCfg(harness.SIPpUAS(t).Port, `udp_workers = 1
 tcp_workers = 1
 worker_memory_limit = 24MiB
 `))
-	harness.SIPpUAS(t, uas)
-	sipp := harness.StartSIPp(t, (secs+60)*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip),
-		"-i", "127.0.0.1", "-p", strconv.Itoa(uac), "-r", strconv.Itoa(rate), "-m", strconv.Itoa(rate*secs),
+	sipp := harness.StartSIPp(t, (secs+60)*time.Second, "-sn", "uac", s.SIPAddr("udp"),
+		"-i", "127.0.0.1", "-r", strconv.Itoa(rate), "-m", strconv.Itoa(rate*secs),
 		"-l", strconv.Itoa(rate*10), "-timeout", strconv.Itoa(secs+50), "-timeout_error")
 
 	// Sample the heap monitor while the calls run: its peak is the figure.

@@ -17,13 +17,12 @@ import (
 // REGISTER costs costUS of script time: a capacity of about n*1e6/costUS
 // REGISTERs a second, whatever else the machine does. OPTIONS are answered
 // at once, so that a probe measures the wait in the queue and nothing else.
-func stormCfg(sipPort, n, costUS int) string {
+func stormCfg(n, costUS int) string {
 	return fmt.Sprintf(`
-socket = udp:127.0.0.1:%d
+socket = udp:127.0.0.1:0
 udp_workers = %d
 tcp_workers = 1
-http_listen = 127.0.0.1:HTTP_PORT
-log_level = warn
+http_listen = 127.0.0.1:0
 retry_after = 2-6
 route {
 	if (is_method("REGISTER")) {
@@ -37,7 +36,7 @@ route {
 	}
 	sl_send_reply(404, "Not Here");
 }
-`, sipPort, n, costUS)
+`, n, costUS)
 }
 
 // sippCreatedAll reads SIPp's statistics file (-trace_stat -stf) and returns
@@ -162,18 +161,21 @@ func TestRegistrationStorm(t *testing.T) {
 		prompt    = 100 * time.Millisecond
 		recovery  = 10 * time.Second
 	)
-	sip, uac := harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, stormCfg(sip, workers, costUS))
+	s := harness.Start(t, stormCfg(workers, costUS))
+	sip := s.SIPPort("udp")
 	scen := harness.Testdata("register_retry_uac.xml")
-	target := "127.0.0.1:" + strconv.Itoa(sip)
+	target := s.SIPAddr("udp")
 	// Call N of either run has the Call-ID storm-N-RUN: the storm refreshes
-	// the bindings of the first run, from the same address and contact.
+	// the bindings of the first run, from the same address and contact, the
+	// port the first run took.
 	cid := "storm-%u-" + harness.NewID() + "@127.0.0.1"
+	var uac []string
 	phone := func(expires, baseCSeq, rate int, extra ...string) []string {
-		return append([]string{"-sf", scen, target, "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+		args := append([]string{"-sf", scen, target, "-i", "127.0.0.1",
 			"-cid_str", cid, "-key", "expires", strconv.Itoa(expires), "-base_cseq", strconv.Itoa(baseCSeq),
 			"-m", strconv.Itoa(users), "-l", strconv.Itoa(users), "-r", strconv.Itoa(rate),
-			"-timeout", "150", "-timeout_error"}, extra...)
+			"-timeout", "150", "-timeout_error"}, uac...)
+		return append(args, extra...)
 	}
 
 	// A control binding that nothing refreshes: it must be gone at the end,
@@ -189,6 +191,7 @@ func TestRegistrationStorm(t *testing.T) {
 	p1Start := time.Now()
 	r1 := harness.RunSIPp(t, 180*time.Second, phone(shortExp, 1, regRate)...)
 	p1End := time.Now()
+	uac = []string{"-p", strconv.Itoa(r1.Port)}
 	if r1.Exit != 0 || r1.Successful != users || r1.Failed != 0 {
 		t.Fatalf("phase 1: want %d registrations and none failed, have %d/%d (exit %d)\n%s",
 			users, r1.Successful, r1.Failed, r1.Exit, harness.Tail(r1.Out, 40))

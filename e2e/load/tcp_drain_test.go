@@ -1,7 +1,6 @@
 package load
 
 import (
-	"strconv"
 	"testing"
 	"time"
 
@@ -20,8 +19,7 @@ func TestTCPScaleDownKeepsConnections(t *testing.T) {
 	}
 	for _, mode := range []string{"tn", "t1"} {
 		t.Run(mode, func(t *testing.T) {
-			sip, uas, uac := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
-			s := harness.Start(t, harness.ProxyCfg(sip, uas, `
+			s := harness.Start(t, harness.ProxyCfg(harness.SIPpUAS(t).Port, `
 auto_scaling_profile = P
 	scale up to 4 on 90% for 2 cycles within 3
 	scale down to 2 on 30% for 3 cycles
@@ -30,14 +28,13 @@ auto_scaling_cooldown = 15
 udp_workers = 1
 tcp_workers = 4 use_auto_scaling_profile P
 `))
-			harness.SIPpUAS(t, uas)
 			if n, all := harness.Live(s.PS(), "tcp"); n != 4 {
 				t.Fatalf("want 4 TCP workers before the load, have %v", all)
 			}
 			// Calls until the two drained workers have exited (-m is more
 			// than the run places), then the calls in progress end.
-			sipp := harness.StartSIPp(t, 150*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-t", mode, "-max_socket", "1000",
-				"-i", "127.0.0.1", "-p", strconv.Itoa(uac), "-r", "20", "-m", "2400", "-d", "1000",
+			sipp := harness.StartSIPp(t, 150*time.Second, "-sn", "uac", s.SIPAddr("tcp"), "-t", mode, "-max_socket", "1000",
+				"-i", "127.0.0.1", "-r", "20", "-m", "2400", "-d", "1000",
 				"-timeout", "140", "-timeout_error", "-recv_timeout", "40000")
 			s.AwaitMetricAtLeast(2, 60*time.Second, "sipvisor_pool_worker_exits_total", `group="tcp"`, `reason="clean"`)
 			sipp.Quit()

@@ -30,12 +30,11 @@ func TestConnectionHygiene(t *testing.T) {
 	t.Parallel()
 	pki := harness.NewPKI(t)
 	pki.Issue("server", "sipvisor", 2)
-	sip, tlsPort := harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, harness.TLSConfig(pki, sip, tlsPort, `tcp_message_timeout = 1s
+	s := harness.Start(t, harness.TLSConfig(pki, `tcp_message_timeout = 1s
 tls_handshake_timeout = 1s
 tcp_connection_lifetime = 2s
 tcp_max_connections_per_ip = 3`))
-	addr := "127.0.0.1:" + strconv.Itoa(sip)
+	addr := s.SIPAddr("tcp")
 	dial := func(a string) net.Conn {
 		t.Helper()
 		c, err := net.Dial("tcp", a)
@@ -47,7 +46,7 @@ tcp_max_connections_per_ip = 3`))
 	}
 	served := func() {
 		t.Helper()
-		ua := harness.NewTCPUA(t, sip)
+		ua := harness.NewTCPUA(t, s.SIPPort("tcp"))
 		id := harness.NewID()
 		ua.SendTo("nobody", "OPTIONS", id, 1, "<sip:nobody@example.com>")
 		if m := ua.Final(id, "OPTIONS"); m.Code != 404 {
@@ -73,7 +72,7 @@ tcp_max_connections_per_ip = 3`))
 		}
 	}()
 	// A TLS client that never says hello.
-	mute := dial("127.0.0.1:" + strconv.Itoa(tlsPort))
+	mute := dial(s.SIPAddr("tls"))
 	served()
 	start := time.Now()
 	closedWithin(t, "a message trickled for longer than tcp_message_timeout 1s", slow, 5*time.Second)

@@ -20,9 +20,8 @@ import (
 // watermark, which resumes it.
 func TestSuspendOnSessionWatermark(t *testing.T) {
 	t.Parallel()
-	sip, uas := harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, harness.OverloadCfg(sip, uas, "retry_after = 7-9"))
-	harness.SIPpUAS(t, uas)
+	s := harness.Start(t, harness.OverloadCfg(harness.SIPpUAS(t).Port, "retry_after = 7-9"))
+	sip := s.SIPPort("udp")
 	ua := harness.NewUA(t, sip)
 
 	regID := harness.NewID() + "@reg"
@@ -97,9 +96,8 @@ func TestSuspendOnSessionWatermark(t *testing.T) {
 // defaults back resume it.
 func TestSuspendOnSystemMemoryWatermark(t *testing.T) {
 	t.Parallel()
-	sip, uas := harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, harness.OverloadCfg(sip, uas, ""))
-	harness.SIPpUAS(t, uas)
+	s := harness.Start(t, harness.OverloadCfg(harness.SIPpUAS(t).Port, ""))
+	sip := s.SIPPort("udp")
 	ua := harness.NewUA(t, sip)
 
 	mem := s.Resource("system_memory_usage").Value
@@ -136,8 +134,8 @@ func TestSuspendOnSystemMemoryWatermark(t *testing.T) {
 func TestBadControlInputChangesNothing(t *testing.T) {
 	t.Parallel()
 	const tok = "e2e-token-1"
-	sip, uas := harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, harness.OverloadCfg(sip, uas, `http_token = "`+tok+`"`))
+	// No call is made: the callee is a socket that answers nothing.
+	s := harness.Start(t, harness.OverloadCfg(harness.NewPeer(t).Port(), `http_token = "`+tok+`"`))
 	withToken := func(args ...string) (string, error) { return s.Ctl(append([]string{"-token", tok}, args...)...) }
 
 	before, err := withToken("get")
@@ -244,9 +242,8 @@ func TestBadControlInputChangesNothing(t *testing.T) {
 // time admits calls again.
 func TestMaxCallsLimit(t *testing.T) {
 	t.Parallel()
-	sip, uas := harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, harness.OverloadCfg(sip, uas, "max_calls = 3"))
-	harness.SIPpUAS(t, uas)
+	s := harness.Start(t, harness.OverloadCfg(harness.SIPpUAS(t).Port, "max_calls = 3"))
+	sip := s.SIPPort("udp")
 	ua := harness.NewUA(t, sip)
 
 	up := dialCalls(t, ua, 3)
@@ -307,9 +304,8 @@ func TestMaxCallsCountsSilentCalls(t *testing.T) {
 	if testing.Short() {
 		t.Skip("calls held for over a minute")
 	}
-	sip, uas := harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, harness.OverloadCfg(sip, uas, "max_calls = 3"))
-	harness.SIPpUAS(t, uas)
+	s := harness.Start(t, harness.OverloadCfg(harness.SIPpUAS(t).Port, "max_calls = 3"))
+	sip := s.SIPPort("udp")
 	ua := harness.NewUA(t, sip)
 
 	const probes = 50
@@ -343,10 +339,9 @@ func TestMaxCallsCountsSilentCalls(t *testing.T) {
 // as far as the test sends, then continued.
 func TestQueueAdmissionThreshold(t *testing.T) {
 	t.Parallel()
-	sip, uas := harness.FreePort(t), harness.FreePort(t)
 	// No RTT throttle (OverloadCfg): a stopped worker's echo would trip it too.
-	s := harness.Start(t, harness.OverloadCfg(sip, uas, ""))
-	harness.SIPpUAS(t, uas)
+	s := harness.Start(t, harness.OverloadCfg(harness.SIPpUAS(t).Port, ""))
+	sip := s.SIPPort("udp")
 	ua := harness.NewUA(t, sip)
 	s.Set("limits/queue_admission_threshold", "1")
 	group := "udp:127.0.0.1:" + strconv.Itoa(sip)
@@ -390,9 +385,8 @@ func TestQueueAdmissionThreshold(t *testing.T) {
 // operator suspension is refused and changes nothing.
 func TestManualSuspendResume(t *testing.T) {
 	t.Parallel()
-	sip, uas := harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, harness.OverloadCfg(sip, uas, ""))
-	harness.SIPpUAS(t, uas)
+	s := harness.Start(t, harness.OverloadCfg(harness.SIPpUAS(t).Port, ""))
+	sip := s.SIPPort("udp")
 	ua := harness.NewUA(t, sip)
 	regID := harness.NewID() + "@reg"
 	if m := ua.Register(regID, 1); m.Code != 200 {

@@ -58,10 +58,10 @@ func tcpOptions(t *testing.T, sipPort int, ruri string) harness.Resp {
 // new calls elsewhere; an OPTIONS to a user is still routed by the script.
 func TestProbeOfTheServer(t *testing.T) {
 	t.Parallel()
-	sip := harness.FreePort(t)
-	s := harness.Start(t, harness.DefaultCfgOn(t, sip))
+	s := harness.Start(t, harness.DefaultCfg0(t))
+	sip, tcp := s.SIPPort("udp"), s.SIPPort("tcp")
 	ua := harness.NewUA(t, sip)
-	self := "sip:127.0.0.1:" + strconv.Itoa(sip)
+	self, selfTCP := "sip:"+s.SIPAddr("udp"), "sip:"+s.SIPAddr("tcp")
 	probe := func() harness.Resp {
 		id := harness.NewID()
 		ua.Send("OPTIONS", self, id, 1, "<"+self+">")
@@ -70,14 +70,14 @@ func TestProbeOfTheServer(t *testing.T) {
 	if m := probe(); m.Code != 200 {
 		t.Fatalf("want 200 to a probe, have %d\n%s", m.Code, m.Raw)
 	}
-	if m := tcpOptions(t, sip, self); m.Code != 200 {
+	if m := tcpOptions(t, tcp, selfTCP); m.Code != 200 {
 		t.Fatalf("want 200 to a probe over TCP, have %d\n%s", m.Code, m.Raw)
 	}
 	if out, err := s.Ctl("suspend"); err != nil {
 		t.Fatalf("ctl suspend: %v: %s", err, out)
 	}
 	harness.WantRefused(t, "probe while suspended", probe())
-	harness.WantRefused(t, "probe over TCP while suspended", tcpOptions(t, sip, self))
+	harness.WantRefused(t, "probe over TCP while suspended", tcpOptions(t, tcp, selfTCP))
 	id := harness.NewID()
 	ua.Send("OPTIONS", "sip:nobody@127.0.0.1:"+strconv.Itoa(sip), id, 1, "<sip:nobody@127.0.0.1>")
 	if m := ua.Final(id, "OPTIONS"); m.Code != 404 {

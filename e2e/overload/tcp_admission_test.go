@@ -12,13 +12,12 @@ import (
 // server suspended, then a session limit.
 func TestTCPNewSessionsPassTheGuards(t *testing.T) {
 	t.Parallel()
-	sip, uas := harness.FreePort(t), harness.FreePort(t)
 	// The callee over TCP too: a TCP caller's call to a UDP callee is
 	// another matter (the callee's answers reach a UDP worker).
-	s := harness.Start(t, harness.ProxyConfig("sip:127.0.0.1:"+strconv.Itoa(uas)+";transport=tcp", sip,
+	uas := harness.SIPpUAS(t, "-t", "t1").Port
+	s := harness.Start(t, harness.ProxyConfig("sip:127.0.0.1:"+strconv.Itoa(uas)+";transport=tcp",
 		"udp_workers = 1\ntcp_workers = 1\nauto_scaling_cycle = 0.2\nretry_after = 7\n"+harness.GuardsOff, true))
-	harness.SIPpUAS(t, uas, "-t", "t1")
-	ua := harness.NewTCPUA(t, sip)
+	ua := harness.NewTCPUA(t, s.SIPPort("tcp"))
 
 	up := harness.NewID() + "@tcp-up"
 	m, upTo := ua.Invite(up)
@@ -48,7 +47,7 @@ func TestTCPNewSessionsPassTheGuards(t *testing.T) {
 	// One call up over UDP fills max_calls = 1: a new one over TCP is
 	// refused as one over UDP would be.
 	s.Set("limits/max_calls", "1")
-	udp := harness.NewUA(t, sip)
+	udp := harness.NewUA(t, s.SIPPort("udp"))
 	m, udpCall := udp.Dial()
 	if m.Code != 200 {
 		t.Fatalf("a call over UDP under max_calls: want 200, have %d\n%s", m.Code, m.Raw)

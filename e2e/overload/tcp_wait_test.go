@@ -1,7 +1,6 @@
 package overload
 
 import (
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,12 +10,8 @@ import (
 
 // tcpSlowConfig answers every request itself; a request to sip:slow@ holds
 // the worker for 1.5 s, as a slow script or database would.
-func tcpSlowConfig(sip int, extra string) string {
-	return `
-socket = udp:127.0.0.1:` + strconv.Itoa(sip) + `
-socket = tcp:127.0.0.1:` + strconv.Itoa(sip) + `
-http_listen = 127.0.0.1:HTTP_PORT
-udp_workers = 1
+func tcpSlowConfig(extra string) string {
+	return harness.Sockets0 + `udp_workers = 1
 tcp_workers = 1
 retry_after = 7
 echo_interval = 200ms
@@ -56,9 +51,8 @@ func slowThen(ua *harness.TCPUA) (invite, bye harness.Resp) {
 // worker is prompt again.
 func TestTCPWaitBounds(t *testing.T) {
 	t.Parallel()
-	sip := harness.FreePort(t)
-	s := harness.Start(t, tcpSlowConfig(sip, "max_queue_wait = 500ms\nqueue_delay_admission = 0\n"))
-	ua := harness.NewTCPUA(t, sip)
+	s := harness.Start(t, tcpSlowConfig("max_queue_wait = 500ms\nqueue_delay_admission = 0\n"))
+	ua := harness.NewTCPUA(t, s.SIPPort("tcp"))
 
 	m, bye := slowThen(ua)
 	harness.WantRefused(t, "an INVITE that waited 1.5 s over TCP, max_queue_wait 500ms", m)

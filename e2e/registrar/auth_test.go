@@ -1,7 +1,6 @@
 package registrar
 
 import (
-	"net"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -14,10 +13,10 @@ import (
 
 // authCfg is a registrar and proxy that authenticates REGISTERs (401) and
 // new INVITEs (407) in realm example.test, as the default config does.
-func authCfg(sip int) string {
+func authCfg() string {
 	return `
-socket = udp:127.0.0.1:` + strconv.Itoa(sip) + `
-http_listen = 127.0.0.1:HTTP_PORT
+socket = udp:127.0.0.1:0
+http_listen = 127.0.0.1:0
 udp_workers = 2
 tcp_workers = 1
 domain = "example.test"
@@ -75,20 +74,19 @@ func TestDigestAuthentication(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SIPp registrations and calls; skipped with -short")
 	}
-	sip, uas := harness.FreePort(t), harness.FreePort(t)
-	harness.SIPpUAS(t, uas)
-	s := harness.Start(t, authCfg(sip))
+	uas := harness.SIPpUAS(t).Port
+	s := harness.Start(t, authCfg())
 	if out, err := s.Ctl("user", "add", "alice@example.test", "right-pass"); err != nil {
 		t.Fatalf("ctl user add: %v: %s", err, out)
 	}
 	if out, err := s.Ctl("user", "list"); err != nil || !strings.Contains(out, "alice@example.test") || strings.Contains(out, "right-pass") {
 		t.Fatalf("ctl user list: want alice without her password, have %v: %s", err, out)
 	}
-	target := "127.0.0.1:" + strconv.Itoa(sip)
+	target := s.SIPAddr("udp")
 
 	reg := func(pass string) harness.SIPpResult {
 		return harness.RunSIPp(t, 30*time.Second, "-sf", harness.Testdata("register-auth.xml"), target, "-s", "alice", "-au", "alice", "-ap", pass,
-			"-key", "contact_port", strconv.Itoa(uas), "-i", "127.0.0.1", "-p", strconv.Itoa(harness.FreePort(t)), "-m", "1", "-timeout", "10", "-timeout_error")
+			"-key", "contact_port", strconv.Itoa(uas), "-i", "127.0.0.1", "-m", "1", "-timeout", "10", "-timeout_error")
 	}
 	if r := reg("wrong-pass"); r.Successful != 0 {
 		t.Fatalf("register with a wrong password: want it refused, have %d successful\n%s", r.Successful, harness.Tail(r.Out, 30))
@@ -100,7 +98,7 @@ func TestDigestAuthentication(t *testing.T) {
 		t.Fatalf("register with the right password: %d/%d\n%s\n%s", r.Successful, r.Failed, harness.Tail(r.Out, 30), harness.Tail(s.Log.String(), 20))
 	}
 	r := harness.RunSIPp(t, 30*time.Second, "-sf", harness.Testdata("uac-auth.xml"), target, "-s", "alice", "-au", "alice", "-ap", "right-pass",
-		"-i", "127.0.0.1", "-p", strconv.Itoa(harness.FreePort(t)), "-m", "1", "-timeout", "20", "-timeout_error")
+		"-i", "127.0.0.1", "-m", "1", "-timeout", "20", "-timeout_error")
 	if r.Successful != 1 {
 		t.Fatalf("authenticated call to alice: %d/%d\n%s\n%s", r.Successful, r.Failed, harness.Tail(r.Out, 30), harness.Tail(s.Log.String(), 20))
 	}
@@ -136,7 +134,7 @@ func TestDigestAuthentication(t *testing.T) {
 
 	// A Go client, to see every answer as it is sent.
 	p := harness.NewPeer(t)
-	to := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
+	to := harness.Local(s.SIPPort("udp"))
 	seq := 0
 	send := func(user, auth string) harness.Msg {
 		t.Helper()

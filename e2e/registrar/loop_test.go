@@ -16,11 +16,9 @@ import (
 // no copy sent round until Max-Forwards runs out.
 func TestLoopsAnsweredAtOnce(t *testing.T) {
 	t.Parallel()
-	sip := harness.FreePort(t)
-	self := "sip:127.0.0.1:" + strconv.Itoa(sip)
 	s := harness.Start(t, `
-socket = udp:127.0.0.1:`+strconv.Itoa(sip)+`
-http_listen = 127.0.0.1:HTTP_PORT
+socket = udp:127.0.0.1:0
+http_listen = 127.0.0.1:0
 udp_workers = 1
 tcp_workers = 1
 
@@ -33,12 +31,14 @@ route {
 		save("location");
 		exit;
 	}
-	# A next hop set by mistake to this server itself.
-	$du = "`+self+`";
+	# A next hop set by mistake to this server itself: the test's
+	# requests name it in their Request-URI.
+	$du = $ru;
 	if (!t_relay())
 		sl_send_reply(500, "Relay Failed");
 }
 `)
+	sip := s.SIPPort("udp")
 	p := harness.NewPeer(t)
 	m := harness.Register(t, p, sip, "carol", "sip:carol@127.0.0.1:"+strconv.Itoa(sip))
 	if m.Status() != 403 || !strings.Contains(m.First, "Loop") {
@@ -51,11 +51,11 @@ route {
 	to := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
 	for _, method := range []string{"INVITE", "OPTIONS"} {
 		branch := "z9hG4bK-loop-" + method
-		p.Send(to, method+" sip:dave@example.org SIP/2.0\r\n"+
+		p.Send(to, method+" sip:dave@"+s.SIPAddr("udp")+" SIP/2.0\r\n"+
 			"Via: SIP/2.0/UDP 127.0.0.1:"+strconv.Itoa(p.Port())+";branch="+branch+"\r\n"+
 			"Max-Forwards: 70\r\n"+
 			"From: <sip:alice@example.test>;tag=a1\r\n"+
-			"To: <sip:dave@example.org>\r\n"+
+			"To: <sip:dave@"+s.SIPAddr("udp")+">\r\n"+
 			"Call-ID: "+branch+"@test\r\n"+
 			"CSeq: 1 "+method+"\r\n"+
 			"Contact: <sip:alice@127.0.0.1:"+strconv.Itoa(p.Port())+">\r\n"+

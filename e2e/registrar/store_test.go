@@ -11,12 +11,12 @@ import (
 	"github.com/sipvisor/sipvisor/location/redistest"
 )
 
-// callOnce makes one SIPp call to user through the server at sip and
-// reports whether it completed.
-func callOnce(t *testing.T, sip int, user string) harness.SIPpResult {
+// callOnce makes one SIPp call to user through the server's UDP socket
+// and reports whether it completed.
+func callOnce(t *testing.T, s *harness.Server, user string) harness.SIPpResult {
 	t.Helper()
-	return harness.RunSIPp(t, 30*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-s", user,
-		"-i", "127.0.0.1", "-p", strconv.Itoa(harness.FreePort(t)), "-m", "1", "-d", "100", "-timeout", "20", "-timeout_error")
+	return harness.RunSIPp(t, 30*time.Second, "-sn", "uac", s.SIPAddr("udp"), "-s", user,
+		"-i", "127.0.0.1", "-m", "1", "-d", "100", "-timeout", "20", "-timeout_error")
 }
 
 // With the default store (an SQLite file beside the config), a restart of
@@ -28,12 +28,11 @@ func TestRegistrationsSurviveRestart(t *testing.T) {
 		t.Skip("restarts sipvisor; skipped with -short")
 	}
 	dir := t.TempDir()
-	sip, uas := harness.FreePort(t), harness.FreePort(t)
-	harness.SIPpUAS(t, uas)
-	s := harness.StartIn(t, dir, harness.RegistrarCfg(sip))
+	uas := harness.SIPpUAS(t).Port
+	s := harness.StartIn(t, dir, harness.RegistrarCfg())
 	const users = 20
-	r := harness.RunSIPp(t, 30*time.Second, "-sf", harness.Testdata("register-users.xml"), "127.0.0.1:"+strconv.Itoa(sip),
-		"-key", "contact_port", strconv.Itoa(uas), "-i", "127.0.0.1", "-p", strconv.Itoa(harness.FreePort(t)),
+	r := harness.RunSIPp(t, 30*time.Second, "-sf", harness.Testdata("register-users.xml"), s.SIPAddr("udp"),
+		"-key", "contact_port", strconv.Itoa(uas), "-i", "127.0.0.1",
 		"-r", "50", "-m", strconv.Itoa(users), "-timeout", "20", "-timeout_error")
 	if r.Exit != 0 || r.Successful != users {
 		t.Fatalf("want %d registrations, have %d/%d (exit %d)\n%s", users, r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 30))
@@ -41,7 +40,9 @@ func TestRegistrationsSurviveRestart(t *testing.T) {
 	before := s.Bindings()
 	s.StopDrained()
 
-	s = harness.StartIn(t, dir, harness.RegistrarCfg(sip))
+	// Restarted on the ports it had: the bindings were filed under its
+	// address, port included, as the home domain.
+	s = harness.StartIn(t, dir, s.Pinned(harness.RegistrarCfg()))
 	after := s.Bindings()
 	if len(before) != users || len(after) != users {
 		t.Fatalf("want %d bindings before and after the restart, have %d and %d:\n%v", users, len(before), len(after), after)
@@ -52,15 +53,15 @@ func TestRegistrationsSurviveRestart(t *testing.T) {
 		}
 	}
 	for _, user := range []string{"user1", "user7", "user20"} {
-		if r := callOnce(t, sip, user); r.Successful != 1 {
+		if r := callOnce(t, s, user); r.Successful != 1 {
 			t.Errorf("call to %s after the restart: want it completed, have %d/%d\n%s\n%s", user, r.Successful, r.Failed, harness.Tail(r.Out, 30), harness.Tail(s.Log.String(), 20))
 		}
 	}
 }
 
 // clusterCfg is registrarCfg for one node of a cluster sharing store.
-func clusterCfg(sip int, store string) string {
-	return harness.RegistrarCfg(sip) + fmt.Sprintf("\nlocation_store = %q\ndomain = \"example.test\"\n", store)
+func clusterCfg(store string) string {
+	return harness.RegistrarCfg() + fmt.Sprintf("\nlocation_store = %q\ndomain = \"example.test\"\n", store)
 }
 
 // Two nodes share registrations through Redis: a phone registered through
@@ -74,13 +75,13 @@ func TestClusterSharesRegistrationsInRedis(t *testing.T) {
 		t.Skip("runs two sipvisor nodes and a Redis; skipped with -short")
 	}
 	rd := redistest.Start(t)
-	sipA, sipB, uas := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
-	harness.SIPpUAS(t, uas)
-	a := harness.Start(t, clusterCfg(sipA, rd.URL()))
-	b := harness.Start(t, clusterCfg(sipB, rd.URL()))
+	uas := harness.SIPpUAS(t).Port
+	a := harness.Start(t, clusterCfg(rd.URL()))
+	b := harness.Start(t, clusterCfg(rd.URL()))
+	sipB := b.SIPPort("udp")
 
-	r := harness.RunSIPp(t, 30*time.Second, "-sf", harness.Testdata("register.xml"), "127.0.0.1:"+strconv.Itoa(sipA), "-s", "alice",
-		"-key", "contact_port", strconv.Itoa(uas), "-i", "127.0.0.1", "-p", strconv.Itoa(harness.FreePort(t)),
+	r := harness.RunSIPp(t, 30*time.Second, "-sf", harness.Testdata("register.xml"), a.SIPAddr("udp"), "-s", "alice",
+		"-key", "contact_port", strconv.Itoa(uas), "-i", "127.0.0.1",
 		"-m", "1", "-timeout", "20", "-timeout_error")
 	if r.Successful != 1 {
 		t.Fatalf("register through A: %d/%d\n%s", r.Successful, r.Failed, harness.Tail(r.Out, 30))
@@ -90,12 +91,12 @@ func TestClusterSharesRegistrationsInRedis(t *testing.T) {
 	if bs := b.Bindings("sip:alice@example.test"); len(bs) != 1 || bs[0].Contact != "sip:alice@127.0.0.1:"+strconv.Itoa(uas) {
 		t.Fatalf("ul show on B: want alice's binding made through A, have %+v", bs)
 	}
-	if r := callOnce(t, sipB, "alice"); r.Successful != 1 {
+	if r := callOnce(t, b, "alice"); r.Successful != 1 {
 		t.Fatalf("call through B to alice registered through A: %d/%d\n%s\n%s", r.Successful, r.Failed, harness.Tail(r.Out, 30), harness.Tail(b.Log.String(), 20))
 	}
 
 	a.StopDrained()
-	if r := callOnce(t, sipB, "alice"); r.Successful != 1 {
+	if r := callOnce(t, b, "alice"); r.Successful != 1 {
 		t.Fatalf("call through B with A stopped: %d/%d\n%s", r.Successful, r.Failed, harness.Tail(r.Out, 30))
 	}
 
@@ -105,7 +106,7 @@ func TestClusterSharesRegistrationsInRedis(t *testing.T) {
 	if m.Status() != 503 || m.Header("Retry-After") == "" {
 		t.Fatalf("REGISTER with Redis down: want 503 with Retry-After, have %q\n%s", m.First, m.Raw)
 	}
-	if r := callOnce(t, sipB, "alice"); r.Successful != 0 || !strings.Contains(r.Out, "503") {
+	if r := callOnce(t, b, "alice"); r.Successful != 0 || !strings.Contains(r.Out, "503") {
 		t.Errorf("call with Redis down: want a 503 (not a 404), have %d successful\n%s", r.Successful, harness.Tail(r.Out, 40))
 	}
 	b.WaitLog("location store call failed", 10*time.Second)
@@ -115,7 +116,7 @@ func TestClusterSharesRegistrationsInRedis(t *testing.T) {
 	}
 
 	rd.Start()
-	harness.WaitFor(t, "B routing to alice again", 20*time.Second, func() bool { return callOnce(t, sipB, "alice").Successful == 1 })
+	harness.WaitFor(t, "B routing to alice again", 20*time.Second, func() bool { return callOnce(t, b, "alice").Successful == 1 })
 	// Each worker finds the store back by itself, within its pause.
 	harness.WaitFor(t, "REGISTERs through B answered 200 again", 10*time.Second, func() bool {
 		return harness.Register(t, p, sipB, "bob", "sip:bob@127.0.0.1:"+strconv.Itoa(p.Port())).Status() == 200

@@ -13,10 +13,9 @@ import (
 // completes.
 func sippCallsOverUDP(t *testing.T, extra string) *harness.Server {
 	t.Helper()
-	sip, uas, uac := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, harness.ProxyCfg(sip, uas, "udp_workers = 2\ntcp_workers = 1\n"+extra))
-	harness.SIPpUAS(t, uas)
-	r := harness.RunSIPp(t, 90*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+	uas := harness.SIPpUAS(t).Port
+	s := harness.Start(t, harness.ProxyCfg(uas, "udp_workers = 2\ntcp_workers = 1\n"+extra))
+	r := harness.RunSIPp(t, 90*time.Second, "-sn", "uac", s.SIPAddr("udp"), "-i", "127.0.0.1",
 		"-r", "50", "-m", "300", "-d", "200", "-timeout", "60", "-timeout_error")
 	if r.Exit != 0 || r.Successful != 300 || r.Failed != 0 {
 		t.Fatalf("want 300 successful calls and 0 failed, have %d/%d (exit %d)\n%s", r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 40))
@@ -59,10 +58,9 @@ func TestSIPpCallsOverTCP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("hundreds of SIPp calls")
 	}
-	sip, uas, uac := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, harness.ProxyCfgTo("sip:127.0.0.1:"+strconv.Itoa(uas)+";transport=tcp", sip, "udp_workers = 1\ntcp_workers = 2"))
-	harness.SIPpUAS(t, uas, "-t", "t1")
-	r := harness.RunSIPp(t, 90*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+	uas := harness.SIPpUAS(t, "-t", "t1").Port
+	s := harness.Start(t, harness.ProxyCfgTo("sip:127.0.0.1:"+strconv.Itoa(uas)+";transport=tcp", "udp_workers = 1\ntcp_workers = 2"))
+	r := harness.RunSIPp(t, 90*time.Second, "-sn", "uac", s.SIPAddr("tcp"), "-i", "127.0.0.1",
 		"-t", "t1", "-r", "20", "-m", "100", "-d", "100", "-timeout", "60", "-timeout_error")
 	if r.Exit != 0 || r.Successful != 100 || r.Failed != 0 {
 		t.Fatalf("want 100 successful calls over TCP and 0 failed, have %d/%d (exit %d)\n%s\n%s", r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 40), harness.Tail(s.Log.String(), 20))

@@ -28,7 +28,6 @@ func TestRetransmissionsAbsorbed(t *testing.T) {
 }
 
 func testRetransmissionsAbsorbed(t *testing.T, replySockets bool) {
-	sip := harness.FreePort(t)
 	caller, callee := harness.NewPeer(t), harness.NewPeer(t)
 	// Two workers: the retransmissions must reach the worker that holds the
 	// transaction, by Call-ID.
@@ -36,9 +35,10 @@ func testRetransmissionsAbsorbed(t *testing.T, replySockets bool) {
 	if replySockets {
 		extra += "\nworker_reply_sockets = yes"
 	}
-	s := harness.Start(t, harness.ProxyCfg(sip, callee.Port(), extra))
+	s := harness.Start(t, harness.ProxyCfg(callee.Port(), extra))
 	defer s.StopDrained()
-	proxy := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
+	sip := s.SIPPort("udp")
+	proxy := harness.Local(sip)
 
 	invite := fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
 		"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-retrans-%[3]d\r\n"+
@@ -93,12 +93,8 @@ func testRetransmissionsAbsorbed(t *testing.T, replySockets bool) {
 }
 
 // malformedCfg answers OPTIONS itself and relays everything else to a UAS.
-func malformedCfg(sipPort, uasPort int) string {
-	return `
-socket = udp:127.0.0.1:` + strconv.Itoa(sipPort) + `
-socket = tcp:127.0.0.1:` + strconv.Itoa(sipPort) + `
-http_listen = 127.0.0.1:HTTP_PORT
-udp_workers = 2
+func malformedCfg(uasPort int) string {
+	return harness.Sockets0 + `udp_workers = 2
 tcp_workers = 1
 
 route {
@@ -124,11 +120,9 @@ route {
 // and OPTIONS and SIPp calls are served afterwards.
 func TestMalformedDatagrams(t *testing.T) {
 	t.Parallel()
-	sip, uas, uac := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, malformedCfg(sip, uas))
-	harness.SIPpUAS(t, uas)
+	s := harness.Start(t, malformedCfg(harness.SIPpUAS(t).Port))
 	c := harness.NewPeer(t)
-	proxy := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
+	proxy := harness.Local(s.SIPPort("udp"))
 
 	good := harness.Options(c.Port(), "ok-1", "")
 	truncated := good[:strings.Index(good, "Call-ID")]
@@ -175,7 +169,7 @@ func TestMalformedDatagrams(t *testing.T) {
 
 	c.Send(proxy, harness.Options(c.Port(), "ok-2", ""))
 	c.Expect(10*time.Second, "200 for OPTIONS after the malformed datagrams", harness.IsStatus(200))
-	r := harness.RunSIPp(t, 60*time.Second, "-sn", "uac", "127.0.0.1:"+strconv.Itoa(sip), "-i", "127.0.0.1", "-p", strconv.Itoa(uac),
+	r := harness.RunSIPp(t, 60*time.Second, "-sn", "uac", s.SIPAddr("udp"), "-i", "127.0.0.1",
 		"-r", "20", "-m", "20", "-d", "100", "-timeout", "40", "-timeout_error")
 	if r.Exit != 0 || r.Successful != 20 || r.Failed != 0 {
 		t.Fatalf("want 20 successful calls after the malformed datagrams, have %d/%d (exit %d)\n%s", r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 40))
@@ -232,8 +226,10 @@ func tcpExchange(t *testing.T, sipPort int, msg string) (reply string, closed bo
 // lives on, and the next connection is served.
 func TestTCPHeaderLine64KiB(t *testing.T) {
 	t.Parallel()
-	sip, uas := harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, malformedCfg(sip, uas))
+	// Only OPTIONS, which the script answers itself: the callee is never
+	// called.
+	s := harness.Start(t, malformedCfg(harness.NewPeer(t).Port()))
+	sip := s.SIPPort("tcp")
 	long := strings.Replace(harness.Options(40000, "tcp-long-1", "X-Long: "+strings.Repeat("a", 64<<10)+"\r\n"), "SIP/2.0/UDP", "SIP/2.0/TCP", 1)
 	reply, closed := tcpExchange(t, sip, long)
 	if strings.HasPrefix(reply, "SIP/2.0 200") {
@@ -260,11 +256,11 @@ func TestReplySocketTakesNoNewSession(t *testing.T) {
 	if testing.Short() {
 		t.Skip("its stop waits out a BYE's timer J, 32 s")
 	}
-	sip := harness.FreePort(t)
 	caller, callee := harness.NewPeer(t), harness.NewPeer(t)
-	s := harness.Start(t, harness.ProxyCfg(sip, callee.Port(), "udp_workers = 1\ntcp_workers = 1\nworker_reply_sockets = yes"))
+	s := harness.Start(t, harness.ProxyCfg(callee.Port(), "udp_workers = 1\ntcp_workers = 1\nworker_reply_sockets = yes"))
 	defer s.StopDrained()
-	proxy := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
+	sip := s.SIPPort("udp")
+	proxy := harness.Local(sip)
 	invite := func(id, to string) string { return testInvite(caller, callee, id, to, 70) }
 
 	caller.Send(proxy, invite("direct-first", ""))
@@ -340,11 +336,10 @@ func ackFor(invite string, resp harness.Msg) string {
 // to a callee that never saw the INVITE.
 func TestAckOfStatelessReplyEndsAtWorker(t *testing.T) {
 	t.Parallel()
-	sip := harness.FreePort(t)
 	caller, callee := harness.NewPeer(t), harness.NewPeer(t)
-	s := harness.Start(t, harness.ProxyCfg(sip, callee.Port(), "udp_workers = 1\ntcp_workers = 1"))
+	s := harness.Start(t, harness.ProxyCfg(callee.Port(), "udp_workers = 1\ntcp_workers = 1"))
 	defer s.Stop()
-	proxy := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sip}
+	proxy := harness.Local(s.SIPPort("udp"))
 	// Max-Forwards 0: the script answers 483 with sl_send_reply.
 	inv483 := testInvite(caller, callee, "sl-483", "", 0)
 	caller.Send(proxy, inv483)

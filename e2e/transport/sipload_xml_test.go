@@ -15,12 +15,12 @@ import (
 // test instead), answers OPTIONS itself, registers, and refuses calls to
 // user busy with 503, so that every scenario file in the repository has a
 // server to run against.
-func xmlCfg(sipPort, uasPort, xmlUASPort int) string {
+func xmlCfg(uasPort, xmlUASPort int) string {
 	uas := "sip:127.0.0.1:" + strconv.Itoa(uasPort)
 	xmluas := "sip:127.0.0.1:" + strconv.Itoa(xmlUASPort)
 	return `
-socket = udp:127.0.0.1:` + strconv.Itoa(sipPort) + `
-http_listen = 127.0.0.1:HTTP_PORT
+socket = udp:127.0.0.1:0
+http_listen = 127.0.0.1:0
 udp_workers = 2
 tcp_workers = 1
 route {
@@ -70,10 +70,12 @@ func TestSiploadRunsScenarioFilesLikeSIPp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs SIPp and sipload against sipvisor, about 20 s")
 	}
-	sip, uas, xmluas := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
-	harness.Start(t, xmlCfg(sip, uas, xmluas))
-	harness.SIPpUAS(t, uas)
-	target := "127.0.0.1:" + strconv.Itoa(sip)
+	uas := harness.SIPpUAS(t).Port
+	// The scenarios under test serve in turn, SIPp's run then sipload's, at
+	// one port the config names: a port picked up front.
+	xmluas := harness.FreePort(t)
+	s := harness.Start(t, xmlCfg(uas, xmluas))
+	target := s.SIPAddr("udp")
 	sd := func(name string) string {
 		out, _ := exec.Command("sipp", "-sd", name).Output() // exits 99 after printing
 		return writeScenario(t, "sipp_"+name+".xml", out)

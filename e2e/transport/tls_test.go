@@ -100,13 +100,11 @@ func TestTLS(t *testing.T) {
 	pki := harness.NewPKI(t)
 	pki.Issue("server", "sipvisor one", 2)
 	uasCert := pki.Issue("uas", "tls callee", 3)
-	sip, tlsPort := harness.FreePort(t), harness.FreePort(t)
-	s := harness.Start(t, harness.TLSConfig(pki, sip, tlsPort, ""))
-	target := "127.0.0.1:" + strconv.Itoa(sip)
+	s := harness.Start(t, harness.TLSConfig(pki, ""))
+	target, tlsPort := s.SIPAddr("udp"), s.SIPPort("tls")
 
 	// Callees: SIPp on UDP, and a TLS one of the test's own.
-	udpCallee := harness.FreePort(t)
-	harness.SIPpUAS(t, udpCallee)
+	udpCallee := harness.SIPpUAS(t).Port
 	uas := startTLSUAS(t, uasCert)
 	for _, reg := range []struct{ user, port, tr string }{
 		{"bob-udp", strconv.Itoa(udpCallee), "udp"},
@@ -114,7 +112,7 @@ func TestTLS(t *testing.T) {
 	} {
 		r := harness.RunSIPp(t, 30*time.Second, "-sf", harness.Testdata("register_transport.xml"), target, "-s", reg.user,
 			"-key", "contact_port", reg.port, "-key", "contact_transport", reg.tr,
-			"-i", "127.0.0.1", "-p", strconv.Itoa(harness.FreePort(t)), "-m", "1", "-timeout", "20", "-timeout_error")
+			"-i", "127.0.0.1", "-m", "1", "-timeout", "20", "-timeout_error")
 		if r.Exit != 0 || r.Successful != 1 {
 			t.Fatalf("register %s: have %d/%d (exit %d)\n%s", reg.user, r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 30))
 		}
@@ -151,7 +149,7 @@ func TestTLS(t *testing.T) {
 
 	// A UDP caller (SIPp) to the TLS callee: sipvisor opens the TLS
 	// connection and checks the callee's certificate against tls_ca_list.
-	r := harness.RunSIPp(t, 60*time.Second, "-sn", "uac", target, "-s", "bob-tls", "-i", "127.0.0.1", "-p", strconv.Itoa(harness.FreePort(t)),
+	r := harness.RunSIPp(t, 60*time.Second, "-sn", "uac", target, "-s", "bob-tls", "-i", "127.0.0.1",
 		"-m", "2", "-r", "2", "-timeout", "30", "-timeout_error")
 	if r.Exit != 0 || r.Successful != 2 {
 		t.Fatalf("UDP caller → TLS callee: have %d/%d (exit %d)\n%s\n%s", r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 30), harness.Tail(s.Log.String(), 20))
@@ -191,8 +189,7 @@ func TestTLSVerifyClient(t *testing.T) {
 	pki := harness.NewPKI(t)
 	pki.Issue("server", "sipvisor", 2)
 	client := pki.Issue("client", "trunk", 3)
-	sip, tlsPort := harness.FreePort(t), harness.FreePort(t)
-	harness.Start(t, harness.TLSConfig(pki, sip, tlsPort, "tls_verify_client = yes"))
+	tlsPort := harness.Start(t, harness.TLSConfig(pki, "tls_verify_client = yes")).SIPPort("tls")
 
 	// TLS 1.3 reports a refused client certificate at the first read.
 	ua, _, err := harness.DialTLS(t, pki, tlsPort, nil)

@@ -14,26 +14,16 @@ import (
 	"github.com/sipvisor/sipvisor/e2e/internal/harness"
 )
 
-// startCallee runs a callee scenario on 127.0.0.1:port over tr (udp, tcp
-// or tls): SIPp for UDP and TCP, sipload for TLS, which Debian's SIPp is
-// built without. It returns once the port is bound.
-func startCallee(t *testing.T, pki *harness.PKI, tr, scenario string, port int) *harness.Proc {
+// startCallee runs a callee scenario on 127.0.0.1 over tr (udp, tcp or
+// tls): SIPp for UDP and TCP, sipload for TLS, which Debian's SIPp is
+// built without. It returns once its port, Proc.Port, is bound.
+func startCallee(t *testing.T, pki *harness.PKI, tr, scenario string) *harness.Proc {
 	t.Helper()
-	args := []string{"-sf", scenario, "-i", "127.0.0.1", "-p", strconv.Itoa(port), "-t", sippTransport[tr]}
-	bin := "sipp"
+	args := []string{"-sf", scenario, "-i", "127.0.0.1", "-t", sippTransport[tr]}
 	if tr == "tls" {
-		bin = harness.SiploadBin
-		args = append(args, "-q", "-tls_cert", pki.Path("callee.pem"), "-tls_key", pki.Path("callee.key"))
-	} else {
-		args = append(args, "-nostdin", "-buff_size", "4194304")
+		return harness.SiploadServe(t, append(args, "-q", "-tls_cert", pki.Path("callee.pem"), "-tls_key", pki.Path("callee.key"))...)
 	}
-	p := harness.StartProc(t, bin, args...)
-	proto := "tcp"
-	if tr == "udp" {
-		proto = "udp"
-	}
-	p.AwaitBound(t, proto, port)
-	return p
+	return harness.SIPpServe(t, args...)
 }
 
 var sippTransport = map[string]string{"udp": "u1", "tcp": "t1", "tls": "l1"}
@@ -47,7 +37,7 @@ func runCaller(t *testing.T, pki *harness.PKI, tr, target string, args ...string
 		return harness.RunSipload(t, 40*time.Second, append(append([]string{target}, args...),
 			"-tls_cert", pki.Path("caller.pem"), "-tls_key", pki.Path("caller.key"), "-tls_ca", pki.Path("ca.pem"))...)
 	}
-	r := harness.RunSIPp(t, 40*time.Second, append(append([]string{target}, args...), "-p", strconv.Itoa(harness.FreePort(t)), "-timeout_error")...)
+	r := harness.RunSIPp(t, 40*time.Second, append(append([]string{target}, args...), "-timeout_error")...)
 	return r.Successful, r.Failed, r.Out
 }
 
@@ -72,20 +62,18 @@ func TestCallsAcrossTransportPairs(t *testing.T) {
 	pki.Issue("server", "sipvisor", 2)
 	pki.Issue("callee", "tls callee", 3)
 	pki.Issue("caller", "tls caller", 4)
-	sip, tlsPort := harness.FreePort(t), harness.FreePort(t)
 	// Two TCP workers: a connection and the requests that belong with it
 	// may land in different workers.
-	s := harness.Start(t, strings.Replace(harness.TLSConfig(pki, sip, tlsPort, ""), "tcp_workers = 1", "tcp_workers = 2", 1))
-	targets := map[string]string{"udp": "127.0.0.1:" + strconv.Itoa(sip), "tcp": "127.0.0.1:" + strconv.Itoa(sip),
-		"tls": "127.0.0.1:" + strconv.Itoa(tlsPort)}
+	s := harness.Start(t, strings.Replace(harness.TLSConfig(pki, ""), "tcp_workers = 1", "tcp_workers = 2", 1))
+	targets := map[string]string{"udp": s.SIPAddr("udp"), "tcp": s.SIPAddr("tcp"), "tls": s.SIPAddr("tls")}
 	transports := []string{"udp", "tcp", "tls"}
 
 	// bob-X answers and waits for the caller's BYE; carol-X hangs up.
 	callees := map[string]*harness.Proc{}
 	for _, tr := range transports {
 		for user, sc := range map[string]string{"bob": harness.Path("loadgen/scenarios/uas.xml"), "carol": harness.Testdata("uas_bye.xml")} {
-			port := harness.FreePort(t)
-			callees[user+"-"+tr] = startCallee(t, pki, tr, sc, port)
+			callees[user+"-"+tr] = startCallee(t, pki, tr, sc)
+			port := callees[user+"-"+tr].Port
 			ok, failed, out := runCaller(t, pki, tr, targets[tr], "-sf", harness.Testdata("register_transport.xml"), "-s", user+"-"+tr,
 				"-key", "contact_port", strconv.Itoa(port), "-key", "contact_transport", tr, "-m", "1")
 			if ok != 1 || failed != 0 {

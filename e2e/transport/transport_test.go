@@ -21,17 +21,12 @@ func TestCallsAcrossTransports(t *testing.T) {
 	if testing.Short() {
 		t.Skip("four SIPp runs")
 	}
-	sip := harness.FreePort(t)
-	s := harness.Start(t, strings.Replace(harness.RegistrarCfg(sip), "tcp_workers = 1", "tcp_workers = 2", 1))
-	target := "127.0.0.1:" + strconv.Itoa(sip)
-	callee := map[string]int{}
+	s := harness.Start(t, strings.Replace(harness.RegistrarCfg(), "tcp_workers = 1", "tcp_workers = 2", 1))
 	for _, tr := range []string{"udp", "tcp"} {
-		port := harness.FreePort(t)
-		callee[tr] = port
-		harness.SIPpUAS(t, port, "-t", map[string]string{"udp": "u1", "tcp": "t1"}[tr])
-		r := harness.RunSIPp(t, 30*time.Second, "-sf", harness.Testdata("register_transport.xml"), target, "-s", "bob-"+tr,
+		port := harness.SIPpUAS(t, "-t", map[string]string{"udp": "u1", "tcp": "t1"}[tr]).Port
+		r := harness.RunSIPp(t, 30*time.Second, "-sf", harness.Testdata("register_transport.xml"), s.SIPAddr("udp"), "-s", "bob-"+tr,
 			"-key", "contact_port", strconv.Itoa(port), "-key", "contact_transport", tr,
-			"-i", "127.0.0.1", "-p", strconv.Itoa(harness.FreePort(t)), "-m", "1", "-timeout", "20", "-timeout_error")
+			"-i", "127.0.0.1", "-m", "1", "-timeout", "20", "-timeout_error")
 		if r.Exit != 0 || r.Successful != 1 {
 			t.Fatalf("register bob-%s: have %d/%d (exit %d)\n%s", tr, r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 30))
 		}
@@ -39,7 +34,7 @@ func TestCallsAcrossTransports(t *testing.T) {
 	// A TCP caller that takes no connection, as phones behind NAT and
 	// sipload do: SIPp accepts one, which hid the lost answers.
 	t.Run("tcp-connection-only-to-udp", func(t *testing.T) {
-		ua := harness.NewTCPUA(t, sip)
+		ua := harness.NewTCPUA(t, s.SIPPort("tcp"))
 		for i := range 3 {
 			call := harness.NewID() + "@tcp-only"
 			m, to := ua.InviteTo("bob-udp", call)
@@ -55,9 +50,9 @@ func TestCallsAcrossTransports(t *testing.T) {
 	for _, from := range []string{"udp", "tcp"} {
 		for _, to := range []string{"udp", "tcp"} {
 			t.Run(from+"-to-"+to, func(t *testing.T) {
-				r := harness.RunSIPp(t, 60*time.Second, "-sn", "uac", target, "-s", "bob-"+to,
+				r := harness.RunSIPp(t, 60*time.Second, "-sn", "uac", s.SIPAddr(from), "-s", "bob-"+to,
 					"-t", map[string]string{"udp": "u1", "tcp": "t1"}[from],
-					"-i", "127.0.0.1", "-p", strconv.Itoa(harness.FreePort(t)), "-r", "5", "-m", "5", "-d", "200",
+					"-i", "127.0.0.1", "-r", "5", "-m", "5", "-d", "200",
 					"-timeout", "40", "-timeout_error")
 				if r.Exit != 0 || r.Successful != 5 || r.Failed != 0 {
 					t.Fatalf("5 calls %s → %s: have %d successful, %d failed (exit %d)\n%s\n%s",

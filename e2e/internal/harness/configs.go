@@ -9,30 +9,34 @@ import (
 	"github.com/sipvisor/sipvisor/config"
 )
 
+// Sockets0 are the lines of the tests' configs for a UDP and a TCP socket
+// and the control address, each on port 0: Start learns the ports bound.
+const Sockets0 = `
+socket = udp:127.0.0.1:0
+socket = tcp:127.0.0.1:0
+http_listen = 127.0.0.1:0
+`
+
 // ProxyCfg is a stateful proxy to a SIPp UAS. SIPp's built-in UAS does not
 // echo Record-Route, so in-dialog requests arrive without Route and are sent
 // to the UAS as well.
-func ProxyCfg(sipPort, uasPort int, extra string) string {
-	return ProxyCfgTo("sip:127.0.0.1:"+strconv.Itoa(uasPort), sipPort, extra)
+func ProxyCfg(uasPort int, extra string) string {
+	return ProxyCfgTo("sip:127.0.0.1:"+strconv.Itoa(uasPort), extra)
 }
 
 // ProxyCfgTo is ProxyCfg with the UAS given as a URI (;transport=tcp).
-func ProxyCfgTo(uas string, sipPort int, extra string) string {
-	return ProxyConfig(uas, sipPort, extra, false)
+func ProxyCfgTo(uas string, extra string) string {
+	return ProxyConfig(uas, extra, false)
 }
 
 // ProxyConfig is the proxy to uas, also a registrar when registrar is set.
-func ProxyConfig(uas string, sipPort int, extra string, registrar bool) string {
+func ProxyConfig(uas string, extra string, registrar bool) string {
 	register := ""
 	if registrar {
 		register = `
 	if (is_method("REGISTER")) { save("location"); exit; }`
 	}
-	return `
-socket = udp:127.0.0.1:` + strconv.Itoa(sipPort) + `
-socket = tcp:127.0.0.1:` + strconv.Itoa(sipPort) + `
-http_listen = 127.0.0.1:HTTP_PORT
-` + extra + `
+	return Sockets0 + extra + `
 route {
 	if (!mf_process_maxfwd_header(10)) { sl_send_reply(483, "Too Many Hops"); exit; }
 	if (has_totag()) {
@@ -55,8 +59,8 @@ route {
 // server. Cycles are short so that a watermark change takes effect quickly.
 // The guards that answer to how busy the machine is (the echo throttle and
 // queue-delay admission) are off, as GuardsOff says.
-func OverloadCfg(sipPort, uasPort int, extra string) string {
-	return ProxyConfig("sip:127.0.0.1:"+strconv.Itoa(uasPort), sipPort,
+func OverloadCfg(uasPort int, extra string) string {
+	return ProxyConfig("sip:127.0.0.1:"+strconv.Itoa(uasPort),
 		"udp_workers = 1\ntcp_workers = 1\nauto_scaling_cycle = 0.2\n"+GuardsOff+extra, true)
 }
 
@@ -67,18 +71,14 @@ func OverloadCfg(sipPort, uasPort int, extra string) string {
 // The tests of those two guards set them on.
 const GuardsOff = "throttle_enable = no\nqueue_delay_admission = 0\n"
 
-// RegistrarCfg is the built-in registrar and stateful proxy script on the
-// given port, with one change: SIPp's UAS does not echo Record-Route, so its
+// RegistrarCfg is the built-in registrar and stateful proxy script, with
+// one change: SIPp's UAS does not echo Record-Route, so its
 // caller sends ACK and BYE back here with this server's address as the
 // Request-URI and no Route header. Such a request is looked up in the
 // location table again, as the INVITE was, instead of being refused with
 // 404 as config/default.cfg does.
-func RegistrarCfg(sipPort int) string {
-	return `
-socket = udp:127.0.0.1:` + strconv.Itoa(sipPort) + `
-socket = tcp:127.0.0.1:` + strconv.Itoa(sipPort) + `
-http_listen = 127.0.0.1:HTTP_PORT
-udp_workers = 2
+func RegistrarCfg() string {
+	return Sockets0 + `udp_workers = 2
 tcp_workers = 1
 
 route {
@@ -124,19 +124,20 @@ route[relay] {
 `
 }
 
-// TLSConfig is the registrar script with a tls: socket beside UDP and TCP.
-func TLSConfig(pki *PKI, sip, tlsPort int, extra string) string {
-	return strings.Replace(RegistrarCfg(sip), "http_listen", fmt.Sprintf(`socket = tls:127.0.0.1:%d
+// TLSConfig is the registrar script with a tls: socket, on port 0 too,
+// beside UDP and TCP.
+func TLSConfig(pki *PKI, extra string) string {
+	return strings.Replace(RegistrarCfg(), "http_listen", fmt.Sprintf(`socket = tls:127.0.0.1:0
 tls_certificate = "%s"
 tls_private_key = "%s"
 tls_ca_list = "%s"
 %s
-http_listen`, tlsPort, pki.Path("server.pem"), pki.Path("server.key"), pki.Path("ca.pem"), extra), 1)
+http_listen`, pki.Path("server.pem"), pki.Path("server.key"), pki.Path("ca.pem"), extra), 1)
 }
 
-// DefaultCfgOn is the built-in config with its SIP sockets on sipPort and
-// its control address on HTTP_PORT.
-func DefaultCfgOn(t testing.TB, sipPort int) string {
+// DefaultCfg0 is the built-in config with its SIP sockets and its control
+// address on port 0.
+func DefaultCfg0(t testing.TB) string {
 	t.Helper()
 	cfg := config.DefaultText
 	for _, s := range []string{"socket = udp:127.0.0.1:5060", "socket = tcp:127.0.0.1:5060", "http_listen = 127.0.0.1:8888"} {
@@ -144,8 +145,8 @@ func DefaultCfgOn(t testing.TB, sipPort int) string {
 			t.Fatalf("the built-in config has no line %q any more", s)
 		}
 	}
-	cfg = strings.ReplaceAll(cfg, "127.0.0.1:5060", "127.0.0.1:"+strconv.Itoa(sipPort))
-	return strings.ReplaceAll(cfg, "127.0.0.1:8888", "127.0.0.1:HTTP_PORT")
+	cfg = strings.ReplaceAll(cfg, "127.0.0.1:5060", "127.0.0.1:0")
+	return strings.ReplaceAll(cfg, "127.0.0.1:8888", "127.0.0.1:0")
 }
 
 // WithoutAuth takes the digest authentication out of the built-in

@@ -1,12 +1,14 @@
 // Package harness runs the real sipvisor binary for the end-to-end tests
 // under e2e/: it builds sipvisor and sipload once per test binary, starts
-// servers on 127.0.0.1, reads their control address and metrics, and runs
-// SIPp and sipload against them. Every wait here is on an observed event
+// servers on 127.0.0.1 with their sockets on port 0 and learns the ports
+// they bound, reads their control address and metrics, and runs SIPp and
+// sipload against them. Every wait here is on an observed event
 // or a poll bounded by a deadline, never a fixed sleep.
 package harness
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -15,12 +17,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sipvisor/sipvisor/ctl"
 )
 
 var (
@@ -95,36 +100,17 @@ func Path(rel string) string { return filepath.Join(Root, filepath.FromSlash(rel
 // Testdata is a file of e2e/testdata, shared by the e2e packages.
 func Testdata(name string) string { return Path("e2e/testdata/" + name) }
 
-// FreePort finds a free port on 127.0.0.1 for both UDP and TCP. SIPp and the
-// config need numbers up front; the small window before use is acceptable
-// on a test machine.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	for i := 0; i < 50; i++ {
-		u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := u.LocalAddr().(*net.UDPAddr).Port
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		u.Close()
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return port
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
 // Server is a running sipvisor process.
 type Server struct {
 	T    testing.TB
 	Cmd  *exec.Cmd
-	HTTP string // the control address, host:port
-	Log  *SyncBuffer
-	done chan error
+	HTTP string // the control address, host:port, as bound
+	// Sockets are the addresses it serves, as bound and as its start-up
+	// lines name them: the SIP sockets in config order, then http.
+	Sockets []ctl.Socket
+	Log     *SyncBuffer
+	path    string
+	done    chan error
 }
 
 // SyncBuffer is a buffer that a process writes while a test reads it.
@@ -145,26 +131,28 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
-// Start runs sipvisor on cfg (text with HTTP_PORT for the control port)
-// and waits until every group has a ready worker.
-func Start(t testing.TB, cfg string) *Server {
+// Start runs sipvisor on cfg with the command-line flags given (e.g.
+// -log-format json), waits until every group has a ready worker, and
+// learns the addresses it bound from its start-up lines. The configs of
+// the tests give port 0 to the SIP sockets and http_listen: the kernel
+// picks free ports, so nothing guesses one that another test may take
+// first. SIPPort, SIPAddr and HTTP are what was bound.
+func Start(t testing.TB, cfg string, flags ...string) *Server {
 	t.Helper()
-	return StartIn(t, t.TempDir(), cfg)
+	return StartIn(t, t.TempDir(), cfg, flags...)
 }
 
 // StartIn is Start with the config file in dir, where the default location
 // store keeps its database: a server started again in the same dir finds
 // the registrations of the one before.
-func StartIn(t testing.TB, dir, cfg string) *Server {
+func StartIn(t testing.TB, dir, cfg string, flags ...string) *Server {
 	t.Helper()
-	httpPort := FreePort(t)
 	path := filepath.Join(dir, "sipvisor.cfg")
-	text := strings.ReplaceAll(cfg, "HTTP_PORT", strconv.Itoa(httpPort))
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{T: t, HTTP: "127.0.0.1:" + strconv.Itoa(httpPort), Log: &SyncBuffer{}, done: make(chan error, 1)}
-	s.Cmd = exec.Command(SipvisorBin, "-f", path)
+	s := &Server{T: t, Log: &SyncBuffer{}, path: path, done: make(chan error, 1)}
+	s.Cmd = exec.Command(SipvisorBin, append(append([]string{}, flags...), "-f", path)...)
 	var w io.Writer = s.Log
 	if testing.Verbose() {
 		w = io.MultiWriter(s.Log, os.Stderr)
@@ -176,27 +164,113 @@ func StartIn(t testing.TB, dir, cfg string) *Server {
 	go func() { s.done <- s.Cmd.Wait() }()
 	t.Cleanup(func() { s.Stop() })
 	deadline := time.Now().Add(30 * time.Second)
-	for !s.Ready() {
+	for {
+		if s.HTTP == "" {
+			if socks, ok := ServedSockets(s.Log.String()); ok {
+				s.Sockets = socks
+				s.HTTP = socks[len(socks)-1].Address
+			}
+		}
+		if s.HTTP != "" && s.Ready() {
+			return s
+		}
 		if err, exited := s.Exited(); exited {
 			t.Fatalf("sipvisor exited: %v\n%s", err, s.Log.String())
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sipvisor not ready within 30s\n%s", s.Log.String())
+			t.Fatalf("sipvisor not ready within 30s, or no start-up line for its control address\n%s", s.Log.String())
 		}
-		time.Sleep(50 * time.Millisecond) // polling /readyz
+		time.Sleep(20 * time.Millisecond) // polling the log, then /readyz, bounded by the deadline
 	}
-	return s
+}
+
+// SIPAddr is the address bound for the config's first SIP socket of proto
+// (udp, tcp, tls), IP:PORT; a server without one fails the test.
+func (s *Server) SIPAddr(proto string) string {
+	s.T.Helper()
+	for _, so := range s.Sockets {
+		if so.Proto == proto {
+			return so.Address
+		}
+	}
+	s.T.Fatalf("sipvisor serves no %s socket: %v", proto, s.Sockets)
+	return ""
+}
+
+// SIPPort is the port of SIPAddr.
+func (s *Server) SIPPort(proto string) int {
+	s.T.Helper()
+	return PortOf(s.T, s.SIPAddr(proto))
+}
+
+// PortOf is the port of an IP:PORT address.
+func PortOf(t testing.TB, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	n, err2 := strconv.Atoi(p)
+	if err != nil || err2 != nil {
+		t.Fatalf("not an IP:PORT address: %q", addr)
+	}
+	return n
+}
+
+// Pinned is cfg with each of its port-0 SIP sockets on the port this
+// server bound for it (in config order): for a server started again that
+// peers must find where they found this one, and under whose address its
+// registrations were filed.
+func (s *Server) Pinned(cfg string) string {
+	s.T.Helper()
+	for _, so := range s.Sockets {
+		if so.Proto == "http" {
+			continue
+		}
+		zero := "socket = " + so.Proto + ":127.0.0.1:0\n"
+		if !strings.Contains(cfg, zero) {
+			s.T.Fatalf("Pinned: the config has no line %q", zero)
+		}
+		cfg = strings.Replace(cfg, zero, "socket = "+so.Proto+":"+so.Address+"\n", 1)
+	}
+	return cfg
+}
+
+// servingText is a start-up line of the text log: msg=serving proto=udp
+// address=127.0.0.1:40123.
+var servingText = regexp.MustCompile(`\bmsg=serving\b.*?\bproto=(\S+) address=(\S+)`)
+
+// ServedSockets reads the start-up lines of a log, text or JSON, one for
+// each address served: the SIP sockets in config order, then http. ok
+// says whether the http line, the last of them, has been written.
+func ServedSockets(log string) (socks []ctl.Socket, ok bool) {
+	for _, line := range strings.Split(log, "\n") {
+		var so ctl.Socket
+		if strings.HasPrefix(line, "{") {
+			var l struct{ Msg, Proto, Address string }
+			if json.Unmarshal([]byte(line), &l) != nil || l.Msg != "serving" {
+				continue
+			}
+			so = ctl.Socket{Proto: l.Proto, Address: l.Address}
+		} else if m := servingText.FindStringSubmatch(line); m != nil {
+			so = ctl.Socket{Proto: m[1], Address: m[2]}
+		} else {
+			continue
+		}
+		socks = append(socks, so)
+		if so.Proto == "http" {
+			return socks, true
+		}
+	}
+	return socks, false
 }
 
 // ConfigPath is the config file the server was started with.
-func (s *Server) ConfigPath() string { return s.Cmd.Args[len(s.Cmd.Args)-1] }
+func (s *Server) ConfigPath() string { return s.path }
 
-// Rewrite replaces the server's config file with cfg (HTTP_PORT for its
-// control port, as given to Start); a reload or SIGHUP then reads it.
+// Rewrite replaces the server's config file with cfg; a reload or SIGHUP
+// then reads it. Its sockets at port 0 are the ones bound: a reload keeps
+// the sockets of the start.
 func (s *Server) Rewrite(cfg string) {
 	s.T.Helper()
-	port := s.HTTP[strings.LastIndexByte(s.HTTP, ':')+1:]
-	if err := os.WriteFile(s.ConfigPath(), []byte(strings.ReplaceAll(cfg, "HTTP_PORT", port)), 0o644); err != nil {
+	if err := os.WriteFile(s.path, []byte(cfg), 0o644); err != nil {
 		s.T.Fatal(err)
 	}
 }

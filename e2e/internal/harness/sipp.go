@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -21,6 +22,8 @@ type SIPpResult struct {
 	Successful int
 	Failed     int
 	Created    int
+	// Port is SIPp's local port, as SIPpRun.Port.
+	Port int
 }
 
 // NeedSIPp skips the test when SIPp is not installed, and fails it in CI.
@@ -48,12 +51,37 @@ type SIPpRun struct {
 	done    chan struct{}
 	timeout time.Duration
 	quit    sync.Once
+	// Port is SIPp's local port (-p): the one args gave, or the one
+	// StartSIPp picked.
+	Port int
 }
 
 // StartSIPp starts SIPp with args, bounded by timeout (it is killed then).
+// Without -p in args it picks SIPp's local port (see FreePort) and returns
+// once SIPp has bound it, picking another if it was taken meanwhile.
 func StartSIPp(t testing.TB, timeout time.Duration, args ...string) *SIPpRun {
 	t.Helper()
 	NeedSIPp(t)
+	if p := flagValue(args, "-p"); p != "" {
+		r := startSIPp(t, timeout, args)
+		r.Port, _ = strconv.Atoi(p)
+		return r
+	}
+	proto := sippProto(args)
+	for range bindTries {
+		port := FreePort(t)
+		r := startSIPp(t, timeout, append(append([]string{}, args...), "-p", strconv.Itoa(port)))
+		r.Port = port
+		if awaitOwnBound(t, r.cmd, r.done, r.out, proto, port) || !bindFailed(r.out.String()) {
+			return r
+		}
+	}
+	t.Fatalf("sipp: no free local port in %d tries", bindTries)
+	return nil
+}
+
+func startSIPp(t testing.TB, timeout time.Duration, args []string) *SIPpRun {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	r := &SIPpRun{t: t, out: &SyncBuffer{}, done: make(chan struct{}), timeout: timeout}
 	r.cmd = exec.CommandContext(ctx, "sipp", append([]string{"-buff_size", "4194304", "-nostdin"}, args...)...)
@@ -74,6 +102,79 @@ func StartSIPp(t testing.TB, timeout time.Duration, args ...string) *SIPpRun {
 	return r
 }
 
+// FreePort finds a port on 127.0.0.1 free for both UDP and TCP, for SIPp
+// only: SIPp takes -p 0 for "5060, or the first free port of the 60 above
+// it", a range the README's quick start uses, and does not say which it
+// took until it exits. Everything else binds port 0 and reads the port
+// the kernel gave. Another process may take the port before SIPp binds
+// it: StartSIPp and SIPpServe see SIPp fail to bind and try another.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := u.LocalAddr().(*net.UDPAddr).Port
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		u.Close()
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// bindTries is how many ports a SIPp peer is given before the test fails:
+// each is lost only if another process binds it in the moment between
+// FreePort and SIPp's bind.
+const bindTries = 5
+
+// bindFailed says whether SIPp's output says it could not bind its port.
+func bindFailed(out string) bool { return strings.Contains(out, "Unable to bind main socket") }
+
+// flagValue is the value after flag in args, "" when absent.
+func flagValue(args []string, flag string) string {
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// sippProto is the protocol of SIPp's main socket for its -t: a listening
+// TCP socket for t1 and tn, else UDP.
+func sippProto(args []string) string {
+	if strings.HasPrefix(flagValue(args, "-t"), "t") {
+		return "tcp"
+	}
+	return "udp"
+}
+
+// awaitOwnBound waits until cmd's process has bound port (udp: a socket;
+// tcp: a listening one) and says so, or until it exits first and says
+// not, failing the test if neither happens within 10 s.
+func awaitOwnBound(t testing.TB, cmd *exec.Cmd, done <-chan struct{}, out *SyncBuffer, proto string, port int) bool {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !BoundBy(cmd.Process.Pid, proto, port) {
+		select {
+		case <-done:
+			return false
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s port %d not bound within 10s\n%s", cmd.Path, proto, port, Tail(out.String(), 20))
+		}
+		time.Sleep(10 * time.Millisecond) // polling /proc, bounded by the deadline
+	}
+	return true
+}
+
 // Quit asks SIPp to place no new call and to exit once the calls in
 // progress have ended (SIGUSR1, as its 'q' key). Only for a run whose -m
 // is not reached: SIPp aborts the calls in progress when it is asked to
@@ -90,7 +191,7 @@ func (r *SIPpRun) Wait() SIPpResult {
 	case <-time.After(r.timeout + 10*time.Second):
 		r.t.Fatalf("sipp did not end within %v\n%s", r.timeout, Tail(r.out.String(), 30))
 	}
-	res := SIPpResult{Out: r.out.String(), Exit: r.cmd.ProcessState.ExitCode()}
+	res := SIPpResult{Out: r.out.String(), Exit: r.cmd.ProcessState.ExitCode(), Port: r.Port}
 	res.Successful = SIPpCounter(res.Out, "Successful call")
 	res.Failed = SIPpCounter(res.Out, "Failed call")
 	res.Created = SIPpCounter(res.Out, "Outgoing calls created")
@@ -145,6 +246,9 @@ type Proc struct {
 	Cmd  *exec.Cmd
 	Out  *SyncBuffer
 	done chan struct{}
+	// Port is the port it serves on, for the processes SIPpServe and
+	// SiploadServe start.
+	Port int
 }
 
 // StartProc starts bin with args, killed at the end of the test.
@@ -175,30 +279,17 @@ func (p *Proc) Wait(t testing.TB, within time.Duration) (int, string) {
 	return p.Cmd.ProcessState.ExitCode(), p.Out.String()
 }
 
-// AwaitBound waits until the process has bound port on 127.0.0.1 (udp:
-// a socket; tcp: a listening one), failing the test if it exits first or
-// takes over 10 s.
-func (p *Proc) AwaitBound(t testing.TB, proto string, port int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !Bound(proto, port) {
-		select {
-		case <-p.done:
-			t.Fatalf("%s exited before binding %s port %d: %v\n%s", p.Cmd.Path, proto, port, p.Cmd.ProcessState, Tail(p.Out.String(), 20))
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s port %d not bound within 10s\n%s", p.Cmd.Path, proto, port, Tail(p.Out.String(), 20))
-		}
-		time.Sleep(10 * time.Millisecond) // polling /proc/net, bounded by the deadline
-	}
-}
+// Bound says whether any process holds a socket bound to port, as BoundBy.
+func Bound(proto string, port int) bool { return BoundBy(0, proto, port) }
 
-// Bound says whether a socket is bound to port on 127.0.0.1 or on every
-// address: for tcp, a listening one. It reads /proc/net rather than trying
-// to bind the port, which would race with the process that is about to.
-func Bound(proto string, port int) bool {
+// BoundBy says whether process pid (0: any) holds a socket bound to port on
+// 127.0.0.1 or on every address: for tcp, a listening one. It reads /proc
+// rather than trying to bind the port, which would race with the process
+// that is about to; and it asks whose socket it is, since another process
+// may hold the port instead.
+func BoundBy(pid int, proto string, port int) bool {
 	want := fmt.Sprintf(":%04X", port)
+	inodes := map[string]bool{}
 	for _, f := range []string{"/proc/net/" + proto, "/proc/net/" + proto + "6"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -206,33 +297,83 @@ func Bound(proto string, port int) bool {
 		}
 		for _, line := range strings.Split(string(b), "\n")[1:] {
 			fields := strings.Fields(line)
-			if len(fields) < 4 || !strings.HasSuffix(fields[1], want) {
+			if len(fields) < 10 || !strings.HasSuffix(fields[1], want) {
 				continue
 			}
 			if proto == "tcp" && fields[3] != "0A" { // LISTEN
 				continue
 			}
+			inodes["socket:["+fields[9]+"]"] = true
+		}
+	}
+	if len(inodes) == 0 || pid == 0 {
+		return len(inodes) > 0
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && inodes[l] {
 			return true
 		}
 	}
 	return false
 }
 
-// SIPpUAS starts SIPp's built-in UAS on port (extra: e.g. -t t1), ended
-// with the test, and returns once it has bound its socket.
-func SIPpUAS(t testing.TB, port int, extra ...string) *Proc {
+// SIPpUAS starts SIPp's built-in UAS (extra: e.g. -t t1), ended with the
+// test, and returns once it has bound its port, Proc.Port.
+func SIPpUAS(t testing.TB, extra ...string) *Proc {
+	t.Helper()
+	return SIPpServe(t, append([]string{"-sn", "uas", "-i", "127.0.0.1"}, extra...)...)
+}
+
+// SIPpServe starts SIPp with args (a callee's: no -p) on a port it picks,
+// ended with the test, and returns once SIPp has bound it, Proc.Port; a
+// port taken meanwhile by someone else is replaced by another.
+func SIPpServe(t testing.TB, args ...string) *Proc {
 	t.Helper()
 	NeedSIPp(t)
-	args := append([]string{"-sn", "uas", "-i", "127.0.0.1", "-p", strconv.Itoa(port), "-nostdin", "-buff_size", "4194304"}, extra...)
-	p := StartProc(t, "sipp", args...)
-	proto := "udp"
-	for i, a := range extra {
-		if a == "-t" && i+1 < len(extra) && strings.HasPrefix(extra[i+1], "t") {
-			proto = "tcp"
+	proto := sippProto(args)
+	for range bindTries {
+		port := FreePort(t)
+		p := StartProc(t, "sipp", append(append([]string{}, args...), "-p", strconv.Itoa(port), "-nostdin", "-buff_size", "4194304")...)
+		p.Port = port
+		if awaitOwnBound(t, p.Cmd, p.done, p.Out, proto, port) {
+			return p
+		}
+		if !bindFailed(p.Out.String()) {
+			t.Fatalf("sipp exited before binding %s port %d: %v\n%s", proto, port, p.Cmd.ProcessState, Tail(p.Out.String(), 20))
 		}
 	}
-	p.AwaitBound(t, proto, port)
-	return p
+	t.Fatalf("sipp: no free port in %d tries", bindTries)
+	return nil
+}
+
+var siploadOn = regexp.MustCompile(`(?m)^sipload: .* on \S+:(\d+)/\w+`)
+
+// SiploadServe starts the sipload binary with args (a callee's: no -p) on
+// port 0, ended with the test, and returns once it has said which port it
+// bound, Proc.Port.
+func SiploadServe(t testing.TB, args ...string) *Proc {
+	t.Helper()
+	p := StartProc(t, SiploadBin, append(append([]string{}, args...), "-p", "0")...)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if m := siploadOn.FindStringSubmatch(p.Out.String()); m != nil {
+			p.Port, _ = strconv.Atoi(m[1])
+			return p
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("sipload exited before binding its port: %v\n%s", p.Cmd.ProcessState, Tail(p.Out.String(), 20))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sipload did not say its port within 10s\n%s", Tail(p.Out.String(), 20))
+		}
+		time.Sleep(10 * time.Millisecond) // polling its output, bounded by the deadline
+	}
 }
 
 var siploadCalls = regexp.MustCompile(`offered (\d+)  succeeded (\d+)  failed (\d+)`)

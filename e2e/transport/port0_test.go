@@ -1,4 +1,4 @@
-package e2e
+package transport
 
 import (
 	"bufio"
@@ -6,63 +6,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/e2e/internal/harness"
 )
-
-// startPort0 runs sipvisor on cfg, whose sockets and control address have
-// port 0, logging JSON, and returns it with the sockets its start-up lines
-// name (proto → address), once it is ready. The control address is learnt
-// from the log: nothing here guesses a free port.
-func startPort0(t *testing.T, cfg string) (*server, map[string]string) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "sipvisor.cfg")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s := &server{t: t, log: &syncBuffer{}, done: make(chan error, 1)}
-	s.cmd = exec.Command(sipvisorBin, "-f", path, "-log-format", "json")
-	var w io.Writer = s.log
-	if testing.Verbose() {
-		w = io.MultiWriter(s.log, os.Stderr)
-	}
-	s.cmd.Stdout, s.cmd.Stderr = w, w
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { s.done <- s.cmd.Wait() }()
-	t.Cleanup(func() { s.stop() })
-
-	served := map[string]string{}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		for _, l := range logLines(t, s.log.String()) {
-			if l["msg"] == "serving" {
-				served[l["proto"].(string)] = l["address"].(string)
-			}
-		}
-		if s.http = served["http"]; s.http != "" && s.ready() {
-			return s, served
-		}
-		select {
-		case err := <-s.done:
-			s.done <- err
-			t.Fatalf("sipvisor exited: %v\n%s", err, s.log.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sipvisor not ready, or no start-up line for its control address\n%s", s.log.String())
-		}
-		time.Sleep(50 * time.Millisecond) // polling the log and /readyz until the deadline
-	}
-}
 
 // logLines parses the JSON log, one object a line; a line that is not
 // JSON fails the test: the supervisor and its workers share one format.
@@ -84,9 +35,22 @@ func logLines(t *testing.T, log string) []map[string]any {
 	return out
 }
 
-func miSockets(t *testing.T, s *server) []ctl.Socket {
+// served is the start-up lines of the JSON log, proto → address, read
+// here rather than through the harness, which only needs the addresses.
+func served(t *testing.T, s *harness.Server) map[string]string {
 	t.Helper()
-	resp, err := http.Get("http://" + s.http + "/mi/sockets")
+	out := map[string]string{}
+	for _, l := range logLines(t, s.Log.String()) {
+		if l["msg"] == "serving" {
+			out[l["proto"].(string)] = l["address"].(string)
+		}
+	}
+	return out
+}
+
+func miSockets(t *testing.T, s *harness.Server) []ctl.Socket {
+	t.Helper()
+	resp, err := http.Get("http://" + s.HTTP + "/mi/sockets")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,9 +70,10 @@ func miSockets(t *testing.T, s *server) []ctl.Socket {
 // user rather than loop. A reload keeps the ports. Every log line, the
 // workers' included, is JSON, and each worker line names its worker.
 func TestPort0(t *testing.T) {
-	cfg := strings.ReplaceAll(registrarCfg(0), "HTTP_PORT", "0")
-	cfg = strings.Replace(cfg, "route {\n", "route {\n\txlog(\"L_INFO\", \"port0 $rm to $ru\");\n", 1)
-	s, served := startPort0(t, cfg)
+	t.Parallel()
+	cfg := strings.Replace(harness.RegistrarCfg(), "route {\n", "route {\n\txlog(\"L_INFO\", \"port0 $rm to $ru\");\n", 1)
+	s := harness.Start(t, cfg, "-log-format", "json")
+	served := served(t, s)
 
 	ss := miSockets(t, s)
 	if len(ss) != 3 {
@@ -126,7 +91,7 @@ func TestPort0(t *testing.T) {
 	if udp == "" || tcp == "" {
 		t.Fatalf("want a start-up line for the UDP and the TCP socket, have %v", served)
 	}
-	out, err := s.ctl("sockets")
+	out, err := s.Ctl("sockets")
 	if err != nil {
 		t.Fatalf("ctl sockets: %v: %s", err, out)
 	}
@@ -136,15 +101,14 @@ func TestPort0(t *testing.T) {
 		}
 	}
 
-	uas := freePort(t)
-	sippUAS(t, uas)
-	r := runSIPp(t, 30*time.Second, "-sf", "testdata/register_transport.xml", udp, "-s", "bob",
+	uas := harness.SIPpUAS(t).Port
+	r := harness.RunSIPp(t, 30*time.Second, "-sf", harness.Testdata("register_transport.xml"), udp, "-s", "bob",
 		"-key", "contact_port", strconv.Itoa(uas), "-key", "contact_transport", "udp",
-		"-i", "127.0.0.1", "-p", strconv.Itoa(freePort(t)), "-m", "1", "-timeout", "20", "-timeout_error")
+		"-i", "127.0.0.1", "-m", "1", "-timeout", "20", "-timeout_error")
 	if r.Exit != 0 || r.Successful != 1 {
-		t.Fatalf("register bob: have %d/%d (exit %d)\n%s\n%s", r.Successful, r.Failed, r.Exit, tail(r.Out, 30), tail(s.log.String(), 20))
+		t.Fatalf("register bob: have %d/%d (exit %d)\n%s\n%s", r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 30), harness.Tail(s.Log.String(), 20))
 	}
-	out, err = s.ctl("ul", "show", "--json")
+	out, err = s.Ctl("ul", "show", "--json")
 	if err != nil {
 		t.Fatalf("ctl ul show: %v: %s", err, out)
 	}
@@ -157,18 +121,18 @@ func TestPort0(t *testing.T) {
 	calls := func(when string) {
 		t.Helper()
 		for _, c := range []struct{ transport, target string }{{"u1", udp}, {"t1", tcp}} {
-			r := runSIPp(t, 60*time.Second, "-sn", "uac", c.target, "-s", "bob", "-t", c.transport,
-				"-i", "127.0.0.1", "-p", strconv.Itoa(freePort(t)), "-r", "5", "-m", "3", "-d", "100",
+			r := harness.RunSIPp(t, 60*time.Second, "-sn", "uac", c.target, "-s", "bob", "-t", c.transport,
+				"-i", "127.0.0.1", "-r", "5", "-m", "3", "-d", "100",
 				"-timeout", "40", "-timeout_error")
 			if r.Exit != 0 || r.Successful != 3 || r.Failed != 0 {
 				t.Fatalf("%s: 3 calls over %s to %s: have %d successful, %d failed (exit %d)\n%s\n%s",
-					when, c.transport, c.target, r.Successful, r.Failed, r.Exit, tail(r.Out, 40), tail(s.log.String(), 20))
+					when, c.transport, c.target, r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 40), harness.Tail(s.Log.String(), 20))
 			}
 		}
 	}
 	calls("before the reload")
 
-	if out, err := s.ctl("reload"); err != nil {
+	if out, err := s.Ctl("reload"); err != nil {
 		t.Fatalf("ctl reload: %v: %s", err, out)
 	}
 	if again := miSockets(t, s); len(again) != len(ss) || again[0] != ss[0] || again[1] != ss[1] || again[2] != ss[2] {
@@ -177,17 +141,17 @@ func TestPort0(t *testing.T) {
 	calls("after the reload")
 
 	workerLines := 0
-	for _, l := range logLines(t, s.log.String()) {
+	for _, l := range logLines(t, s.Log.String()) {
 		if msg, _ := l["msg"].(string); !strings.HasPrefix(msg, "port0 ") {
 			continue
 		}
 		workerLines++
-		if l["group"] == nil || l["worker"] == nil || l["pid"] == nil || l["pid"] == float64(s.cmd.Process.Pid) {
+		if l["group"] == nil || l["worker"] == nil || l["pid"] == nil || l["pid"] == float64(s.Cmd.Process.Pid) {
 			t.Errorf("a worker's line without its group, worker and pid: %v", l)
 		}
 	}
 	if workerLines == 0 {
-		t.Errorf("want the workers' xlog lines in the log, have none\n%s", tail(s.log.String(), 20))
+		t.Errorf("want the workers' xlog lines in the log, have none\n%s", harness.Tail(s.Log.String(), 20))
 	}
 }
 
@@ -197,37 +161,37 @@ func TestPort0(t *testing.T) {
 // INVITE that reaches carol over TCP must name the TCP port bound in its
 // Via and Record-Route, not the port 0 of the config or the connection's
 // own ephemeral port, so that what carol sends back comes to the server.
-func viaAndRecordRoute(t *testing.T, s *server, udp, tcp string) {
+func viaAndRecordRoute(t *testing.T, s *harness.Server, udp, tcp string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	udpPort, _ := strconv.Atoi(udp[strings.LastIndex(udp, ":")+1:])
-	ua := newOvUA(t, udpPort)
-	reg := ovID()
-	raw := "REGISTER sip:" + udp + " SIP/2.0\r\nVia: SIP/2.0/UDP " + ua.local + ";branch=z9hG4bK-" + ovID() + ";rport\r\n" +
+	ua := harness.NewUA(t, harness.PortOf(t, udp))
+	local, server := ua.C.LocalAddr().String(), harness.Local(harness.PortOf(t, udp))
+	reg := harness.NewID()
+	raw := "REGISTER sip:" + udp + " SIP/2.0\r\nVia: SIP/2.0/UDP " + local + ";branch=z9hG4bK-" + harness.NewID() + ";rport\r\n" +
 		"Max-Forwards: 70\r\nFrom: <sip:carol@" + udp + ">;tag=" + reg[:8] + "\r\nTo: <sip:carol@" + udp + ">\r\n" +
 		"Call-ID: " + reg + "\r\nCSeq: 1 REGISTER\r\nContact: <sip:carol@" + ln.Addr().String() + ";transport=tcp>\r\n" +
 		"Expires: 3600\r\nContent-Length: 0\r\n\r\n"
-	if _, err := ua.c.WriteToUDP([]byte(raw), ua.server); err != nil {
+	if _, err := ua.C.WriteToUDP([]byte(raw), server); err != nil {
 		t.Fatal(err)
 	}
-	if m := ua.final(reg, "REGISTER"); m.code != 200 {
-		t.Fatalf("register carol: want 200, have %d\n%s", m.code, m.raw)
+	if m := ua.Final(reg, "REGISTER"); m.Code != 200 {
+		t.Fatalf("register carol: want 200, have %d\n%s", m.Code, m.Raw)
 	}
 
-	call, branch := ovID(), "z9hG4bK-"+ovID()
+	call, branch := harness.NewID(), "z9hG4bK-"+harness.NewID()
 	ruri := "sip:carol@" + tcp
 	// The ACK of a failure answer belongs to the INVITE's transaction: it
 	// carries the INVITE's branch, so both are written here.
 	request := func(method, to string) {
 		t.Helper()
-		raw := method + " " + ruri + " SIP/2.0\r\nVia: SIP/2.0/UDP " + ua.local + ";branch=" + branch + ";rport\r\n" +
+		raw := method + " " + ruri + " SIP/2.0\r\nVia: SIP/2.0/UDP " + local + ";branch=" + branch + ";rport\r\n" +
 			"Max-Forwards: 70\r\nFrom: <sip:alice@example.com>;tag=" + call[:8] + "\r\nTo: " + to + "\r\n" +
-			"Call-ID: " + call + "\r\nCSeq: 1 " + method + "\r\nContact: <sip:alice@" + ua.local + ">\r\nContent-Length: 0\r\n\r\n"
-		if _, err := ua.c.WriteToUDP([]byte(raw), ua.server); err != nil {
+			"Call-ID: " + call + "\r\nCSeq: 1 " + method + "\r\nContact: <sip:alice@" + local + ">\r\nContent-Length: 0\r\n\r\n"
+		if _, err := ua.C.WriteToUDP([]byte(raw), server); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -235,7 +199,7 @@ func viaAndRecordRoute(t *testing.T, s *server, udp, tcp string) {
 	ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
 	c, err := ln.Accept()
 	if err != nil {
-		t.Fatalf("no connection to carol for an INVITE to %s over UDP: %v\n%s", ruri, err, tail(s.log.String(), 20))
+		t.Fatalf("no connection to carol for an INVITE to %s over UDP: %v\n%s", ruri, err, harness.Tail(s.Log.String(), 20))
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
@@ -278,11 +242,11 @@ func viaAndRecordRoute(t *testing.T, s *server, udp, tcp string) {
 	if _, err := io.WriteString(c, reply+"Content-Length: 0\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	m := ua.final(call, "INVITE")
-	if m.code != 486 {
-		t.Fatalf("want carol's 486 back to the caller, have %d\n%s", m.code, m.raw)
+	m := ua.Final(call, "INVITE")
+	if m.Code != 486 {
+		t.Fatalf("want carol's 486 back to the caller, have %d\n%s", m.Code, m.Raw)
 	}
-	request("ACK", m.header("To"))
+	request("ACK", m.Header("To"))
 }
 
 // A tls: socket with port 0: the worker that gets a connection to it
@@ -290,9 +254,11 @@ func viaAndRecordRoute(t *testing.T, s *server, udp, tcp string) {
 // and a request at that port is for this server (404 for a user nobody
 // registered, not a relay to itself).
 func TestPort0TLS(t *testing.T) {
-	pki := newTestPKI(t)
-	pki.issue("server", "sipvisor port0", 2)
-	s, served := startPort0(t, strings.ReplaceAll(tlsConfig(pki, 0, 0, ""), "HTTP_PORT", "0"))
+	t.Parallel()
+	pki := harness.NewPKI(t)
+	pki.Issue("server", "sipvisor port0", 2)
+	s := harness.Start(t, harness.TLSConfig(pki, ""), "-log-format", "json")
+	served := served(t, s)
 	addr := served["tls"]
 	if addr == "" || strings.HasSuffix(addr, ":0") {
 		t.Fatalf("want a start-up line for the tls: socket with its port, have %v", served)
@@ -300,14 +266,13 @@ func TestPort0TLS(t *testing.T) {
 	if ss := miSockets(t, s); len(ss) != 4 || ss[2].Proto != "tls" || ss[2].Address != addr {
 		t.Errorf("/mi/sockets: want the tls: socket third at %s, have %v", addr, ss)
 	}
-	port, _ := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
-	ua, _, err := dialTLS(t, pki, port, nil)
+	ua, _, err := harness.DialTLS(t, pki, harness.PortOf(t, addr), nil)
 	if err != nil {
-		t.Fatalf("TLS handshake with the tls: socket at %s: %v\n%s", addr, err, tail(s.log.String(), 20))
+		t.Fatalf("TLS handshake with the tls: socket at %s: %v\n%s", addr, err, harness.Tail(s.Log.String(), 20))
 	}
-	call := ovID() + "@tls"
-	ua.sendTo("nobody", "INVITE", call, 1, "<sip:nobody@"+addr+">")
-	if m := ua.final(call, "INVITE"); m.code != 404 {
-		t.Errorf("INVITE to nobody at %s: want 404, have %d\n%s", addr, m.code, m.raw)
+	call := harness.NewID() + "@tls"
+	ua.SendTo("nobody", "INVITE", call, 1, "<sip:nobody@"+addr+">")
+	if m := ua.Final(call, "INVITE"); m.Code != 404 {
+		t.Errorf("INVITE to nobody at %s: want 404, have %d\n%s", addr, m.Code, m.Raw)
 	}
 }
