@@ -87,22 +87,26 @@ func TestReadmeTourMatchesTheTree(t *testing.T) {
 		if dir == "." {
 			continue
 		}
-		pkgs, err := parser.ParseDir(fset, filepath.Join(root, dir), func(fi fs.FileInfo) bool {
-			return !strings.HasSuffix(fi.Name(), "_test.go")
-		}, parser.ParseComments|parser.PackageClauseOnly)
+		entries, err := os.ReadDir(filepath.Join(root, dir))
 		if err != nil {
-			t.Fatalf("%s: %v", dir, err)
+			t.Fatal(err)
 		}
-		for name, p := range pkgs {
-			doc := ""
-			for _, f := range p.Files {
-				if f.Doc != nil {
-					doc += f.Doc.Text()
-				}
+		doc, name := "", ""
+		for _, e := range entries {
+			if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+				continue
 			}
-			if len(strings.Fields(doc)) < 8 {
-				t.Errorf("package %s (%s/) has no doc comment saying what it owns", name, dir)
+			f, err := parser.ParseFile(fset, filepath.Join(root, dir, e.Name()), nil, parser.ParseComments|parser.PackageClauseOnly)
+			if err != nil {
+				t.Fatalf("%s: %v", dir, err)
 			}
+			name = f.Name.Name
+			if f.Doc != nil {
+				doc += f.Doc.Text()
+			}
+		}
+		if name != "" && len(strings.Fields(doc)) < 8 {
+			t.Errorf("package %s (%s/) has no doc comment saying what it owns", name, dir)
 		}
 	}
 }
