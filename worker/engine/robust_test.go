@@ -160,6 +160,8 @@ func TestNewUsesSupervisorStore(t *testing.T) {
 	}
 	reg := "REGISTER sip:127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bK-n\r\nFrom: <sip:carol@127.0.0.1>;tag=c\r\nTo: <sip:carol@127.0.0.1>\r\nCall-ID: n@x\r\nCSeq: 1 REGISTER\r\nContact: <sip:carol@127.0.0.1:5999>\r\nContent-Length: 0\r\n\r\n"
 	h.HandleMessage(&worker.Message{Socket: 0, From: netip.MustParseAddrPort("127.0.0.1:5999"), Data: []byte(reg)})
+	// As worker.Run's loop does when nothing more waits to be read.
+	h.(worker.TurnEnder).EndTurn()
 	// Registered at this server's address, filed under its domain.
 	if bs, _ := kept.List(); len(bs) != 1 || bs[0].AOR != "sip:carol@example.com" {
 		t.Fatalf("want carol's binding in the supervisor's store, have %+v", bs)
