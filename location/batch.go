@@ -17,7 +17,8 @@ type Change struct {
 type Batcher interface {
 	// Apply applies changes in order and returns, for each, the live
 	// bindings of its AOR right after it, newest first (nil after
-	// RemoveAll): what its 200 OK lists. On an error none was applied.
+	// RemoveAll): what its 200 OK lists, which is all they need hold
+	// (AOR, Contact and Expires). On an error none was applied.
 	Apply(changes []Change) ([][]Binding, error)
 }
 

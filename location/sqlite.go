@@ -36,6 +36,8 @@ type SQLite struct {
 	regMu                                                            sync.Mutex
 	regConn                                                          *sql.Conn
 	begin, commit, rollback, regUpsert, regDel, regDelAll, regLookup *sql.Stmt
+	// listed is Apply's lookup: only what a 200 OK lists.
+	listed *sql.Stmt
 }
 
 // sqliteTimeout bounds every statement, including its wait for another
@@ -84,7 +86,7 @@ const (
 		cseq = excluded.cseq, received = excluded.received, proto = excluded.proto, user_agent = excluded.user_agent`
 	deleteSQL    = `DELETE FROM location WHERE aor = ? AND contact = ?`
 	deleteAllSQL = `DELETE FROM location WHERE aor = ?`
-	lookupSQL = `SELECT ` + bindingCols + ` FROM location WHERE aor = ? AND expires > ? ORDER BY expires DESC`
+	lookupSQL    = `SELECT ` + bindingCols + ` FROM location WHERE aor = ? AND expires > ? ORDER BY expires DESC`
 )
 
 // OpenSQLite opens (and creates, with its table) the database at path.
@@ -166,6 +168,7 @@ func (s *SQLite) init() error {
 		prepConn(&s.regDel, deleteSQL),
 		prepConn(&s.regDelAll, deleteAllSQL),
 		prepConn(&s.regLookup, lookupSQL),
+		prepConn(&s.listed, `SELECT contact, expires FROM location WHERE aor = ? AND expires > ? ORDER BY expires DESC`),
 	)
 }
 
@@ -261,11 +264,22 @@ func (s *SQLite) apply(ctx context.Context, ch Change) ([]Binding, error) {
 			return nil, err
 		}
 	}
-	rows, err := s.regLookup.QueryContext(ctx, ch.AOR, now.UnixNano())
+	rows, err := s.listed.QueryContext(ctx, ch.AOR, now.UnixNano())
 	if err != nil {
 		return nil, err
 	}
-	return scanBindings(rows)
+	defer rows.Close()
+	var out []Binding
+	for rows.Next() {
+		var exp int64
+		b := Binding{AOR: ch.AOR}
+		if err := rows.Scan(&b.Contact, &exp); err != nil {
+			return nil, err
+		}
+		b.Expires = time.Unix(0, exp)
+		out = append(out, b)
+	}
+	return out, rows.Err()
 }
 
 // write saves or, for a binding already lapsed, removes b, inside the

@@ -247,8 +247,6 @@ func New(env *worker.Env) (worker.Handler, error) {
 		Listen:  listen,
 		Store:   store,
 		Logger:  logger,
-		// worker.Run calls EndTurn.
-		GroupCommit: true,
 		Submit:  env.Submit,
 		Admit:   admitFor(env, logger),
 		Late:    env.Late,
@@ -268,6 +266,9 @@ func New(env *worker.Env) (worker.Handler, error) {
 		NonceExpire:       cfg.Auth.NonceExpire,
 		AuthAlgorithms:    cfg.Auth.Algorithms,
 		ReportStoreErrors: reportFor(env, logger),
+
+		// worker.Run ends its turns (worker.TurnEnder).
+		GroupCommit: true,
 	}
 	// A TCP worker's relays over UDP always leave from reply sockets: no
 	// front door knows its transactions, so a response that came to the
