@@ -171,6 +171,16 @@ func (g *guarded) Register(aor string, b Binding) ([]Binding, error) {
 	return bs, g.note(err)
 }
 
+// Apply implements Batcher: guarded stores are all Batchers, doing the
+// changes one at a time when the store beneath is not one.
+func (g *guarded) Apply(changes []Change) ([][]Binding, error) {
+	if err := g.check(); err != nil {
+		return nil, err
+	}
+	out, err := Apply(g.Store, changes)
+	return out, g.note(err)
+}
+
 func (g *guarded) Lookup(aor string) ([]Binding, error) {
 	if err := g.check(); err != nil {
 		return nil, err

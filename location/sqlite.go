@@ -36,9 +36,11 @@ type SQLite struct {
 	secret                                                      []byte
 
 	// Register's own connection and statements, one call at a time.
-	regMu                                                 sync.Mutex
-	regConn                                               *sql.Conn
-	begin, commit, rollback, regUpsert, regDel, regLookup *sql.Stmt
+	regMu                                                            sync.Mutex
+	regConn                                                          *sql.Conn
+	begin, commit, rollback, regUpsert, regDel, regDelAll, regLookup *sql.Stmt
+	// listed is Apply's lookup: only what a 200 OK lists.
+	listed *sql.Stmt
 }
 
 // sqliteTimeout bounds every statement, including its wait for another
@@ -85,8 +87,9 @@ const (
 	upsertSQL   = `INSERT INTO location (` + bindingCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (aor, contact) DO UPDATE SET expires = excluded.expires, call_id = excluded.call_id,
 		cseq = excluded.cseq, received = excluded.received, proto = excluded.proto, user_agent = excluded.user_agent`
-	deleteSQL = `DELETE FROM location WHERE aor = ? AND contact = ?`
-	lookupSQL = `SELECT ` + bindingCols + ` FROM location WHERE aor = ? AND expires > ? ORDER BY expires DESC`
+	deleteSQL    = `DELETE FROM location WHERE aor = ? AND contact = ?`
+	deleteAllSQL = `DELETE FROM location WHERE aor = ?`
+	lookupSQL    = `SELECT ` + bindingCols + ` FROM location WHERE aor = ? AND expires > ? ORDER BY expires DESC`
 )
 
 // OpenSQLite opens (and creates, with its table) the database at path.
@@ -146,7 +149,7 @@ func (s *SQLite) init() error {
 	return errors.Join(
 		prep(&s.upsert, upsertSQL),
 		prep(&s.del, deleteSQL),
-		prep(&s.delAll, `DELETE FROM location WHERE aor = ?`),
+		prep(&s.delAll, deleteAllSQL),
 		prep(&s.lookup, lookupSQL),
 		prep(&s.list, `SELECT `+bindingCols+` FROM location WHERE expires > ? ORDER BY aor, contact`),
 		prep(&s.expire, `DELETE FROM location WHERE expires <= ?`),
@@ -166,7 +169,9 @@ func (s *SQLite) init() error {
 		prepConn(&s.rollback, `ROLLBACK`),
 		prepConn(&s.regUpsert, upsertSQL),
 		prepConn(&s.regDel, deleteSQL),
+		prepConn(&s.regDelAll, deleteAllSQL),
 		prepConn(&s.regLookup, lookupSQL),
+		prepConn(&s.listed, `SELECT contact, expires FROM location WHERE aor = ? AND expires > ? ORDER BY expires DESC`),
 	)
 }
 
@@ -215,6 +220,81 @@ func (s *SQLite) Register(aor string, b Binding) ([]Binding, error) {
 		return nil, s.fail("register", err)
 	}
 	return bs, nil
+}
+
+// Apply implements Batcher: the changes of several REGISTERs in one
+// transaction, which costs little more than one of them alone: the
+// locks, the log's frames and their write are per transaction.
+func (s *SQLite) Apply(changes []Change) ([][]Binding, error) {
+	for _, ch := range changes {
+		if ch.AOR == "" {
+			return nil, ErrEmptyAOR
+		}
+	}
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	ctx := context.Background()
+	if _, err := s.begin.ExecContext(ctx); err != nil {
+		return nil, s.fail("register", err)
+	}
+	out := make([][]Binding, len(changes))
+	for i, ch := range changes {
+		var err error
+		if out[i], err = s.apply(ctx, ch); err != nil {
+			s.rollback.ExecContext(ctx)
+			return nil, s.fail("register", err)
+		}
+	}
+	if _, err := s.commit.ExecContext(ctx); err != nil {
+		s.rollback.ExecContext(ctx)
+		return nil, s.fail("register", err)
+	}
+	return out, nil
+}
+
+func (s *SQLite) apply(ctx context.Context, ch Change) ([]Binding, error) {
+	now := s.Now()
+	if ch.RemoveAll {
+		if _, err := s.regDelAll.ExecContext(ctx, ch.AOR); err != nil {
+			return nil, err
+		}
+		if len(ch.Bindings) == 0 {
+			return nil, nil
+		}
+	}
+	for _, b := range ch.Bindings {
+		if err := s.write(ctx, now, ch.AOR, b); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := s.listed.QueryContext(ctx, ch.AOR, now.UnixNano())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Binding
+	for rows.Next() {
+		var exp int64
+		b := Binding{AOR: ch.AOR}
+		if err := rows.Scan(&b.Contact, &exp); err != nil {
+			return nil, err
+		}
+		b.Expires = time.Unix(0, exp)
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+// write saves or, for a binding already lapsed, removes b, inside the
+// transaction Register or Apply began.
+func (s *SQLite) write(ctx context.Context, now time.Time, aor string, b Binding) error {
+	var err error
+	if !b.Expires.After(now) {
+		_, err = s.regDel.ExecContext(ctx, aor, b.Contact)
+	} else {
+		_, err = s.regUpsert.ExecContext(ctx, aor, b.Contact, b.Expires.UnixNano(), b.CallID, int64(b.CSeq), b.Received, b.Proto, b.UserAgent)
+	}
+	return err
 }
 
 func (s *SQLite) register(ctx context.Context, aor string, b Binding) ([]Binding, error) {

@@ -141,6 +141,19 @@ type Timed interface {
 	NextTimer() (time.Time, bool)
 }
 
+// A TurnEnder handler holds work that the messages of one turn of the loop
+// share until the turn ends (the registrar's writes, done in one
+// transaction): the loop calls EndTurn when nothing more waits to be read,
+// when the held work is due, and before it returns. A turn is every
+// message read without waiting, so under load it holds many, and at a
+// trickle one.
+type TurnEnder interface {
+	// Batched reports whether work is held, and whether it has waited
+	// long enough that the turn's end should not be waited for.
+	Batched() (held, due bool)
+	EndTurn()
+}
+
 // Run is the whole life of a worker process: it rebuilds what the
 // supervisor passed, makes the handler, says ready, and handles frames in
 // order until the end frame (returns nil: exit 0) or an error.
@@ -276,6 +289,16 @@ func (w *workerLoop) run(ctx context.Context) error {
 		return fmt.Errorf("data channel: %w", err)
 	}
 	w.data.Store(wait)
+	var setFD uintptr
+	rc.Control(func(fd uintptr) { setFD = fd })
+	ender, _ := w.h.(TurnEnder)
+	if ender != nil {
+		defer func() {
+			if held, _ := ender.Batched(); held {
+				w.busy(ender.EndTurn)
+			}
+		}()
+	}
 	buf := make([]byte, wire.MaxFrame)
 	oob := make([]byte, unix.CmsgSpace(4))
 	var (
@@ -348,12 +371,26 @@ func (w *workerLoop) run(ctx context.Context) error {
 			armed = time.Time{}
 			continue
 		}
-		if err := rc.Read(recv); err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				armed = time.Time{}
-				continue
+		read := false
+		if ender != nil {
+			if held, due := ender.Batched(); held {
+				// A read that finds nothing ends the turn: the held work
+				// is done now, not after the wait for the next message.
+				if due || !recv(setFD) {
+					w.busy(ender.EndTurn)
+					continue
+				}
+				read = true
 			}
-			return fmt.Errorf("data channel: %w", err)
+		}
+		if !read {
+			if err := rc.Read(recv); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					armed = time.Time{}
+					continue
+				}
+				return fmt.Errorf("data channel: %w", err)
+			}
 		}
 		if src >= 0 {
 			if rerr == nil {

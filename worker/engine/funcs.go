@@ -532,35 +532,30 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 	if c.src.addr.IsValid() {
 		received, proto = c.src.addr.String(), c.src.proto
 	}
-	// The bindings to list in the 200 OK come back with each save, so a
-	// REGISTER costs one call to the store, not a save and a lookup.
-	var bs []location.Binding
-	listed := false
+	// The REGISTER's changes go to the store in one call, which brings
+	// back the bindings its 200 OK lists.
+	ch := location.Change{AOR: aor}
 	for _, h := range req.GetHeaders("Contact") {
-		ch, ok := h.(*sip.ContactHeader)
+		ct, ok := h.(*sip.ContactHeader)
 		if !ok {
 			continue
 		}
-		if ch.Address.Wildcard {
+		if ct.Address.Wildcard {
 			if expires != 0 || len(req.GetHeaders("Contact")) > 1 {
 				w.replyStateless(req, c.src, 400, "Invalid Contact *", nil)
 				return false
 			}
-			if err := w.opt.Store.Remove(aor, ""); err != nil {
-				w.storeFailed(c, "remove", aor, err)
-				return false
-			}
-			bs, listed = nil, true
+			ch.RemoveAll = true
 			continue
 		}
 		exp := expires
-		if v, ok := ch.Params.Get("expires"); ok {
+		if v, ok := ct.Params.Get("expires"); ok {
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
 				exp = n
 			}
 		}
 		b := location.Binding{
-			Contact:   ch.Address.String(),
+			Contact:   ct.Address.String(),
 			Expires:   now.Add(time.Duration(exp) * time.Second),
 			CallID:    string(*req.CallID()),
 			CSeq:      req.CSeq().SeqNo,
@@ -570,34 +565,16 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 		}
 		if exp == 0 {
 			b.Expires = now
-		} else if w.contactLoops(&ch.Address) {
+		} else if w.contactLoops(&ct.Address) {
 			// Every request to this AOR would come straight back here.
 			w.Stats.Loops++
 			w.log.Warn("REGISTER refused: its contact is this server", "aor", aor, "contact", b.Contact, "source", received)
 			w.replyStateless(req, c.src, 403, "Contact Is This Server (Loop)", nil)
 			return false
 		}
-		var err error
-		if bs, err = w.opt.Store.Register(aor, b); err != nil {
-			w.storeFailed(c, "save", aor, err)
-			return false
-		}
-		listed = true
+		ch.Bindings = append(ch.Bindings, b)
 	}
-	if !listed {
-		var err error
-		if bs, err = w.opt.Store.Lookup(aor); err != nil {
-			w.storeFailed(c, "lookup", aor, err)
-			return false
-		}
-	}
-	extra := make([]string, 0, len(bs))
-	for _, b := range bs {
-		left := int(time.Until(b.Expires).Round(time.Second) / time.Second)
-		extra = append(extra, "Contact: <"+b.Contact+">;expires="+strconv.Itoa(left))
-	}
-	w.replyStateless(req, c.src, 200, "OK", extra)
-	return true
+	return w.saveChange(c, ch)
 }
 
 func fnLookup(c *msgCtx, _ []*script.Literal) bool {
@@ -605,6 +582,8 @@ func fnLookup(c *msgCtx, _ []*script.Literal) bool {
 		return false
 	}
 	aor := c.w.aorOf(&c.req.Recipient)
+	// A REGISTER of this turn is visible to the lookup.
+	c.w.EndTurn()
 	bs, err := c.w.opt.Store.Lookup(aor)
 	if err != nil {
 		// Not a 404: the user may well be registered.

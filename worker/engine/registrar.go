@@ -122,12 +122,117 @@ func (w *Worker) contactLoops(u *sip.Uri) bool {
 	return w.isOwnAddr(u.Host, u.Port)
 }
 
-// storeFailed answers a request whose registrar or lookup call failed: 503
+// maxBatch bounds the REGISTERs written in one transaction, and with it
+// how long the first of them waits for the others' handling.
+const maxBatch = 64
+
+// batchWait bounds how long a REGISTER's write waits for its loop turn to
+// end, when messages keep coming without a pause.
+const batchWait = 5 * time.Millisecond
+
+// regBatch holds the REGISTERs of the loop's turn, whose writes are done
+// together at its end (Options.GroupCommit).
+type regBatch struct {
+	changes []location.Change
+	reqs    []heldReg
+	since   time.Time
+}
+
+type heldReg struct {
+	req *sip.Request
+	src source
+}
+
+// saveChange writes a REGISTER's change and answers it: at once, or with
+// group commit at the end of the loop's turn, with the other REGISTERs of
+// the turn in one transaction. Either way its 200 OK leaves only once the
+// write is done, so a client told it is registered is, as durably as the
+// store keeps anything; the script goes on before that, as it would after
+// a save() that succeeded.
+func (w *Worker) saveChange(c *msgCtx, ch location.Change) bool {
+	if !w.opt.GroupCommit {
+		out, err := location.Apply(w.opt.Store, []location.Change{ch})
+		if err != nil {
+			w.storeFailed(c, changeOp(ch), ch.AOR, err)
+			return false
+		}
+		w.replyRegistered(c.req, c.src, out[0])
+		return true
+	}
+	b := &w.regs
+	if len(b.changes) == 0 {
+		b.since = time.Now()
+	}
+	b.changes = append(b.changes, ch)
+	b.reqs = append(b.reqs, heldReg{req: c.req, src: c.src})
+	if len(b.changes) >= maxBatch {
+		w.EndTurn()
+	}
+	return true
+}
+
+func changeOp(ch location.Change) string {
+	switch {
+	case ch.RemoveAll:
+		return "remove"
+	case len(ch.Bindings) == 0:
+		return "lookup"
+	}
+	return "save"
+}
+
+// Batched reports whether REGISTERs wait for the turn to end, and whether
+// the first has waited long enough not to wait for it (worker.TurnEnder).
+func (w *Worker) Batched() (held, due bool) {
+	if len(w.regs.changes) == 0 {
+		return false, false
+	}
+	return true, len(w.regs.changes) >= maxBatch || time.Since(w.regs.since) >= batchWait
+}
+
+// EndTurn writes the REGISTERs held since the turn began, in one call to
+// the store, and answers each (worker.TurnEnder).
+func (w *Worker) EndTurn() {
+	b := &w.regs
+	if len(b.changes) == 0 {
+		return
+	}
+	out, err := location.Apply(w.opt.Store, b.changes)
+	for i, r := range b.reqs {
+		if i < len(out) {
+			w.replyRegistered(r.req, r.src, out[i])
+		} else {
+			w.refuseStore(r.req, r.src, changeOp(b.changes[i]), b.changes[i].AOR, err)
+		}
+	}
+	clear(b.changes)
+	clear(b.reqs)
+	b.changes, b.reqs = b.changes[:0], b.reqs[:0]
+}
+
+// replyRegistered is a REGISTER's 200 OK, listing the AOR's bindings.
+func (w *Worker) replyRegistered(req *sip.Request, src source, bs []location.Binding) {
+	extra := make([]string, 0, len(bs))
+	for _, b := range bs {
+		left := int(time.Until(b.Expires).Round(time.Second) / time.Second)
+		extra = append(extra, "Contact: <"+b.Contact+">;expires="+strconv.Itoa(left))
+	}
+	w.replyStateless(req, src, 200, "OK", extra)
+}
+
+// storeFailed answers a request whose registrar or lookup call failed, and
+// stops its script.
+func (w *Worker) storeFailed(c *msgCtx, op, aor string, err error) {
+	w.refuseStore(c.req, c.src, op, aor, err)
+	c.stopped = true
+}
+
+// refuseStore answers a request whose registrar or lookup call failed: 503
 // with Retry-After when the store is out of reach (the client will try
 // again, and may reach another node), 500 for anything else. The log says
 // so at most once a second, with the count in between, so that a store
 // outage at thousands of REGISTERs a second does not drown the log.
-func (w *Worker) storeFailed(c *msgCtx, op, aor string, err error) {
+func (w *Worker) refuseStore(req *sip.Request, src source, op, aor string, err error) {
 	w.Stats.StoreErrors++
 	now := time.Now()
 	if now.Sub(w.storeLogAt) >= time.Second {
@@ -140,11 +245,10 @@ func (w *Worker) storeFailed(c *msgCtx, op, aor string, err error) {
 		if retry == 0 {
 			retry = 5
 		}
-		w.replyStateless(c.req, c.src, 503, "Location Store Unavailable", []string{"Retry-After: " + strconv.Itoa(retry)})
+		w.replyStateless(req, src, 503, "Location Store Unavailable", []string{"Retry-After: " + strconv.Itoa(retry)})
 	} else {
-		w.replyStateless(c.req, c.src, 500, "Server Internal Error", nil)
+		w.replyStateless(req, src, 500, "Server Internal Error", nil)
 	}
-	c.stopped = true
 }
 
 // reportStoreErrors hands the store failures counted since the last report

@@ -165,6 +165,8 @@ func TestNewUsesSupervisorStore(t *testing.T) {
 	}
 	reg := testkit.Register("sip:carol@127.0.0.1", "sip:carol@127.0.0.1:5999", "127.0.0.1:5999", "n@x", 3600)
 	h.HandleMessage(&worker.Message{Socket: 0, From: netip.MustParseAddrPort("127.0.0.1:5999"), Data: reg.Bytes()})
+	// As worker.Run's loop does when nothing more waits to be read.
+	h.(worker.TurnEnder).EndTurn()
 	// Registered at this server's address, filed under its domain.
 	if bs, _ := kept.List(); len(bs) != 1 || bs[0].AOR != "sip:carol@example.com" {
 		t.Fatalf("want carol's binding in the supervisor's store, have %+v", bs)

@@ -49,6 +49,11 @@ type Options struct {
 	Listen []config.Socket
 	// Store holds the registrations save() and lookup() use.
 	Store location.Store
+	// GroupCommit holds the store writes of save() until the loop's turn
+	// ends (EndTurn), to do those of every REGISTER of the turn at once;
+	// each REGISTER is answered once its write is done. Set only where a
+	// loop calls EndTurn (worker.Run); without it each save() writes at once.
+	GroupCommit bool
 	// Domains are the served domains (the domain setting): is_myself() is
 	// true of them, and the first is the home of AORs at this server's own
 	// addresses.
@@ -169,6 +174,8 @@ type Worker struct {
 	storeLogAt, storeReportAt  time.Time
 	loopLogAt                  time.Time
 	storeLogged, storeReported uint64
+	// regs are the REGISTERs whose writes wait for the turn to end.
+	regs regBatch
 
 	// Stats, read by tests and reported in logs.
 	Stats Stats
@@ -259,6 +266,9 @@ func New(env *worker.Env) (worker.Handler, error) {
 		NonceExpire:       cfg.Auth.NonceExpire,
 		AuthAlgorithms:    cfg.Auth.Algorithms,
 		ReportStoreErrors: reportFor(env, logger),
+
+		// worker.Run ends its turns (worker.TurnEnder).
+		GroupCommit: true,
 	}
 	// A TCP worker's relays over UDP always leave from reply sockets: no
 	// front door knows its transactions, so a response that came to the
