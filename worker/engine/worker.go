@@ -129,6 +129,8 @@ type Worker struct {
 	parser *sip.Parser
 	scan   sipscan.Msg // relayResponse's, reused
 	keyBuf []byte
+	// wbuf is where requests are written before they are relayed.
+	wbuf msgBuf
 	// raw is the request being handled as it was received, while the
 	// script runs for it (msgCtx.raw).
 	raw []byte
@@ -673,8 +675,8 @@ func hostIP(host string) (netip.Addr, error) {
 // isMyself reports whether host[:port] is one of this server's addresses,
 // or host one of its served domains (any port). A missing port means 5060.
 func (w *Worker) isMyself(host string, port int) bool {
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	if err != nil {
+	ip, ok := parseIP(strings.Trim(host, "[]"))
+	if !ok {
 		if w.served(host) {
 			return true
 		}
@@ -696,6 +698,17 @@ func (w *Worker) isMyself(host string, port int) bool {
 		}
 	}
 	return false
+}
+
+// parseIP is netip.ParseAddr without the error, which it allocates: a
+// domain name, in the From of most requests, is no address, and only what
+// starts with a digit (IPv4) or holds a colon (IPv6) can be one.
+func parseIP(s string) (netip.Addr, bool) {
+	if s == "" || !('0' <= s[0] && s[0] <= '9') && strings.IndexByte(s, ':') < 0 {
+		return netip.Addr{}, false
+	}
+	ip, err := netip.ParseAddr(s)
+	return ip, err == nil
 }
 
 func (w *Worker) uriIsMyself(s string) bool {
