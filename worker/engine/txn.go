@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -153,8 +154,9 @@ type serverTx struct {
 	lastCode int
 
 	branches   []*clientTx
-	relayed    int    // branches ever started
-	firstRelay []byte // the request as first relayed, for failure_route
+	branch0    [1]*clientTx // branches' first backing array: one branch is the rule
+	relayed    int          // branches ever started
+	firstRelay []byte       // the request as first relayed, for failure_route
 	cancelled  bool
 
 	bestCode   int
@@ -514,6 +516,9 @@ func (w *Worker) relayBranch(t *serverTx, req *sip.Request, d dest) bool {
 		return false
 	}
 	w.ctx[ct.key] = ct
+	if t.branches == nil {
+		t.branches = t.branch0[:0]
+	}
 	t.branches = append(t.branches, ct)
 	t.relayed++
 	if t.firstRelay == nil {
@@ -810,7 +815,7 @@ func (w *Worker) branchFinal(ct *clientTx, code int, reason string, b []byte, re
 	t := ct.stx
 	for i, x := range t.branches {
 		if x == ct {
-			t.branches = append(t.branches[:i], t.branches[i+1:]...)
+			t.branches = slices.Delete(t.branches, i, i+1)
 			break
 		}
 	}

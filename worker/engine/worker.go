@@ -546,14 +546,18 @@ func (w *Worker) onRequest(req *sip.Request, src source) {
 	// so replies find their way back through NAT.
 	via := req.Via()
 	if src.addr.IsValid() {
-		ip := src.addr.Addr().String()
-		if via.Host != ip {
-			via.Params.Add("received", ip)
+		// The address is compared as written on the stack: it is made a
+		// string only to be added, which most requests do not need.
+		var ab [64]byte
+		ip := src.addr.Addr().AppendTo(ab[:0])
+		same := via.Host == string(ip)
+		if !same {
+			via.Params.Add("received", string(ip))
 		}
 		if v, ok := via.Params.Get("rport"); ok && v == "" {
 			via.Params.Add("rport", strconv.Itoa(int(src.addr.Port())))
-			if via.Host == ip {
-				via.Params.Add("received", ip)
+			if same {
+				via.Params.Add("received", string(ip))
 			}
 		}
 	}
