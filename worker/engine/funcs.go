@@ -279,7 +279,7 @@ func fnTRelay(c *msgCtx, _ []*script.Literal) bool {
 		}
 		return c.relayStateless()
 	case sip.CANCEL:
-		if t := w.stx[serverKey(req, "INVITE")]; t != nil {
+		if t := w.findServerTx(req, "INVITE"); t != nil {
 			w.cancelInvite(t, req, c.src)
 			return true
 		}
@@ -402,7 +402,7 @@ func fnTCheckTrans(c *msgCtx, _ []*script.Literal) bool {
 	}
 	switch req.Method {
 	case sip.CANCEL:
-		return w.stx[serverKey(req, "INVITE")] != nil
+		return w.findServerTx(req, "INVITE") != nil
 	case sip.ACK:
 		if w.absorb(req) {
 			c.stopped = true // the ACK of a non-2xx ends here (hop by hop)
@@ -430,22 +430,30 @@ func fnLooseRoute(c *msgCtx, _ []*script.Literal) bool {
 	if c.req == nil {
 		return false
 	}
-	routes := c.req.GetHeaders("Route")
-	if len(routes) == 0 {
+	// The first Route header as GetHeaders would list it, found without
+	// building the list.
+	first := func() sip.Header {
+		for _, h := range c.req.Headers() {
+			if sip.HeaderToLower(h.Name()) == "route" {
+				return h
+			}
+		}
+		return nil
+	}
+	h := first()
+	if h == nil {
 		return false
 	}
-	for len(routes) > 0 {
-		rh, ok := routes[0].(*sip.RouteHeader)
+	for h != nil {
+		rh, ok := h.(*sip.RouteHeader)
 		if !ok || !c.w.isMyself(rh.Address.Host, rh.Address.Port) {
 			break
 		}
 		c.req.RemoveHeader("Route")
-		routes = routes[1:]
+		h = first()
 	}
-	if len(routes) > 0 {
-		if rh, ok := routes[0].(*sip.RouteHeader); ok {
-			c.du = rh.Address.String()
-		}
+	if rh, ok := h.(*sip.RouteHeader); ok {
+		c.du = rh.Address.String()
 	}
 	return true
 }
@@ -480,7 +488,11 @@ func fnIsMethod(c *msgCtx, a []*script.Literal) bool {
 	if c.req != nil {
 		method = string(c.req.Method)
 	}
-	for _, want := range strings.Split(c.expand(a[0]), "|") {
+	// Cut rather than Split: a list of methods is tested for most
+	// requests, and Split allocated it each time.
+	for rest, more := c.expand(a[0]), true; more; {
+		var want string
+		want, rest, more = strings.Cut(rest, "|")
 		if strings.EqualFold(strings.TrimSpace(want), method) {
 			return true
 		}
@@ -498,7 +510,40 @@ func fnHasTotag(c *msgCtx, _ []*script.Literal) bool {
 }
 
 func fnIsMyself(c *msgCtx, a []*script.Literal) bool {
+	if u := c.uriVar(a[0]); u != nil {
+		return c.w.isMyself(u.Host, u.Port)
+	}
 	return c.w.uriIsMyself(c.expand(a[0]))
+}
+
+// uriVar is the URI an argument that is just $ru, $fu or $tu names, when
+// its host reads back as written: is_myself($ru) and is_myself($fu), on
+// every new request of the usual script, then test it as it is, where
+// writing the URI out to parse it again cost five allocations.
+func (c *msgCtx) uriVar(l *script.Literal) *sip.Uri {
+	if l.IsInt || len(l.Str) != 3 || l.Str[0] != '$' {
+		return nil
+	}
+	var u *sip.Uri
+	switch l.Str {
+	case "$ru":
+		if c.req != nil {
+			u = &c.req.Recipient
+		}
+	case "$fu", "$tu":
+		if m := c.msg(); m != nil {
+			if l.Str == "$fu" && m.From() != nil {
+				u = &m.From().Address
+			} else if l.Str == "$tu" && m.To() != nil {
+				u = &m.To().Address
+			}
+		}
+	}
+	if u == nil || u.Raw() != "" || u.Host == "" || strings.ContainsAny(u.Host, "[]:@;?<> \t") ||
+		(u.Scheme != "sip" && u.Scheme != "sips") {
+		return nil
+	}
+	return u
 }
 
 // defaultExpires applies when a REGISTER says nothing (RFC 3261 10.2.1.1

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -153,8 +154,9 @@ type serverTx struct {
 	lastCode int
 
 	branches   []*clientTx
-	relayed    int    // branches ever started
-	firstRelay []byte // the request as first relayed, for failure_route
+	branch0    [1]*clientTx // branches' first backing array: one branch is the rule
+	relayed    int          // branches ever started
+	firstRelay []byte       // the request as first relayed, for failure_route
 	cancelled  bool
 
 	bestCode   int
@@ -209,11 +211,30 @@ func branchOf(v *sip.ViaHeader) string {
 // serverKey names a server transaction (RFC 3261 17.2.3): top Via branch
 // and sent-by, and the method, with ACK matching its INVITE.
 func serverKey(req *sip.Request, method string) string {
+	var a [128]byte
+	return string(appendServerKey(a[:0], req, method))
+}
+
+func appendServerKey(b []byte, req *sip.Request, method string) []byte {
 	v := req.Via()
 	if method == "ACK" {
 		method = "INVITE"
 	}
-	return branchOf(v) + "|" + v.Host + ":" + strconv.Itoa(v.Port) + "|" + method
+	b = append(b, branchOf(v)...)
+	b = append(b, '|')
+	b = append(b, v.Host...)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(v.Port), 10)
+	b = append(b, '|')
+	return append(b, method...)
+}
+
+// findServerTx looks up req's server transaction for method without
+// building its key as a string: most requests have none, and those that
+// do are looked up more than once.
+func (w *Worker) findServerTx(req *sip.Request, method string) *serverTx {
+	w.keyBuf = appendServerKey(w.keyBuf[:0], req, method)
+	return w.stx[string(w.keyBuf)]
 }
 
 // param is a header parameter's value as the front door reads it: names
@@ -278,41 +299,42 @@ func (w *Worker) ackOfStatelessReply(req *sip.Request) bool {
 		return false
 	}
 	tag, ok := param(req.To().Params, "tag")
-	return ok && len(tag) <= 13 && isLocalTag(req, tag) && w.stx[serverKey(req, "ACK")] == nil
+	return ok && len(tag) <= 13 && isLocalTag(req, tag) && w.findServerTx(req, "ACK") == nil
 }
 
 // buildReply makes a reply to req from its Via, From, To, Call-ID and CSeq.
+// It is written on the stack and copied out once, at its size: every
+// INVITE's 100 Trying is one, and the reply to a retransmission is kept.
 func buildReply(req *sip.Request, code int, reason, toTag string, extra []string) []byte {
-	var b strings.Builder
-	b.Grow(512)
-	b.WriteString("SIP/2.0 ")
-	b.WriteString(strconv.Itoa(code))
-	b.WriteByte(' ')
-	b.WriteString(reason)
-	b.WriteString("\r\n")
+	var arr [1024]byte
+	b := append(arr[:0], "SIP/2.0 "...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, ' ')
+	b = append(b, reason...)
+	b = append(b, "\r\n"...)
 	for _, h := range req.Headers() {
 		switch h := h.(type) {
 		case *sip.ViaHeader, *sip.FromHeader, *sip.CallIDHeader, *sip.CSeqHeader:
-			b.WriteString(h.Name())
-			b.WriteString(": ")
-			b.WriteString(h.Value())
-			b.WriteString("\r\n")
+			b = append(b, h.Name()...)
+			b = append(b, ": "...)
+			b, _ = appendKnownValue(b, h)
+			b = append(b, "\r\n"...)
 		case *sip.ToHeader:
-			b.WriteString("To: ")
-			b.WriteString(h.Value())
+			b = append(b, "To: "...)
+			b, _ = appendKnownValue(b, h)
 			if _, ok := param(h.Params, "tag"); !ok && code > 100 && toTag != "" {
-				b.WriteString(";tag=")
-				b.WriteString(toTag)
+				b = append(b, ";tag="...)
+				b = append(b, toTag...)
 			}
-			b.WriteString("\r\n")
+			b = append(b, "\r\n"...)
 		}
 	}
 	for _, e := range extra {
-		b.WriteString(e)
-		b.WriteString("\r\n")
+		b = append(b, e...)
+		b = append(b, "\r\n"...)
 	}
-	b.WriteString("Server: sipvisor\r\nContent-Length: 0\r\n\r\n")
-	return []byte(b.String())
+	b = append(b, "Server: sipvisor\r\nContent-Length: 0\r\n\r\n"...)
+	return bytes.Clone(b)
 }
 
 func serialize(m sip.Message) []byte {
@@ -458,7 +480,7 @@ func minTime(a, b time.Time) time.Time {
 // retransmission gets the last reply again, the ACK of a non-2xx ends the
 // wait. It reports whether req was absorbed.
 func (w *Worker) absorb(req *sip.Request) bool {
-	t := w.stx[serverKey(req, string(req.Method))]
+	t := w.findServerTx(req, string(req.Method))
 	if t == nil {
 		return false
 	}
@@ -494,6 +516,9 @@ func (w *Worker) relayBranch(t *serverTx, req *sip.Request, d dest) bool {
 		return false
 	}
 	w.ctx[ct.key] = ct
+	if t.branches == nil {
+		t.branches = t.branch0[:0]
+	}
 	t.branches = append(t.branches, ct)
 	t.relayed++
 	if t.firstRelay == nil {
@@ -524,16 +549,27 @@ func (w *Worker) withVia(req *sip.Request, d *dest) ([]byte, string) {
 	var vb [128]byte
 	via := appendVia(vb[:0], proto, local, branch)
 
-	var b bytes.Buffer
-	b.Grow(1024 + len(via))
-	req.StringWrite(&b)
-	out := b.Bytes()
-	// The start line holds no CRLF of its own.
-	at := bytes.Index(out, []byte("\r\n")) + 2
-	n := len(out)
-	out = append(out, via...)
-	copy(out[at+len(via):], out[at:n])
-	copy(out[at:], via)
+	// Written into the worker's scratch buffer and copied out at its size,
+	// so what a transaction keeps for retransmissions is no larger than
+	// the request.
+	w.wbuf = w.wbuf[:0]
+	if !w.wbuf.appendRequest(req, via) {
+		var b bytes.Buffer
+		b.Grow(1024 + len(via))
+		req.StringWrite(&b)
+		out := b.Bytes()
+		// The start line holds no CRLF of its own.
+		at := bytes.Index(out, []byte("\r\n")) + 2
+		n := len(out)
+		out = append(out, via...)
+		copy(out[at+len(via):], out[at:n])
+		copy(out[at:], via)
+		return out, branch
+	}
+	out := bytes.Clone(w.wbuf)
+	if cap(w.wbuf) > 1<<16 {
+		w.wbuf = nil // one large request need not stay
+	}
 	return out, branch
 }
 
@@ -779,7 +815,7 @@ func (w *Worker) branchFinal(ct *clientTx, code int, reason string, b []byte, re
 	t := ct.stx
 	for i, x := range t.branches {
 		if x == ct {
-			t.branches = append(t.branches[:i], t.branches[i+1:]...)
+			t.branches = slices.Delete(t.branches, i, i+1)
 			break
 		}
 	}

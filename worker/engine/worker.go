@@ -134,6 +134,8 @@ type Worker struct {
 	parser *sip.Parser
 	scan   sipscan.Msg // relayResponse's, reused
 	keyBuf []byte
+	// wbuf is where requests are written before they are relayed.
+	wbuf msgBuf
 	// raw is the request being handled as it was received, while the
 	// script runs for it (msgCtx.raw).
 	raw []byte
@@ -554,14 +556,18 @@ func (w *Worker) onRequest(req *sip.Request, src source) {
 	// so replies find their way back through NAT.
 	via := req.Via()
 	if src.addr.IsValid() {
-		ip := src.addr.Addr().String()
-		if via.Host != ip {
-			via.Params.Add("received", ip)
+		// The address is compared as written on the stack: it is made a
+		// string only to be added, which most requests do not need.
+		var ab [64]byte
+		ip := src.addr.Addr().AppendTo(ab[:0])
+		same := via.Host == string(ip)
+		if !same {
+			via.Params.Add("received", string(ip))
 		}
 		if v, ok := via.Params.Get("rport"); ok && v == "" {
 			via.Params.Add("rport", strconv.Itoa(int(src.addr.Port())))
-			if via.Host == ip {
-				via.Params.Add("received", ip)
+			if same {
+				via.Params.Add("received", string(ip))
 			}
 		}
 	}
@@ -683,8 +689,8 @@ func hostIP(host string) (netip.Addr, error) {
 // isMyself reports whether host[:port] is one of this server's addresses,
 // or host one of its served domains (any port). A missing port means 5060.
 func (w *Worker) isMyself(host string, port int) bool {
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	if err != nil {
+	ip, ok := parseIP(strings.Trim(host, "[]"))
+	if !ok {
 		if w.served(host) {
 			return true
 		}
@@ -706,6 +712,17 @@ func (w *Worker) isMyself(host string, port int) bool {
 		}
 	}
 	return false
+}
+
+// parseIP is netip.ParseAddr without the error, which it allocates: a
+// domain name, in the From of most requests, is no address, and only what
+// starts with a digit (IPv4) or holds a colon (IPv6) can be one.
+func parseIP(s string) (netip.Addr, bool) {
+	if s == "" || !('0' <= s[0] && s[0] <= '9') && strings.IndexByte(s, ':') < 0 {
+		return netip.Addr{}, false
+	}
+	ip, err := netip.ParseAddr(s)
+	return ip, err == nil
 }
 
 func (w *Worker) uriIsMyself(s string) bool {
