@@ -600,8 +600,18 @@ func (g *Group) Sample(now time.Time) (load float64, ok bool, ws []WorkerSample)
 			if dt := nowNs - w.lastAt; dt > 0 {
 				w.load = clamp(100*float64(busy-w.lastBusy)/float64(dt), 0, 100)
 			}
-			w.frameNs.Store(frameCost(busy-w.lastBusy, s.Handled-w.lastHandled, w.frameNs.Load()))
-			w.lastBusy, w.lastAt, w.lastHandled = busy, nowNs, s.Handled
+			// What a frame costs is measured over finished frames only: the
+			// part of a frame in progress counts in the load now, but the
+			// frame counts as handled only in a later sample, and a cost
+			// split that way read a 40 ms frame as 8 ms.
+			done, echoes := int64(w.p.stats.Load(wire.OffBusyNs)), w.echoDone.Load()
+			frames := queuedFrames(s.Handled-w.lastHandled, echoes-w.lastEchoes)
+			if frames > 0 {
+				w.frameNs.Store(frameCost(done-w.lastDone, frames, w.frameNs.Load()))
+			} else {
+				w.frameNs.Store(frameCost(busy-w.lastBusy, 0, w.frameNs.Load()))
+			}
+			w.lastBusy, w.lastAt, w.lastHandled, w.lastEchoes, w.lastDone = busy, nowNs, s.Handled, echoes, done
 			s.Load = w.load
 		}
 		if s.State == Ready {
@@ -620,6 +630,14 @@ func (g *Group) Sample(now time.Time) (load float64, ok bool, ws []WorkerSample)
 }
 
 func clamp(v, lo, hi float64) float64 { return max(lo, min(hi, v)) }
+
+// queuedFrames is how many of the frames a worker handled over a sample
+// were work: echoes count as handled but not as busy, and an idle worker
+// whose only busy time was a timer (a reply retransmitted, say) would
+// otherwise learn that a frame costs next to nothing, and a burst after the
+// lull would be admitted whole. An echo answered after the sample was taken
+// makes the count one short, never negative.
+func queuedFrames(handled, echoes uint64) uint64 { return handled - min(echoes, handled) }
 
 // frameCost is the busy time per frame over a sample with busy nanoseconds
 // of work and handled frames. A worker that handled nothing while busy is

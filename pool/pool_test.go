@@ -535,6 +535,31 @@ func TestFrameCost(t *testing.T) {
 	}
 }
 
+// Echoes are handled frames that cost no busy time: they must not make the
+// work look cheap.
+func TestQueuedFrames(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name            string
+		handled, echoes uint64
+		want            uint64
+	}{
+		{"work and echoes", 5, 2, 3},
+		{"only echoes", 2, 2, 0},
+		{"an echo answered after the sample", 1, 2, 0},
+		{"no echo", 4, 0, 4},
+	} {
+		if have := queuedFrames(c.handled, c.echoes); have != c.want {
+			t.Errorf("%s: want %d, have %d", c.name, c.want, have)
+		}
+	}
+	// A lull with a timer's few microseconds of work and two echoes keeps
+	// what a frame last cost.
+	if have := frameCost(20_000, queuedFrames(2, 2), 40_000_000); have != 40_000_000 {
+		t.Errorf("a lull: want the last cost 40ms kept, have %d ns", have)
+	}
+}
+
 // A worker reports its heap and its GC's CPU time on the stats page, and a
 // sample carries them.
 func TestWorkerReportsHeapAndGCCPU(t *testing.T) {

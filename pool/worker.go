@@ -58,6 +58,8 @@ type Worker struct {
 	lastAt      int64
 	load        float64
 	lastHandled uint64
+	lastEchoes  uint64
+	lastDone    int64 // busy ns of finished frames at the last sample
 
 	// frameNs is what one queued frame cost the worker, busy time per frame
 	// handled, over the last sample: with the queue's length, how long a

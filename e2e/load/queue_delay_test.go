@@ -2,6 +2,7 @@ package load
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,18 +39,27 @@ route {
 			"CSeq: 1 INVITE\r\n"+
 			"Content-Length: 0\r\n\r\n", caller.Port(), id)
 	}
-	// burst sends n INVITEs at once and counts the answers by code.
+	// burst sends n INVITEs at once and counts the answers by code, one per
+	// call: the caller sends no ACK, so the worker retransmits its 486s, and
+	// those of an earlier burst must not count as answers to this one.
 	burst := func(name string, n int) map[int]int {
 		t.Helper()
+		prefix := fmt.Sprintf("%s-%d-", name, time.Now().UnixNano())
 		for i := 0; i < n; i++ {
-			caller.Send(proxy, invite(fmt.Sprintf("%s-%d-%d", name, i, time.Now().UnixNano())))
+			caller.Send(proxy, invite(fmt.Sprintf("%s%d", prefix, i)))
 		}
 		codes := map[int]int{}
-		for got := 0; got < n; got++ {
+		answered := map[string]bool{}
+		for len(answered) < n {
 			m, ok := caller.Recv(30 * time.Second)
 			if !ok {
 				t.Fatalf("%s: want %d answers, have %v", name, n, codes)
 			}
+			id := m.Header("Call-ID")
+			if !strings.HasPrefix(id, prefix) || answered[id] {
+				continue
+			}
+			answered[id] = true
 			codes[m.Status()]++
 		}
 		return codes
