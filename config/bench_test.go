@@ -46,6 +46,7 @@ func bigConfig(n int) string {
 }
 
 func TestBigConfigLoads(t *testing.T) {
+	t.Parallel()
 	src := bigConfig(5000)
 	if n := strings.Count(src, "\n"); n < 4990 || n > 5010 {
 		t.Fatalf("want about 5000 lines, have %d", n)

@@ -7,6 +7,7 @@ import (
 )
 
 func TestDocsMatchTables(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join("..", "docs", "CONFIG.md")
 	raw, err := os.ReadFile(path)
 	if err != nil {

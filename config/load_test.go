@@ -53,6 +53,7 @@ func splitGolden(t testing.TB, path string) (cfg, want string) {
 }
 
 func TestGolden(t *testing.T) {
+	t.Parallel()
 	for _, path := range goldenFiles(t) {
 		base := strings.TrimSuffix(filepath.Base(path), ".cfgtest")
 		t.Run(base, func(t *testing.T) {
@@ -81,6 +82,7 @@ func TestGolden(t *testing.T) {
 // TestErrorsArePositioned checks that every problem comes out as an *Error
 // with a real position, whatever combination of them a file holds.
 func TestErrorsArePositioned(t *testing.T) {
+	t.Parallel()
 	for _, path := range goldenFiles(t) {
 		base := strings.TrimSuffix(filepath.Base(path), ".cfgtest")
 		cfg, _ := splitGolden(t, path)
@@ -102,6 +104,7 @@ func TestErrorsArePositioned(t *testing.T) {
 }
 
 func TestDefault(t *testing.T) {
+	t.Parallel()
 	c := Default()
 	if len(c.Sockets) != 2 || c.Sockets[0].Proto != "udp" || c.Sockets[1].Proto != "tcp" {
 		t.Errorf("want udp and tcp sockets, have %+v", c.Sockets)
@@ -128,6 +131,7 @@ func TestDefault(t *testing.T) {
 // TestExamples loads every config in examples/, so the files users copy from
 // cannot rot.
 func TestExamples(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob(filepath.Join("..", "examples", "*.cfg"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples: %v", err)
@@ -144,6 +148,7 @@ func TestExamples(t *testing.T) {
 // TestExampleDefaultMatches keeps examples/default.cfg the same config as the
 // built-in one, comments aside.
 func TestExampleDefaultMatches(t *testing.T) {
+	t.Parallel()
 	ex, err := LoadFile(filepath.Join("..", "examples", "default.cfg"))
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +163,7 @@ func TestExampleDefaultMatches(t *testing.T) {
 }
 
 func TestLoadFileMissing(t *testing.T) {
+	t.Parallel()
 	_, err := LoadFile(filepath.Join(t.TempDir(), "nope.cfg"))
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("want os.ErrNotExist, have %v", err)
@@ -167,6 +173,7 @@ func TestLoadFileMissing(t *testing.T) {
 // TestIncludeNotRegular refuses devices and directories, which would hang or
 // exhaust memory rather than fail.
 func TestIncludeNotRegular(t *testing.T) {
+	t.Parallel()
 	for _, target := range []string{"/dev/zero", t.TempDir()} {
 		src := "include_file \"" + target + "\"\n"
 		_, err := Load(filepath.Join(t.TempDir(), "main.cfg"), []byte(src))
@@ -177,6 +184,7 @@ func TestIncludeNotRegular(t *testing.T) {
 }
 
 func TestSettingDefaultsParse(t *testing.T) {
+	t.Parallel()
 	for _, s := range settings {
 		if s.Default == "" {
 			continue
@@ -193,6 +201,7 @@ func TestSettingDefaultsParse(t *testing.T) {
 }
 
 func TestDidYouMean(t *testing.T) {
+	t.Parallel()
 	names := []string{"udp_workers", "tcp_workers", "timer_workers", "log_level"}
 	for _, tc := range []struct{ word, want string }{
 		{"udp_worker", "udp_workers"},
@@ -208,6 +217,7 @@ func TestDidYouMean(t *testing.T) {
 }
 
 func TestUnquote(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
 		{`"a\"b"`, `a"b`},
 		{`"^\+1"`, `^\+1`},
@@ -222,6 +232,7 @@ func TestUnquote(t *testing.T) {
 }
 
 func TestTooManyErrors(t *testing.T) {
+	t.Parallel()
 	src := strings.Repeat("x = 1\n", maxErrors+50)
 	_, err := Load("many.cfg", []byte(src))
 	lines := strings.Split(err.Error(), "\n")
@@ -234,6 +245,7 @@ func TestTooManyErrors(t *testing.T) {
 }
 
 func TestDefaultPanicsOnBrokenText(t *testing.T) {
+	t.Parallel()
 	saved := DefaultText
 	t.Cleanup(func() { DefaultText = saved })
 	DefaultText = "udp_workers = many\n"

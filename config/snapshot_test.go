@@ -9,6 +9,7 @@ import (
 
 // A snapshot loads into the same config after its files changed or broke.
 func TestSnapshotOutlivesItsFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	main := filepath.Join(dir, "main.cfg")
 	inc := filepath.Join(dir, "routes.cfg")

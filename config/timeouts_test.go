@@ -12,6 +12,7 @@ import (
 // worker holding a call still ringing: the file is refused, at the line of
 // the setting, with the reason.
 func TestDrainTimeoutMustOutlastAPendingInvite(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		drain   string
 		want    time.Duration
@@ -54,6 +55,7 @@ func TestDrainTimeoutMustOutlastAPendingInvite(t *testing.T) {
 
 // The default drain is derived from what it must outlast.
 func TestDefaultDrainOutlastsAPendingInvite(t *testing.T) {
+	t.Parallel()
 	if d := Default().Workers.DrainTimeout; d != sessions.DrainTimeout || d < sessions.PendingInvite {
 		t.Fatalf("default drain timeout %v: want sessions.DrainTimeout %v, at least a pending INVITE's %v", d, sessions.DrainTimeout, sessions.PendingInvite)
 	}

@@ -49,6 +49,7 @@ func (r *recorder) reply(b []byte, to netip.AddrPort) {
 // Every message of a call goes to the worker that got its first one, even
 // when another worker is idler.
 func TestAffinity(t *testing.T) {
+	t.Parallel()
 	ws := newWorkers(2)
 	d := New(0, ws.pick, nil, nil)
 	now := time.Now().UnixNano()
@@ -80,6 +81,7 @@ func TestAffinity(t *testing.T) {
 // A refused new session gets a 503 with Retry-After from the door, and no
 // worker sees it; messages of existing sessions still flow.
 func TestRefusalAnsweredByTheDoor(t *testing.T) {
+	t.Parallel()
 	ws := newWorkers(1)
 	rec := &recorder{}
 	refuse := false
@@ -133,6 +135,7 @@ func TestRefusalAnsweredByTheDoor(t *testing.T) {
 // Malformed input is counted by reason and never crashes the door; requests
 // whose start line is readable get a 400.
 func TestMalformed(t *testing.T) {
+	t.Parallel()
 	ws := newWorkers(1)
 	rec := &recorder{}
 	d := New(0, ws.pick, nil, rec.reply)

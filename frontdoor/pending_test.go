@@ -34,6 +34,7 @@ func sipMsg(method, callID, toTag string, code int) []byte {
 // hold the INVITE's transaction: the worker's INVITE timeout is
 // sessions.InviteTimeout, which the door's TTL is derived from.
 func TestPendingInviteTTLCoversTheWorkersInviteTimeout(t *testing.T) {
+	t.Parallel()
 	if PendingInviteTTL < sessions.InviteTimeout+AffinityTTL {
 		t.Fatalf("PendingInviteTTL %v is shorter than the worker's INVITE timeout %v plus 64×T1 (%v)",
 			PendingInviteTTL, sessions.InviteTimeout, AffinityTTL)
@@ -41,6 +42,7 @@ func TestPendingInviteTTLCoversTheWorkersInviteTimeout(t *testing.T) {
 }
 
 func TestTTL(t *testing.T) {
+	t.Parallel()
 	const s = int64(time.Second)
 	short, long := int64(AffinityTTL), int64(PendingInviteTTL)
 	for _, c := range []struct {
@@ -73,6 +75,7 @@ func TestTTL(t *testing.T) {
 // forgotten Call-ID to the other worker; after the ACK the Call-ID is
 // forgotten AffinityTTL later.
 func TestLongRingingCallStaysWithItsWorker(t *testing.T) {
+	t.Parallel()
 	ws := newWorkers(2)
 	var picks int
 	d := New(0, func(*sipscan.Msg, bool, int64) Target { picks++; return ws[picks%2] }, nil, nil)

@@ -25,6 +25,7 @@ func options(ruri, toTag string) []byte {
 }
 
 func TestIsProbe(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		msg  []byte
 		want bool
@@ -52,6 +53,7 @@ func TestIsProbe(t *testing.T) {
 // and goes to a worker (the script answers it) otherwise; an OPTIONS to a
 // user is never the door's to answer.
 func TestProbeAnsweredByTheDoor(t *testing.T) {
+	t.Parallel()
 	ws := newWorkers(1)
 	rec := &recorder{}
 	refuse := true

@@ -35,6 +35,7 @@ func request(method, callID, branch, toTag string, cseq, expires int) []byte {
 // ends them, whether or not messages flow in between; requests outside a
 // dialog are not sessions.
 func TestSessionsCounted(t *testing.T) {
+	t.Parallel()
 	t0 := time.Now().UnixNano()
 	type step struct {
 		at        time.Duration // after t0
@@ -118,6 +119,7 @@ func TestSessionsCounted(t *testing.T) {
 // a BYE at the door is passed on; one that began at the door and ended
 // elsewhere is ended at the door's next datagram.
 func TestSessionEndsAcrossTables(t *testing.T) {
+	t.Parallel()
 	d := New(0, newWorkers(1).pick, nil, nil)
 	var unknown []uint64
 	d.OnUnknownEnd = func(key uint64) { unknown = append(unknown, key) }
@@ -148,6 +150,7 @@ func TestSessionEndsAcrossTables(t *testing.T) {
 // original, the next retransmission goes through (the worker absorbs it, or
 // answers it if it dropped the original as stale).
 func TestRetransmissionAbsorbed(t *testing.T) {
+	t.Parallel()
 	ws := newWorkers(1)
 	w := ws[0]
 	d := New(0, ws.pick, nil, nil)
@@ -188,6 +191,8 @@ func TestRetransmissionAbsorbed(t *testing.T) {
 // (its affinity entry, its session, its requests while queued), and what a
 // finished one leaves once they have lapsed: nothing beyond the maps' room,
 // which Go does not give back and a first wave of calls has grown. The figures are in docs/PERFORMANCE.md.
+//
+// Not parallel: it measures the process's heap.
 func TestDoorMemory(t *testing.T) {
 	const n = 2000
 	ws := newWorkers(1)

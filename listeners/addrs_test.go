@@ -6,6 +6,7 @@ import (
 )
 
 func TestFormatParseAddrs(t *testing.T) {
+	t.Parallel()
 	addrs := []Addr{
 		{Proto: "udp", Host: "127.0.0.1", Port: 40123},
 		{Proto: "tcp", Host: "::1", Port: 5060},

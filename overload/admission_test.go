@@ -48,6 +48,7 @@ func newAdmission(t *testing.T, c *counts, b bindings) *Admission {
 }
 
 func TestAdmit(t *testing.T) {
+	t.Parallel()
 	type limits struct {
 		sessions, perGroup, perSocket, calls, regs, subs int64
 		queue                                            float64
@@ -132,6 +133,7 @@ func TestAdmit(t *testing.T) {
 // The RTT throttle refuses its share of new sessions once the echoes have
 // been slow Count times in a row, and lifts once they are fast again.
 func TestThrottleShare(t *testing.T) {
+	t.Parallel()
 	a := newAdmission(t, &counts{}, nil)
 	g := &load{}
 	gate := a.NewGate(GateOptions{Name: "udp", Group: g, Throttle: throttle.Config{Threshold: time.Second, Count: 2, Step: 0.5, Enabled: true}})
@@ -176,6 +178,7 @@ func TestThrottleShare(t *testing.T) {
 // Auto-suspend follows the samples; the operator's suspension outlasts
 // them; a probe of the server is refused while either holds.
 func TestSuspendAndResume(t *testing.T) {
+	t.Parallel()
 	a := newAdmission(t, &counts{}, nil)
 	t0 := time.Unix(1000, 0)
 	over := watermark.Sample{watermark.SystemMemoryUsage: 90}
@@ -223,6 +226,7 @@ func TestSuspendAndResume(t *testing.T) {
 
 // A watermark set at run time must leave its pair valid.
 func TestSetMark(t *testing.T) {
+	t.Parallel()
 	a := newAdmission(t, &counts{}, nil)
 	if err := a.SetMark(watermark.SystemMemoryUsage, "low", 90); err == nil || !strings.Contains(err.Error(), "raise the high watermark first") {
 		t.Fatalf("low over high: want refused with a hint, have %v", err)
@@ -237,6 +241,7 @@ func TestSetMark(t *testing.T) {
 
 // A crash and its restart are two flips of the group's health.
 func TestWorkerCrashesFlipHealth(t *testing.T) {
+	t.Parallel()
 	a := newAdmission(t, &counts{}, nil)
 	now := time.Unix(1000, 0)
 	a.WorkersStarted("udp", now)

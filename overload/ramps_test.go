@@ -22,6 +22,7 @@ func (w *worker) Queue() int { return w.queue }
 // ramp refuses goes to the least loaded established worker, or to it when
 // there is none. Messages of no new session are not slow start's to steer.
 func TestRampsPick(t *testing.T) {
+	t.Parallel()
 	old1, old2, fresh := &worker{id: 1, queue: 5, ready: true}, &worker{id: 2, queue: 3, ready: true}, &worker{id: 3, ready: true}
 	all := []*worker{old1, old2, fresh}
 	now := time.Unix(1000, 0)
@@ -59,6 +60,7 @@ func TestRampsPick(t *testing.T) {
 
 // Without ramps every pick is the least loaded worker; off starts none.
 func TestRampsOff(t *testing.T) {
+	t.Parallel()
 	rs := NewRamps[*worker]("udp", NewSlowStartMetrics(prometheus.NewRegistry()))
 	w := &worker{id: 1, ready: true}
 	if started, _, err := rs.Start(w, slowstart.Config{Mode: slowstart.Off}, 2, time.Unix(1, 0)); started || err != nil {
@@ -72,6 +74,7 @@ func TestRampsOff(t *testing.T) {
 // A tick drops the ramps that ended, saying why, and those of workers no
 // longer ready, silently.
 func TestRampsTick(t *testing.T) {
+	t.Parallel()
 	rs := NewRamps[*worker]("udp", NewSlowStartMetrics(prometheus.NewRegistry()))
 	now := time.Unix(1000, 0)
 	auto := slowstart.Config{Mode: slowstart.Auto, Unit: slowstart.PerSecond, Increment: 4, Interval: 10 * time.Second}

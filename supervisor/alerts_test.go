@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sipvisor/sipvisor/internal/testkit"
 )
 
 const (
@@ -34,6 +36,7 @@ func promtool(t *testing.T) string {
 // The alerting rules pass promtool's checks and their unit tests, and every
 // alert has a test case in which it fires.
 func TestAlertRulesPromtool(t *testing.T) {
+	t.Parallel()
 	bin := promtool(t)
 	for _, args := range [][]string{{"check", "rules", filepath.Base(alertRules)}, {"test", "rules", filepath.Base(alertTests)}} {
 		cmd := exec.Command(bin, args...)
@@ -64,6 +67,7 @@ func TestAlertRulesPromtool(t *testing.T) {
 // Every metric the rules name, in expressions and annotations, is one
 // that a running supervisor exports.
 func TestAlertRulesNameRealMetrics(t *testing.T) {
+	t.Parallel()
 	st := startSupervisor(t, cfgf(`
 socket = udp:127.0.0.1:0
 socket = tcp:127.0.0.1:0
@@ -82,7 +86,7 @@ route { exit; }
 		}
 		return out
 	}
-	waitFor(t, "a sampled group", 20*time.Second, func() bool {
+	testkit.WaitFor(t, 20*time.Second, "a sampled group", func() bool {
 		n := names()
 		return n["sipvisor_profile_max_workers"] && n["sipvisor_overload_throttle_refused_ratio"] && n["sipvisor_overload_echo_rtt_seconds"]
 	})
@@ -91,7 +95,7 @@ route { exit; }
 	if w := udp.Shrink(); w == nil {
 		t.Fatal("want a worker to drain")
 	}
-	waitFor(t, "a worker exit counted", 20*time.Second, func() bool { return names()["sipvisor_pool_worker_exits_total"] })
+	testkit.WaitFor(t, 20*time.Second, "a worker exit counted", func() bool { return names()["sipvisor_pool_worker_exits_total"] })
 
 	have := names()
 	used := map[string]bool{}

@@ -1,7 +1,9 @@
 package supervisor
 
 import (
+	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/frontdoor"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/internal/testkit"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/pool"
@@ -22,18 +25,23 @@ import (
 // its own process; a full queue counts as handled by the door (it is what
 // the door does under overload).
 func BenchmarkDoorHandle(b *testing.B) {
-	g := pool.NewGroup(pool.GroupOptions{Name: "udp0", Initial: 2, Command: costWorker(0)})
+	// The workers send each datagram back to where it came from: a socket
+	// of the benchmark's that nobody reads, the kernel dropping what does
+	// not fit. They send from a socket of their group's, as from the
+	// supervisor's.
+	serve, sink := udpSocket(b), udpSocket(b)
+	f, err := serve.File()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	g := pool.NewGroup(pool.GroupOptions{Name: "udp0", Initial: 2, Command: costWorker(0),
+		Sockets: []*os.File{f}, SocketNames: []string{"udp:" + serve.LocalAddr().String()}})
 	if err := g.Start(); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { g.Stop(time.Now().Add(5 * time.Second)) })
-	deadline := time.Now().Add(20 * time.Second)
-	for len(g.Routable()) < 2 {
-		if time.Now().After(deadline) {
-			b.Fatal("workers not ready")
-		}
-		time.Sleep(5 * time.Millisecond) // polling for readiness, bounded by the deadline
-	}
+	testkit.WaitFor(b, time.Minute, "2 ready workers", func() bool { return len(g.Routable()) == 2 })
 	d := frontdoor.New(0, func(*sipscan.Msg, bool, int64) frontdoor.Target {
 		if w := g.Pick(); w != nil {
 			return w
@@ -46,7 +54,8 @@ func BenchmarkDoorHandle(b *testing.B) {
 		id := "bench-" + strconv.Itoa(i) + "@127.0.0.1"
 		frames = append(frames, benchFrame(id, ""), benchFrame(id, "4fa3"))
 	}
-	src := netip.MustParseAddrPort("127.0.0.1:5070")
+	sinkAddr := sink.LocalAddr().(*net.UDPAddr).AddrPort()
+	src := netip.AddrPortFrom(sinkAddr.Addr().Unmap(), sinkAddr.Port())
 	now := time.Now().UnixNano()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -59,7 +68,7 @@ func BenchmarkDoorHandle(b *testing.B) {
 		if i%512 == 511 && d.Stats.DroppedQueueFull.Load() > 0 {
 			b.StopTimer()
 			c := cpuTime()
-			waitQueues(g)
+			waitQueues(b, g)
 			paused += cpuTime() - c
 			b.StartTimer()
 		}
@@ -110,19 +119,26 @@ func branchToken(s string) string {
 	}, s)
 }
 
-func waitQueues(g *pool.Group) {
-	for {
-		busy := false
+// waitQueues waits until the workers have taken every frame queued.
+func waitQueues(b *testing.B, g *pool.Group) {
+	testkit.WaitFor(b, time.Minute, "the workers' queues empty", func() bool {
 		for _, w := range g.Workers() {
 			if w.Queue() > 0 {
-				busy = true
+				return false
 			}
 		}
-		if !busy {
-			return
-		}
-		time.Sleep(time.Millisecond) // polling the queues, off the benchmark's clock
+		return true
+	})
+}
+
+// udpSocket is a UDP socket on a port of 127.0.0.1 the kernel picks.
+func udpSocket(b *testing.B) *net.UDPConn {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatal(err)
 	}
+	b.Cleanup(func() { c.Close() })
+	return c
 }
 
 // cpuTime is the user and system CPU time this process has used.

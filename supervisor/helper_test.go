@@ -5,59 +5,37 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/internal/testkit"
+	"github.com/sipvisor/sipvisor/internal/testkit/testworker"
 	"github.com/sipvisor/sipvisor/pool"
-	"github.com/sipvisor/sipvisor/worker"
 )
 
 // The test binary doubles as a worker with a synthetic per-message cost, so
 // that the scaling tests control load exactly; the SIP engine is tested with
 // the real binary elsewhere.
 func TestMain(m *testing.M) {
-	if worker.IsWorker() && os.Getenv("SUPERVISOR_TEST_WORKER") != "" {
-		if err := worker.Run(context.Background(), nil, newCostHandler); err != nil {
-			fmt.Fprintln(os.Stderr, "worker:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	testworker.Serve()
 	os.Exit(m.Run())
 }
 
-// costHandler spends a fixed time on each message, then sends it back to its
-// source: every reply proves a message was handled.
-type costHandler struct {
-	env  *worker.Env
-	cost time.Duration
-}
-
-func newCostHandler(env *worker.Env) (worker.Handler, error) {
-	h := &costHandler{env: env}
-	h.cost, _ = time.ParseDuration(os.Getenv("SUPERVISOR_TEST_COST"))
-	return h, nil
-}
-
-func (h *costHandler) HandleMessage(m *worker.Message) {
-	time.Sleep(h.cost)
-	if m.Socket >= len(h.env.Sockets) {
-		return // a group started without sockets (BenchmarkDoorHandle)
-	}
-	h.env.Sockets[m.Socket].WriteTo(m.Data, net.UDPAddrFromAddrPort(m.From))
-}
-func (h *costHandler) HandleJob(string)      {}
-func (h *costHandler) HandleConn(c net.Conn) { c.Close() }
-func (h *costHandler) Tick(time.Time)        {}
-func (h *costHandler) Held() int             { return 0 }
-
+// costWorker is a worker that sends each message back to its source after
+// cost: every reply proves a message was handled.
 func costWorker(cost time.Duration) pool.Command {
-	return pool.Command{Path: os.Args[0], Args: []string{"-test.run=^$"},
-		Env: []string{"SUPERVISOR_TEST_WORKER=1", "SUPERVISOR_TEST_COST=" + cost.String()}}
+	path, args, env := testworker.Command(testworker.Echo, cost)
+	// Built with -race, a process sleeps a second as it exits, for the late
+	// reports of its other threads: every worker a test drains, scales down
+	// or stops would add that second to it. GORACE set by hand wins.
+	if os.Getenv("GORACE") == "" {
+		env = append(env, "GORACE=atexit_sleep_ms=0")
+	}
+	return pool.Command{Path: path, Args: args, Env: env}
 }
 
 // started is a running supervisor made from inline config text.
@@ -105,17 +83,42 @@ func startSupervisor(t *testing.T, cfgText string, worker pool.Command, logw io.
 	return st
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+// metrics is the supervisor's /metrics page, read as Prometheus reads it.
+func (st *started) metrics(t testing.TB) string {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return testkit.Scrape(t, "http://"+st.s.HTTPAddr()+"/metrics")
+}
+
+// metric is the value of the series name with labels on /metrics; a
+// missing series fails the test (see testkit.Metric).
+func (st *started) metric(t testing.TB, name string, labels ...string) float64 {
+	t.Helper()
+	return testkit.Metric(t, st.metrics(t), name, labels...)
 }
 
 func cfgf(format string, args ...any) string {
 	return strings.TrimSpace(fmt.Sprintf(format, args...)) + "\n"
+}
+
+// lookup is metric for a series that a wait may find missing: a gauge not
+// yet set by the first sample, a label value not yet counted. ok says
+// whether the series is there.
+func (st *started) lookup(t testing.TB, name string, labels ...string) (v float64, ok bool) {
+	t.Helper()
+	v, ok, err := testkit.LookupMetric(st.metrics(t), name, labels...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, ok
+}
+
+// mustGather is the supervisor's metric families, for tests about which
+// families there are rather than their values.
+func mustGather(t testing.TB, s *Supervisor) []*dto.MetricFamily {
+	t.Helper()
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
 }

@@ -18,6 +18,7 @@ func runMain(args ...string) (code int, stdout, stderr string) {
 // The scaling lines of the OpenSIPS blog post, pasted unchanged with a
 // socket (examples/scaling.cfg), pass the check.
 func TestCheckAcceptsSeedScalingLines(t *testing.T) {
+	t.Parallel()
 	code, out, errs := runMain("-c", "-f", "../examples/scaling.cfg")
 	if code != 0 || strings.TrimSpace(out) != "ok" {
 		t.Fatalf("want ok and exit 0, have %q %q exit %d", out, errs, code)
@@ -36,6 +37,7 @@ func TestCheckAcceptsSeedScalingLines(t *testing.T) {
 
 // Every problem is printed as FILE:LINE:COL: message, and the check fails.
 func TestCheckPrintsPositionedErrors(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "bad.cfg")
 	os.WriteFile(path, []byte("socket = udp:127.0.0.1:5060\nudp_workerz = 2\nauto_scaling_profile = P scale up to 1000 on 70% for 4 cycles\nroute { exit; }\n"), 0o644)
 	code, out, errs := runMain("-c", "-f", path)
@@ -50,6 +52,7 @@ func TestCheckPrintsPositionedErrors(t *testing.T) {
 }
 
 func TestCommandLine(t *testing.T) {
+	t.Parallel()
 	if code, out, _ := runMain("-print-default-config"); code != 0 || !strings.Contains(out, "route {") {
 		t.Errorf("-print-default-config: want the built-in config, have exit %d", code)
 	}
@@ -78,6 +81,7 @@ func TestCommandLine(t *testing.T) {
 
 // A worker logs in the format the supervisor passes it, text by default.
 func TestWorkerLogFormat(t *testing.T) {
+	t.Parallel()
 	for format, want := range map[string]string{"json": `{"time":`, "text": "time=", "": "time="} {
 		var b bytes.Buffer
 		workerLogger(&b, format).Info("hello", "group", "udp:127.0.0.1:5060")

@@ -5,11 +5,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"github.com/sipvisor/sipvisor/internal/testkit"
 )
 
 // Every metric the supervisor exports passes Prometheus's own linter
 // (promtool check metrics): base units, _total counters, help text.
 func TestMetricsLint(t *testing.T) {
+	t.Parallel()
 	st := startSupervisor(t, cfgf(`
 socket = udp:127.0.0.1:0
 socket = tcp:127.0.0.1:0
@@ -20,7 +22,7 @@ route { exit; }
 	// Once a cycle has sampled a ready worker, the load gauge and the
 	// per-worker series have samples and the families lint with values in
 	// them.
-	waitFor(t, "a sampled group", 20*time.Second, func() bool {
+	testkit.WaitFor(t, 20*time.Second, "a sampled group", func() bool {
 		want := map[string]bool{"sipvisor_profile_load_ratio": true, "sipvisor_worker_heap_bytes": true, "sipvisor_worker_gc_cpu_seconds_total": true}
 		for _, mf := range mustGather(t, st.s) {
 			delete(want, mf.GetName())

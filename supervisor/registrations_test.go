@@ -16,6 +16,7 @@ import (
 // A store out of reach stops the start, naming the store and the file
 // that chose it, before any worker is forked.
 func TestStoreOutOfReachStopsStart(t *testing.T) {
+	t.Parallel()
 	for _, store := range []string{"redis://127.0.0.1:1/0", "sqlite:/nonexistent-dir/location.db"} {
 		path := filepath.Join(t.TempDir(), "sipvisor.cfg")
 		text := "socket = udp:127.0.0.1:0\nhttp_listen = 127.0.0.1:0\nlocation_store = \"" + store + "\"\nroute { exit; }\n"
@@ -36,6 +37,7 @@ func TestStoreOutOfReachStopsStart(t *testing.T) {
 // ul show finds bindings by full AOR, normalised as the registrar files
 // them, or by user name; ul rm drops one contact or all of an AOR's.
 func TestULShowAndRemove(t *testing.T) {
+	t.Parallel()
 	st := startSupervisor(t, cfgf(`
 socket = udp:127.0.0.1:0
 http_listen = 127.0.0.1:0
@@ -87,6 +89,7 @@ route { exit; }
 // A reload may not move the registrations: new workers would open the new
 // store while the old ones keep theirs.
 func TestReloadKeepsTheStore(t *testing.T) {
+	t.Parallel()
 	text := cfgf(`
 socket = udp:127.0.0.1:0
 http_listen = 127.0.0.1:0

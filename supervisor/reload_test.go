@@ -28,6 +28,7 @@ func loadText(t *testing.T, name, text string) *config.Config {
 }
 
 func TestPlanReload(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name    string
 		edit    func(string) string
@@ -101,6 +102,7 @@ func TestPlanReload(t *testing.T) {
 // Every setting is either applied by a reload or reported as taking a
 // restart, or is one that doReload handles by itself.
 func TestReloadCoversEverySetting(t *testing.T) {
+	t.Parallel()
 	known := map[string]bool{"include_file": true, "socket": true, "listen": true, "auto_scaling_profile": true}
 	for _, s := range liveSettings {
 		known[s.name] = true

@@ -7,12 +7,17 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sipvisor/sipvisor/internal/testkit"
 )
 
 // A group driven by real traffic to real worker processes grows from 2 to its
 // ceiling under load and shrinks back to 2 when the load goes, and every
 // message sent — including those handed to workers that were draining — is
 // answered.
+//
+// Not parallel: the group scales on its workers' measured load, which
+// other tests' load would blur.
 func TestGroupScalesUpAndDownLosingNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives real processes for several seconds")
@@ -27,7 +32,7 @@ udp_workers = 2 use_auto_scaling_profile P
 route { exit; }
 `), costWorker(2*time.Millisecond), nil)
 	g := st.s.Groups()[0]
-	waitFor(t, "2 ready workers", 20*time.Second, func() bool { return len(g.Routable()) == 2 })
+	testkit.WaitFor(t, 20*time.Second, "2 ready workers", func() bool { return len(g.Routable()) == 2 })
 
 	target := st.s.SIPAddrs()[0]
 	client, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -85,15 +90,15 @@ route { exit; }
 		t.Fatalf("want the group back at 2 when idle, have %d", g.Live())
 	}
 	sent := seq
-	waitFor(t, "every message answered", 20*time.Second, func() bool {
+	testkit.WaitFor(t, 20*time.Second, "every message answered", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got) == sent
 	})
-	if v := counterValue(t, st.s, "sipvisor_pool_worker_exits_total", "reason", "clean"); v != 2 {
+	if v := st.metric(t, "sipvisor_pool_worker_exits_total", `reason="clean"`); v != 2 {
 		t.Errorf("want 2 clean exits (the drained workers), have %v", v)
 	}
-	if v := counterValue(t, st.s, "sipvisor_frontdoor_datagrams_dropped_total", "", ""); v != 0 {
+	if v := st.metric(t, "sipvisor_frontdoor_datagrams_dropped_total"); v != 0 {
 		t.Errorf("want no message dropped by the front door, have %v", v)
 	}
 	t.Logf("sent and answered %d messages; the group peaked at %d workers", sent, maxLive)

@@ -18,6 +18,7 @@ import (
 // reload checks the file and sends SIGHUP; its command lines are ones
 // sipvisor accepts. systemd-analyze verifies it where it is installed.
 func TestSystemdUnit(t *testing.T) {
+	t.Parallel()
 	const unit = "../examples/sipvisor.service"
 	text := readFile(t, unit)
 	keys := map[string][]string{}

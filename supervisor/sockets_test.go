@@ -7,30 +7,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/internal/testkit"
 )
-
-// lockedBuffer collects log output written from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 const port0Config = `
 socket = udp:127.0.0.1:0
@@ -60,7 +42,8 @@ func getSockets(t *testing.T, addr string) []ctl.Socket {
 // Port 0 binds a port the kernel picks, and every report of the socket
 // (the start-up log, /mi/sockets) gives that port; a reload keeps it.
 func TestPort0SocketsReported(t *testing.T) {
-	logs := &lockedBuffer{}
+	t.Parallel()
+	logs := &testkit.SyncBuffer{}
 	st := startSupervisor(t, cfgf(port0Config), costWorker(0), logs)
 
 	ss := getSockets(t, st.s.HTTPAddr())
@@ -85,7 +68,7 @@ func TestPort0SocketsReported(t *testing.T) {
 	}
 	for _, so := range ss {
 		line := " proto=" + so.Proto + " address=" + so.Address + " "
-		waitFor(t, "the start-up line with"+line, 10*time.Second, func() bool {
+		testkit.WaitFor(t, 10*time.Second, "the start-up line with"+line, func() bool {
 			for _, l := range strings.Split(logs.String(), "\n") {
 				if strings.Contains(l, "msg=serving") && strings.Contains(l, line) {
 					return true
@@ -119,7 +102,8 @@ func equalSockets(a, b []ctl.Socket) bool {
 // A reload refused through the control API is logged by the server too,
 // with where the problem is.
 func TestReloadFailureLogged(t *testing.T) {
-	logs := &lockedBuffer{}
+	t.Parallel()
+	logs := &testkit.SyncBuffer{}
 	st := startSupervisor(t, cfgf(port0Config), costWorker(0), logs)
 	bad := strings.Replace(cfgf(port0Config), "udp_workers = 1", "udp_workers = 1\nmax_calls = many", 1)
 	if err := os.WriteFile(st.path, []byte(bad), 0o644); err != nil {

@@ -43,9 +43,11 @@ func BenchmarkWorkerSpawnReady(b *testing.B) {
 	defer f.Close()
 	cfgPath := filepath.Join(b.TempDir(), "default.cfg")
 	os.WriteFile(cfgPath, []byte(config.DefaultText), 0o644)
+	ready := make(chan *pool.Worker, b.N+1)
 	g := pool.NewGroup(pool.GroupOptions{Name: "bench", Kind: pool.KindUDP, Ceiling: b.N + 1,
 		Command: pool.Command{Path: bin, Args: []string{"worker"}}, ConfigPath: cfgPath,
-		Sockets: []*os.File{f}, SocketNames: []string{"udp:" + sock.LocalAddr().String()}})
+		Sockets: []*os.File{f}, SocketNames: []string{"udp:" + sock.LocalAddr().String()},
+		OnReady: func(w *pool.Worker) { ready <- w }})
 	defer g.Stop(time.Now().Add(10 * time.Second))
 
 	var total time.Duration
@@ -57,21 +59,22 @@ func BenchmarkWorkerSpawnReady(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for w.State() != pool.Ready {
-			select {
-			case <-w.Done():
-				b.Fatalf("worker exited: %s", w.ExitReason())
-			default:
+		select {
+		case r := <-ready:
+			if r != w {
+				b.Fatalf("worker %d ready while worker %d was awaited", r.ID, w.ID)
 			}
-			time.Sleep(100 * time.Microsecond)
+		case <-w.Done():
+			b.Fatalf("worker exited: %s", w.ExitReason())
+		case <-time.After(time.Minute):
+			b.Fatal("worker not ready within a minute")
 		}
 		total += time.Since(t0)
 		last = w
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms/ready")
-	// Idle for a moment so the RSS is the steady state, not start-up.
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // idle for a moment, so that the RSS is the steady state and not start-up's
 	// RSS counts the binary's text pages, which every worker shares with the
 	// supervisor and the others; PSS and the anonymous pages are what one
 	// more worker costs.

@@ -87,6 +87,10 @@ type Supervisor struct {
 	// timer_route schedule; cycleChanged and echoChanged tell the cycle and
 	// echo loops that their interval changed.
 	timersChanged, cycleChanged, echoChanged chan struct{}
+	// timerPlans counts the schedules the timer loop has taken, the first
+	// and one per reload that changed it, so that a test knows when a
+	// reload has reached the loop.
+	timerPlans atomic.Int64
 
 	// ov decides which new sessions are taken; thr is the RTT throttle's
 	// settings in force, as the file writes them (thrMu).

@@ -55,6 +55,7 @@ func (s *Supervisor) timerLoop(ctx context.Context) error {
 	}
 	plan(time.Now())
 	arm()
+	s.timerPlans.Add(1)
 	for {
 		select {
 		case <-ctx.Done():
@@ -62,6 +63,7 @@ func (s *Supervisor) timerLoop(ctx context.Context) error {
 		case <-s.timersChanged:
 			plan(time.Now())
 			arm()
+			s.timerPlans.Add(1)
 		case now := <-timer.C:
 			for _, j := range jobs {
 				if now.Before(j.next) {

@@ -37,6 +37,7 @@ func cat(parts ...[]obs) []obs {
 }
 
 func TestTracker(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		window     time.Duration
@@ -177,6 +178,7 @@ func TestTracker(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		window    time.Duration
 		threshold int
@@ -198,6 +200,7 @@ func TestDefaults(t *testing.T) {
 // the minute the component turns healthy again: when the oldest flips leave the
 // window, not when the readings turn good.
 func TestRecoversByAging(t *testing.T) {
+	t.Parallel()
 	tr := New(30*time.Minute, 10)
 	for _, o := range flaps("relay", 0, time.Minute, 10) { // flips at 1m..10m
 		tr.Observe(o.name, o.up, t0.Add(o.at))
@@ -233,6 +236,7 @@ func ExampleTracker() {
 }
 
 func TestSet(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	tr := New(time.Hour, 10)
 	for i := 0; i < 3; i++ {

@@ -21,6 +21,7 @@ type step struct {
 }
 
 func TestTable(t *testing.T) {
+	t.Parallel()
 	inv, ack, bye, sub, opt := sipscan.Invite, sipscan.Ack, sipscan.Bye, sipscan.Subscribe, sipscan.Options
 	for _, c := range []struct {
 		name  string

@@ -82,6 +82,7 @@ func mustNew(t *testing.T, c Config, now time.Time, peerRate float64) *Ramp {
 // requests/s over Service1 and Service2; Service3 added at 10/s, raised to 20,
 // then 40 as Service4 is added, then the rate is set to 0.
 func TestSeedTable2(t *testing.T) {
+	t.Parallel()
 	const phase = 10 * time.Second
 	manual := func(v float64) Config { return Config{Mode: Manual, Unit: PerSecond, Value: v} }
 	s1, s2 := &worker{name: "Service1"}, &worker{name: "Service2"}
@@ -141,6 +142,7 @@ func TestSeedTable2(t *testing.T) {
 // services, Service5 added with 4 requests/s every 10 s. Column "0 s" is before
 // Service5 starts; column "N s" is the interval that ends at N s.
 func TestSeedTable4(t *testing.T) {
+	t.Parallel()
 	const interval = 10 * time.Second
 	cfg := Config{Mode: Auto, Unit: PerSecond, Value: 4, Increment: 4, Interval: interval}
 	ws := []*worker{{name: "Service1"}, {name: "Service2"}, {name: "Service3"}, {name: "Service4"}}
@@ -193,6 +195,7 @@ func TestSeedTable4(t *testing.T) {
 // service's load, raised every 5 s; the new service has its full share 20 s
 // after it is added.
 func TestSeedPercentExample(t *testing.T) {
+	t.Parallel()
 	const interval = 5 * time.Second
 	cfg := Config{Mode: Auto, Unit: Percent, Increment: 25, Interval: interval}
 	ws := []*worker{{name: "Service1"}, {name: "Service2"}, {name: "Service3"}, {name: "Service4"}}
@@ -230,6 +233,7 @@ func TestSeedPercentExample(t *testing.T) {
 
 // TestExits drives an automatic ramp with hand-written interval samples.
 func TestExits(t *testing.T) {
+	t.Parallel()
 	perSec := Config{Mode: Auto, Unit: PerSecond, Increment: 4, Interval: 10 * time.Second}
 	// full is a 10 s interval in which the worker took all its limit: own
 	// sessions at the given level, four peers at peerRate each.
@@ -330,6 +334,7 @@ func TestExits(t *testing.T) {
 // TestMaxIncrements grows a ramp by 1/s against very busy peers until the seed's
 // 200 increments end it.
 func TestMaxIncrements(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Mode: Auto, Unit: PerSecond, Increment: 1, Interval: time.Second}
 	r := mustNew(t, cfg, t0, 1e6)
 	ticks := 0
@@ -349,6 +354,7 @@ func TestMaxIncrements(t *testing.T) {
 }
 
 func TestManualNeverEndsByItself(t *testing.T) {
+	t.Parallel()
 	r := mustNew(t, Config{Mode: Manual, Unit: PerSecond, Value: 25}, t0, 100)
 	for i := 1; i <= 500; i++ {
 		// Idle, below the value, or far above the peers: none ends manual mode.
@@ -361,6 +367,7 @@ func TestManualNeverEndsByItself(t *testing.T) {
 }
 
 func TestManualPercentFollowsPeers(t *testing.T) {
+	t.Parallel()
 	r := mustNew(t, Config{Mode: Manual, Unit: Percent, Value: 50}, t0, 30)
 	if r.Rate() != 15 {
 		t.Errorf("start: want 15, have %v", r.Rate())
@@ -376,6 +383,7 @@ func TestManualPercentFollowsPeers(t *testing.T) {
 }
 
 func TestOff(t *testing.T) {
+	t.Parallel()
 	for _, c := range []Config{{}, {Mode: Off, Value: 5}, {Mode: Manual, Value: 0}} {
 		r := mustNew(t, c, t0, 10)
 		if !r.Done() || r.Reason() != ReasonOff || !r.Allow(t0) || !math.IsInf(r.Rate(), 1) {
@@ -385,6 +393,7 @@ func TestOff(t *testing.T) {
 }
 
 func TestReconfigure(t *testing.T) {
+	t.Parallel()
 	auto := Config{Mode: Auto, Unit: PerSecond, Increment: 4, Interval: 10 * time.Second}
 	r := mustNew(t, auto, t0, 25)
 	r.Tick(t0.Add(10*time.Second), Sample{Own: 40, Peers: 960, PeerWorkers: 4})
@@ -417,6 +426,7 @@ func TestReconfigure(t *testing.T) {
 }
 
 func TestAllowBudget(t *testing.T) {
+	t.Parallel()
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 	r := mustNew(t, Config{Mode: Manual, Unit: PerSecond, Value: 4}, t0, 0)
 	for _, tc := range []struct {
@@ -442,6 +452,7 @@ func TestAllowBudget(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		cfg  Config
 		want string // error fragment, "" for valid
@@ -473,6 +484,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestAllowHugeRate(t *testing.T) {
+	t.Parallel()
 	r := mustNew(t, Config{Mode: Manual, Unit: PerSecond, Value: 1e300}, t0, 0)
 	for i := range 5 {
 		if !r.Allow(t0.Add(time.Duration(i+1) * time.Second)) {
@@ -482,6 +494,7 @@ func TestAllowHugeRate(t *testing.T) {
 }
 
 // TestAllowDoesNotAllocate guards the front door's per-session cost.
+// Not parallel: it measures the process's allocations.
 func TestAllowDoesNotAllocate(t *testing.T) {
 	r := mustNew(t, Config{Mode: Manual, Unit: PerSecond, Value: 1000}, t0, 0)
 	now := t0

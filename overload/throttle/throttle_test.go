@@ -14,6 +14,7 @@ const ms = time.Millisecond
 // 10 % fewer sessions per 3 readings over in a row, throttle removed after 3
 // in a row under. One row per second, the table's own numbers.
 func TestTable1(t *testing.T) {
+	t.Parallel()
 	th := New(DefaultConfig())
 	for _, row := range []struct {
 		second  int
@@ -47,6 +48,7 @@ func TestTable1(t *testing.T) {
 }
 
 func TestObserve(t *testing.T) {
+	t.Parallel()
 	const over, under = 1500 * ms, 500 * ms
 	rtts := func(d ...time.Duration) []time.Duration { return d }
 	repeat := func(d time.Duration, n int) []time.Duration {
@@ -101,6 +103,7 @@ func TestObserve(t *testing.T) {
 }
 
 func TestAdmit(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		steps   int // 3 readings over each
@@ -147,6 +150,7 @@ func equal(a, b []uint64) bool {
 // into sessions, that any million sessions in a row, wherever they start, see
 // exactly the share refused.
 func TestAdmitExactShare(t *testing.T) {
+	t.Parallel()
 	for _, step := range []float64{0.03, 0.1, 1.0 / 3, 0.7} {
 		th := New(Config{Step: step, Enabled: true})
 		th.Observe(2 * time.Second)
@@ -168,6 +172,7 @@ func TestAdmitExactShare(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -201,6 +206,7 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// Not parallel: it measures the process's allocations.
 func TestNoAllocations(t *testing.T) {
 	th := New(DefaultConfig())
 	var n uint64
@@ -242,6 +248,7 @@ func BenchmarkAdmit(b *testing.B) {
 // observes; run with -race. Whatever the interleaving, Admit sees either no
 // throttle or a 10 % one, so at most every tenth session is refused.
 func TestConcurrentAdmit(t *testing.T) {
+	t.Parallel()
 	th := New(DefaultConfig())
 	done := make(chan int)
 	go func() {

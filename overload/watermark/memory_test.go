@@ -9,6 +9,7 @@ import (
 )
 
 func TestReadSystemMemory(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		root string
 		want float64
@@ -43,6 +44,7 @@ func TestReadSystemMemory(t *testing.T) {
 
 // TestReadSystemMemoryLive reads this machine's own files.
 func TestReadSystemMemoryLive(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc")
 	}
@@ -56,6 +58,7 @@ func TestReadSystemMemoryLive(t *testing.T) {
 }
 
 func TestParseMeminfo(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		in        string
@@ -89,6 +92,7 @@ func TestParseMeminfo(t *testing.T) {
 }
 
 func TestParseCgroupMax(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in      string
 		limit   uint64
@@ -112,6 +116,7 @@ func TestParseCgroupMax(t *testing.T) {
 }
 
 func TestParseInactiveFile(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in   string
 		want uint64

@@ -22,6 +22,7 @@ type step struct {
 func mem(v float64) Sample { return Sample{SystemMemoryUsage: v} }
 
 func TestObserve(t *testing.T) {
+	t.Parallel()
 	seed := Defaults() // system memory 85/70
 	three := Watermarks{
 		SystemMemoryUsage: {High: 85, Low: 70},
@@ -187,6 +188,7 @@ func TestObserve(t *testing.T) {
 }
 
 func TestWarning(t *testing.T) {
+	t.Parallel()
 	var s State
 	if have := s.Warning(); have != "" {
 		t.Errorf("running: want no warning, have %q", have)

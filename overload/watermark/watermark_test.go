@@ -7,6 +7,7 @@ import (
 )
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		p       Pair
 		percent bool
@@ -33,6 +34,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestWatermarksValidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		w    Watermarks
 		want string
@@ -51,6 +53,7 @@ func TestWatermarksValidate(t *testing.T) {
 
 // TestWith replays the seed's run-time change, 85/70 to 90/85, in both orders.
 func TestWith(t *testing.T) {
+	t.Parallel()
 	w := Defaults()
 	w2, err := w.With(SystemMemoryUsage, "high", 90)
 	if err != nil {
@@ -87,6 +90,7 @@ func TestWith(t *testing.T) {
 }
 
 func TestParseMonitor(t *testing.T) {
+	t.Parallel()
 	for _, m := range Monitors() {
 		if have, err := ParseMonitor(string(m)); err != nil || have != m {
 			t.Errorf("ParseMonitor(%q): want %q, have %q, %v", m, m, have, err)
