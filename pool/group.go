@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -228,6 +229,11 @@ func (g *Group) spawnLocked() (*Worker, error) {
 		return nil, fmt.Errorf("spawn worker for %s: %w", o.Name, err)
 	}
 	w := &Worker{ID: id, Pid: p.proc.Pid, Started: t0, g: g, p: p, done: make(chan struct{})}
+	// The stats page is unmapped only when nothing can reach the worker any
+	// more: the front door and the samplers read it through snapshots of the
+	// routable list that outlive the exit, and a read of an unmapped page
+	// would crash the supervisor.
+	runtime.AddCleanup(w, func(st *wire.StatsPage) { st.Unmap() }, p.stats)
 	w.setMaxWait(time.Duration(g.maxWait.Load()))
 	w.state.Store(int32(Spawning))
 	g.workers = append(g.workers, w)
@@ -306,7 +312,6 @@ func (g *Group) wait(w *Worker) {
 	w.p.data.Close()
 	w.sendMu.Unlock()
 	g.event(w, EvExit)
-	w.p.stats.Unmap()
 	close(w.done)
 }
 

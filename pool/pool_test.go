@@ -582,3 +582,25 @@ func TestWorkerReportsHeapAndGCCPU(t *testing.T) {
 		t.Fatalf("want a sample with heap and GC CPU time, have %+v", ws)
 	}
 }
+
+// The front door and the samplers hold workers from snapshots of the
+// routable list, which outlive a worker's exit: reading an exited worker's
+// queue and counters must give its last values, not fault on a page
+// unmapped under the reader.
+func TestExitedWorkerStillReadable(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, GroupOptions{Initial: 1, Command: testCommand(testworker.Echo, 0)})
+	testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(fx.g.Routable()) == 1 })
+	w := fx.g.Routable()[0]
+	if err := w.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-w.Done()
+	_ = w.Queue()
+	_ = w.QueueDelay()
+	_ = w.Handled()
+	_ = w.Sessions()
+	if _, _, ws := fx.g.Sample(time.Now()); len(ws) > 1 {
+		t.Errorf("want at most the replacement sampled, have %+v", ws)
+	}
+}

@@ -29,12 +29,6 @@ func TestMain(m *testing.M) {
 // cost: every reply proves a message was handled.
 func costWorker(cost time.Duration) pool.Command {
 	path, args, env := testworker.Command(testworker.Echo, cost)
-	// Built with -race, a process sleeps a second as it exits, for the late
-	// reports of its other threads: every worker a test drains, scales down
-	// or stops would add that second to it. GORACE set by hand wins.
-	if os.Getenv("GORACE") == "" {
-		env = append(env, "GORACE=atexit_sleep_ms=0")
-	}
 	return pool.Command{Path: path, Args: args, Env: env}
 }
 

@@ -58,7 +58,14 @@ const envMode, envCost = "SIPVISOR_TESTWORKER_MODE", "SIPVISOR_TESTWORKER_COST"
 // Command is how to start the running test binary as a worker acting out
 // mode, spending cost on each message: the fields of pool.Command.
 func Command(mode Mode, cost time.Duration) (path string, args, env []string) {
-	return os.Args[0], []string{"-test.run=^$"}, []string{envMode + "=" + string(mode), envCost + "=" + cost.String()}
+	env = []string{envMode + "=" + string(mode), envCost + "=" + cost.String()}
+	// Built with -race, a process sleeps a second as it exits, for the late
+	// reports of its other threads: every worker a test drains, scales down
+	// or stops would add that second to it. GORACE set by hand wins.
+	if os.Getenv("GORACE") == "" {
+		env = append(env, "GORACE=atexit_sleep_ms=0")
+	}
+	return os.Args[0], []string{"-test.run=^$"}, env
 }
 
 // Serve runs the worker and exits when this process is a worker that
