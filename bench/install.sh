@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Installs what the benchmarks need from Debian: Kamailio (the server
-# sipvisor is compared with), its TLS module (bench/tls.sh) and SIPp
-# (sip-tester). Does nothing for a package that is already there.
+# sipvisor is compared with), its TLS module (bench/tls.sh), its SQLite
+# module (run.sh --kamailio-store sqlite-wt|sqlite-wb: registrations written
+# to a file, as sipvisor writes them) and SIPp (sip-tester). Does nothing for
+# a package that is already there.
 set -euo pipefail
 
 need=()
 command -v kamailio >/dev/null 2>&1 || need+=(kamailio)
 command -v sipp >/dev/null 2>&1 || need+=(sip-tester)
+# run.sh creates the SQLite store's tables with the sqlite3 shell.
+command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 # The module is a file, not a command: ask dpkg. (Read into a variable, as
 # below, so that pipefail does not trip on grep closing the pipe.)
-tls_status=$(dpkg-query -W -f='${Status}' kamailio-tls-modules 2>/dev/null || true)
-[ "$tls_status" = "install ok installed" ] || need+=(kamailio-tls-modules)
+for mod in kamailio-tls-modules kamailio-sqlite-modules; do
+	status=$(dpkg-query -W -f='${Status}' "$mod" 2>/dev/null || true)
+	[ "$status" = "install ok installed" ] || need+=("$mod")
+done
 if [ ${#need[@]} -eq 0 ]; then
-	echo "kamailio, its tls module and sipp already installed"
+	echo "kamailio, its tls and sqlite modules, sqlite3 and sipp already installed"
 	exit 0
 fi
 

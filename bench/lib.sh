@@ -130,6 +130,7 @@ render() {
 		-e "s/@CHILDREN@/$CHILDREN/g" \
 		-e "s/@HTTP_PORT@/$HTTP_PORT/g" \
 		-e "s#@RUNDIR@#$2.run#g" \
+		-e "s#@KAMAILIO_DB@#${KAMAILIO_DB:-$2.run/location.db}#g" \
 		-e "s/@SLOW@/${SLOW_US:+usleep($SLOW_US);}/g" "$1" >"$2"
 }
 
@@ -155,13 +156,54 @@ build_sipvisor() {
 	SIPVISOR_BIN=$out/bin/sipvisor
 }
 
+# kamailio_location_db FILE creates FILE, an SQLite database holding
+# Kamailio's version and location tables from the schema Debian ships with
+# kamailio-sqlite-modules (the version row tells usrloc the table's layout),
+# in WAL mode, unless FILE is there already.
+KAMAILIO_SCHEMA_DIR=${KAMAILIO_SCHEMA_DIR:-/usr/share/kamailio/db_sqlite}
+kamailio_location_db() {
+	local db=$1 f
+	[ -e "$db" ] && return 0
+	command -v sqlite3 >/dev/null || die "sqlite3 not installed: run make bench-install"
+	for f in standard usrloc; do
+		[ -r "$KAMAILIO_SCHEMA_DIR/$f-create.sql" ] ||
+			die "no $KAMAILIO_SCHEMA_DIR/$f-create.sql: run make bench-install (kamailio-sqlite-modules)"
+	done
+	# journal_mode is a property of the file: set here, it holds whichever
+	# connection opens it, besides db_sqlite's own setting in kamailio.cfg.
+	cat "$KAMAILIO_SCHEMA_DIR/standard-create.sql" "$KAMAILIO_SCHEMA_DIR/usrloc-create.sql" |
+		sqlite3 "$db" >/dev/null || die "could not create $db"
+	sqlite3 "$db" 'PRAGMA journal_mode=WAL;' >/dev/null || die "could not set WAL on $db"
+}
+
 # start_server NAME WORKDIR starts sipvisor or kamailio in the foreground of
 # a background job and waits until it serves. Sets SERVER_PID.
 # SIPVISOR_CFG and KAMAILIO_CFG name other templates than bench/sipvisor.cfg
 # and bench/kamailio.cfg; KAMAILIO_TLS_CFG, a template of the tls module's
 # file, rendered as RUNDIR/tls.cfg (tls.sh).
+# NAME kamailio keeps registrations in memory (usrloc db_mode 0);
+# kamailio-sqlite-wt writes each through to an SQLite file,
+# WORKDIR/kamailio.cfg.run/location.db, before answering (db_mode 1); kamailio-sqlite-wt1 does so with one SIP
+# worker (children=1), the one writer db_sqlite needs: it sets no busy
+# timeout, so a write that meets another process's fails at once ("database
+# is locked") and its REGISTER is answered 500; kamailio-sqlite-wb writes
+# them from usrloc's timer every KAMAILIO_WB_TIMER seconds (db_mode 2;
+# default 2). The file is kept across starts in the same WORKDIR, as
+# sipvisor's WORKDIR/location.db. KAMAILIO_DB_DIR puts it elsewhere, as
+# KAMAILIO_DB_DIR/NAME-location.db (on a tmpfs, say, where the fsync of each
+# commit costs nothing).
+KAMAILIO_WB_TIMER=${KAMAILIO_WB_TIMER:-2}
+kamailio_db_file() { # NAME WORKDIR
+	if [ -n "${KAMAILIO_DB_DIR:-}" ]; then
+		echo "$(cd "$KAMAILIO_DB_DIR" && pwd)/$1-location.db"
+	else
+		echo "$2/kamailio.cfg.run/location.db"
+	fi
+}
 start_server() {
-	local name=$1 work=$2 cfg i
+	local name=$1 work=$2 cfg i pkg defs=()
+	# Only this start's config and readiness check see the change.
+	[ "$name" != kamailio-sqlite-wt1 ] || local CHILDREN=1
 	port_free "$SIP_PORT" || die "port $SIP_PORT is in use (set BENCH_PORT_BASE)"
 	case $name in
 	sipvisor)
@@ -179,16 +221,28 @@ start_server() {
 		done
 		((i < 300)) || die "sipvisor not ready in 30 s"
 		;;
-	kamailio)
+	kamailio | kamailio-sqlite-wt | kamailio-sqlite-wt1 | kamailio-sqlite-wb)
+		# Absolute, as kamailio.cfg names the database file under RUNDIR.
+		work=$(cd "$work" && pwd)
 		cfg=$work/kamailio.cfg
+		KAMAILIO_DB=$(kamailio_db_file "$name" "$work")
 		render "${KAMAILIO_CFG:-$BENCH_DIR/kamailio.cfg}" "$cfg"
 		mkdir -p "$cfg.run"
+		case $name in
+		kamailio-sqlite-wt | kamailio-sqlite-wt1) defs=(-A USRLOC_DB_MODE=1) ;;
+		kamailio-sqlite-wb) defs=(-A USRLOC_DB_MODE=2 -A "USRLOC_TIMER_INTERVAL=$KAMAILIO_WB_TIMER") ;;
+		esac
+		# usrloc loads the file's bindings at start, and db_sqlite reads a
+		# whole result into private memory: 24,000 bindings overran 16 MB.
+		pkg=16
+		[ ${#defs[@]} -eq 0 ] || { kamailio_location_db "$KAMAILIO_DB"; pkg=128; }
 		[ -z "${KAMAILIO_TLS_CFG:-}" ] || render "$KAMAILIO_TLS_CFG" "$cfg.run/tls.cfg"
 		# TLSF for both private (-x) and shared (-X) memory, as its users
 		# run it under load. 1 GB shared: with 256 MB, transactions held
 		# through their wait timer at 2,700 calls/s ran it out of memory and
-		# every new INVITE got a 500; 16 MB private per process.
-		kamailio -f "$cfg" -DD -E -x tlsf -X tlsf -m 1024 -M 16 >"$work/kamailio.log" 2>&1 &
+		# every new INVITE got a 500; 16 MB private per process (128 with an
+		# SQLite store).
+		kamailio -f "$cfg" -DD -E -x tlsf -X tlsf -m 1024 -M "$pkg" "${defs[@]}" >"$work/kamailio.log" 2>&1 &
 		SERVER_PID=$!
 		for ((i = 0; i < 300; i++)); do
 			kill -0 "$SERVER_PID" 2>/dev/null || die "kamailio exited: $(tail -5 "$work/kamailio.log")"
@@ -212,8 +266,8 @@ server_refuse() {
 	case $name/$what in
 	sipvisor/on) "$SIPVISOR_BIN" ctl -addr "http://127.0.0.1:$HTTP_PORT" suspend >/dev/null ;;
 	sipvisor/off) "$SIPVISOR_BIN" ctl -addr "http://127.0.0.1:$HTTP_PORT" resume >/dev/null ;;
-	kamailio/on) kamcmd -s "unix:$work/kamailio.cfg.run/kamailio_ctl" pv.shvSet refuse int 1 >/dev/null ;;
-	kamailio/off) kamcmd -s "unix:$work/kamailio.cfg.run/kamailio_ctl" pv.shvSet refuse int 0 >/dev/null ;;
+	kamailio*/on) kamcmd -s "unix:$work/kamailio.cfg.run/kamailio_ctl" pv.shvSet refuse int 1 >/dev/null ;;
+	kamailio*/off) kamcmd -s "unix:$work/kamailio.cfg.run/kamailio_ctl" pv.shvSet refuse int 0 >/dev/null ;;
 	*) die "server_refuse: unknown $name/$what" ;;
 	esac || die "$name would not turn refusing $what"
 }

@@ -15,7 +15,19 @@
 #                [--reg-rates 200,500,1000] [--refuse-rates 200,1000]
 #                [--reps 3] [--secs 20]
 #                [--reg-secs 10] [--settle 5] [--warmup 0] [--children N]
+#                [--kamailio-store memory,sqlite-wt,sqlite-wt1,sqlite-wb]
 #                [--out DIR]
+#
+# --kamailio-store runs Kamailio once per store named, as a server of its
+# own in the tables: memory (usrloc db_mode 0, the default, reported as
+# kamailio), sqlite-wt (db_mode 1, each REGISTER written through to an SQLite
+# file before its 200 OK, as sipvisor writes it; kamailio-sqlite-wt),
+# sqlite-wt1 (the same with one SIP worker, children=1: Kamailio's db_sqlite
+# waits for no lock, so two workers' writes collide and fail;
+# kamailio-sqlite-wt1) and sqlite-wb (db_mode 2, written back by usrloc's
+# timer every $KAMAILIO_WB_TIMER s, default 2; kamailio-sqlite-wb). Each
+# server's store starts empty at the start of the run and is kept across its
+# repetitions; KAMAILIO_DB_DIR puts Kamailio's files in another directory.
 #
 # --warmup S counts the CPU of each run and its calls only from S seconds
 # after its start, so that a long run (--secs 150 --warmup 60, say) measures
@@ -37,9 +49,10 @@ reg_secs=10
 settle=5
 warmup=0
 CHILDREN=$(nproc)
+kamailio_store=memory
 out=${BENCH_OUT:-/tmp/sipvisor-bench/compare}
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
 	case $1 in -h | --help) usage ;; esac
 	[ $# -ge 2 ] || die "flag $1 needs a value"
@@ -54,6 +67,7 @@ while [ $# -gt 0 ]; do
 	--settle) settle=$2 ;;
 	--warmup) warmup=$2 ;;
 	--children) CHILDREN=$2 ;;
+	--kamailio-store) kamailio_store=$2 ;;
 	--out) out=$2 ;;
 	*) echo "run.sh: unknown flag $1" >&2; usage ;;
 	esac
@@ -68,15 +82,53 @@ done
 for r in ${rates//,/ } ${reg_rates//,/ } ${refuse_rates//,/ }; do
 	[[ $r =~ ^[0-9]+$ ]] && ((r > 0)) || die "rates must be positive integers, have '$r'"
 done
+# Each Kamailio store a server of its own: kamailio, kamailio-sqlite-wt, ...
+run_servers=
+for s in ${servers//,/ }; do
+	case $s in
+	sipvisor | kamailio-sqlite-wt | kamailio-sqlite-wt1 | kamailio-sqlite-wb) run_servers+=,$s ;;
+	kamailio)
+		for st in ${kamailio_store//,/ }; do
+			case $st in
+			memory) run_servers+=,kamailio ;;
+			sqlite-wt | sqlite-wt1 | sqlite-wb) run_servers+=,kamailio-$st ;;
+			*) die "--kamailio-store takes memory, sqlite-wt, sqlite-wt1 and sqlite-wb, have '$st'" ;;
+			esac
+		done
+		;;
+	*) die "--servers takes sipvisor and kamailio, have '$s'" ;;
+	esac
+done
+servers=${run_servers#,}
+[ -n "$servers" ] || die "no server to run"
 command -v sipp >/dev/null || die "sipp not installed: run make bench-install"
-case ",$servers," in *,kamailio,*) command -v kamailio >/dev/null || die "kamailio not installed: run make bench-install" ;; esac
+case ",$servers," in *,kamailio*) command -v kamailio >/dev/null || die "kamailio not installed: run make bench-install" ;; esac
+case ",$servers," in *,kamailio-sqlite-*)
+	moddir=$(kamailio -I 2>/dev/null | sed -n 's/^ *Default paths to modules: *//p')
+	[ -e "${moddir%%:*}/db_sqlite.so" ] || die "Kamailio's db_sqlite module not installed: run make bench-install"
+	command -v sqlite3 >/dev/null || die "sqlite3 not installed: run make bench-install"
+	;;
+esac
 
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
+# Every store starts empty: one left by an earlier run into the same DIR
+# would make this run's writes land in a bigger file.
+for server in ${servers//,/ }; do
+	rm -f "$out/$server/location.db" "$out/$server/location.db-wal" "$out/$server/location.db-shm" \
+		"$out/$server/kamailio.cfg.run/location.db" "$out/$server/kamailio.cfg.run/location.db-wal" \
+		"$out/$server/kamailio.cfg.run/location.db-shm"
+	[ -z "${KAMAILIO_DB_DIR:-}" ] || case $server in kamailio-sqlite-*)
+		db=$(kamailio_db_file "$server" "$out/$server")
+		rm -f "$db" "$db-wal" "$db-shm"
+		;;
+	esac
+done
 trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 case ",$servers," in *,sipvisor,*) build_sipvisor "$out" ;; esac
 machine_info >"$out/machine.txt"
-echo "settings: servers=$servers rates=$rates reg_rates=$reg_rates refuse_rates=$refuse_rates reps=$reps secs=$secs reg_secs=$reg_secs settle=$settle warmup=$warmup children=$CHILDREN" >>"$out/machine.txt"
+echo "settings: servers=$servers rates=$rates reg_rates=$reg_rates refuse_rates=$refuse_rates reps=$reps secs=$secs reg_secs=$reg_secs settle=$settle warmup=$warmup children=$CHILDREN kamailio_store=$kamailio_store kamailio_wb_timer=$KAMAILIO_WB_TIMER kamailio_db_dir=${KAMAILIO_DB_DIR:-}" >>"$out/machine.txt"
 csv=$out/results.csv
 echo "server,kind,rate,rep,offered,successful,failed,retransmissions,rt_p50_ms,rt_p99_ms,elapsed_s,cpu_s,cpu_s_per_1k" >"$csv"
 
@@ -179,17 +231,32 @@ median() { stats "$@" | cut -d' ' -f1; }
 		# shellcheck disable=SC2046
 		echo "- $server: $(median $(awk -F, -v s="$server" '$1 == s && $2 == "idle" { print $12 }' "$csv"))"
 	done
-	case ",$servers," in *,sipvisor,*kamailio,* | *,kamailio,*sipvisor,*)
-		echo
-		echo "| kind | rate/s | CPU s / 1000, sipvisor | CPU s / 1000, Kamailio | ratio sipvisor/Kamailio |"
-		echo "|---|---:|---:|---:|---:|"
-		summarize cpu_s_per_1k | awk '$3 == "sipvisor" { print $1, $2 }' | sort -k1,1 -k2,2n | while read -r kind rate; do
-			# shellcheck disable=SC2046
-			s=$(median $(summarize cpu_s_per_1k | awk -v k="$kind" -v r="$rate" '$1 == k && $2 == r && $3 == "sipvisor" { $1 = $2 = $3 = ""; print }'))
-			# shellcheck disable=SC2046
-			k=$(median $(summarize cpu_s_per_1k | awk -v k="$kind" -v r="$rate" '$1 == k && $2 == r && $3 == "kamailio" { $1 = $2 = $3 = ""; print }'))
-			echo "| $kind | $rate | $s | $k | $(awk -v s="$s" -v k="$k" 'BEGIN { print (k + 0 > 0 && s != "NA") ? sprintf("%.2f", s / k) : "NA" }') |"
-		done
+	# One pair of columns per Kamailio store run: its CPU and sipvisor's over it.
+	kams=$(printf '%s\n' ${servers//,/ } | grep '^kamailio' || true)
+	case ",$servers," in *,sipvisor,*)
+		if [ -n "$kams" ]; then
+			echo
+			head="| kind | rate/s | CPU s / 1000, sipvisor"
+			rule="|---|---:|---:"
+			for kam in $kams; do
+				label=Kamailio${kam#kamailio}
+				head="$head | CPU s / 1000, $label | ratio sipvisor/$label"
+				rule="$rule|---:|---:"
+			done
+			echo "$head |"
+			echo "$rule|"
+			summarize cpu_s_per_1k | awk '$3 == "sipvisor" { print $1, $2 }' | sort -k1,1 -k2,2n | while read -r kind rate; do
+				# shellcheck disable=SC2046
+				s=$(median $(summarize cpu_s_per_1k | awk -v k="$kind" -v r="$rate" '$1 == k && $2 == r && $3 == "sipvisor" { $1 = $2 = $3 = ""; print }'))
+				line="| $kind | $rate | $s"
+				for kam in $kams; do
+					# shellcheck disable=SC2046
+					k=$(median $(summarize cpu_s_per_1k | awk -v k="$kind" -v r="$rate" -v srv="$kam" '$1 == k && $2 == r && $3 == srv { $1 = $2 = $3 = ""; print }'))
+					line="$line | $k | $(awk -v s="$s" -v k="$k" 'BEGIN { print (k + 0 > 0 && s != "NA") ? sprintf("%.2f", s / k) : "NA" }')"
+				done
+				echo "$line |"
+			done
+		fi
 		;;
 	esac
 	if [ -n "$refuse_rates" ]; then
