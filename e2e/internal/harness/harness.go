@@ -7,7 +7,6 @@
 package harness
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/internal/testkit"
 )
 
 var (
@@ -114,22 +114,7 @@ type Server struct {
 }
 
 // SyncBuffer is a buffer that a process writes while a test reads it.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type SyncBuffer = testkit.SyncBuffer
 
 // Start runs sipvisor on cfg with the command-line flags given (e.g.
 // -log-format json), waits until every group has a ready worker, and
@@ -360,13 +345,7 @@ func (s *Server) WaitLog(text string, within time.Duration) {
 // WaitFor polls cond until it holds, failing the test at the deadline.
 func WaitFor(t testing.TB, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("want %s within %v", what, within)
-		}
-		time.Sleep(20 * time.Millisecond) // polling cond, bounded by the deadline
-	}
+	testkit.WaitFor(t, within, what, cond)
 }
 
 // Tail is the last n lines of s.

@@ -3,7 +3,6 @@ package harness
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sipvisor/sipvisor/internal/testkit"
 )
 
 // SIPpResult is what a SIPp run printed and its counters.
@@ -108,25 +109,7 @@ func startSIPp(t testing.TB, timeout time.Duration, args []string) *SIPpRun {
 // took until it exits. Everything else binds port 0 and reads the port
 // the kernel gave. Another process may take the port before SIPp binds
 // it: StartSIPp and SIPpServe see SIPp fail to bind and try another.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	for i := 0; i < 50; i++ {
-		u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := u.LocalAddr().(*net.UDPAddr).Port
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		u.Close()
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return port
-	}
-	t.Fatal("no free port")
-	return 0
-}
+func FreePort(t testing.TB) int { return testkit.FreePort(t) }
 
 // bindTries is how many ports a SIPp peer is given before the test fails:
 // each is lost only if another process binds it in the moment between
