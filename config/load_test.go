@@ -244,8 +244,8 @@ func TestTooManyErrors(t *testing.T) {
 	}
 }
 
+// Not parallel: it swaps the package's DefaultText, which other tests read.
 func TestDefaultPanicsOnBrokenText(t *testing.T) {
-	t.Parallel()
 	saved := DefaultText
 	t.Cleanup(func() { DefaultText = saved })
 	DefaultText = "udp_workers = many\n"
