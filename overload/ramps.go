@@ -1,6 +1,7 @@
 package overload
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,13 +82,15 @@ func (rs *Ramps[W]) Start(w W, c slowstart.Config, routable int, now time.Time) 
 	if r.Done() {
 		return false, 0, nil
 	}
+	// Read before the ramp is published: from then on the ticker owns it.
+	rate = r.Rate()
 	rs.mu.Lock()
 	list := append(append([]*ramp[W](nil), rs.ramps()...), &ramp[W]{w: w, r: r})
 	rs.list.Store(&list)
 	rs.mu.Unlock()
 	rs.m.ramping.WithLabelValues(rs.name).Set(float64(len(list)))
-	rs.m.rate.WithLabelValues(rs.name).Set(r.Rate())
-	return true, r.Rate(), nil
+	rs.m.rate.WithLabelValues(rs.name).Set(rate)
+	return true, rate, nil
 }
 
 // Pick picks the worker for a message with no affinity; least is the
@@ -192,6 +195,13 @@ func (rs *Ramps[W]) Tick(now time.Time, secs float64, routable int, ready func(W
 		keep = append(keep, r)
 	}
 	rs.mu.Lock()
+	// A worker that Start put in slow start since the snapshot above was
+	// taken is not in it: it stays, or its ramp would be lost.
+	for _, r := range rs.ramps() {
+		if !slices.Contains(ramps, r) {
+			keep = append(keep, r)
+		}
+	}
 	rs.list.Store(&keep)
 	rs.mu.Unlock()
 	rs.m.ramping.WithLabelValues(rs.name).Set(float64(len(keep)))

@@ -97,3 +97,38 @@ func TestRampsTick(t *testing.T) {
 		t.Fatalf("want no ramp left, have %d", rs.Len())
 	}
 }
+
+// The door's side starts ramps (a worker became ready) while the ticker
+// ticks them: no ramp started meanwhile is lost, and a started ramp's rate
+// is read before the ticker owns it (the race detector checks that).
+func TestRampsStartWhileTicking(t *testing.T) {
+	t.Parallel()
+	rs := NewRamps[*worker]("udp", NewSlowStartMetrics(prometheus.NewRegistry()))
+	now := time.Unix(1000, 0)
+	manual := slowstart.Config{Mode: slowstart.Manual, Unit: slowstart.PerSecond, Value: 1, Increment: 1, Interval: time.Hour}
+	const n = 200
+	stop := make(chan struct{})
+	ticked := make(chan struct{})
+	go func() {
+		defer close(ticked)
+		ready := func(*worker) bool { return true }
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				rs.Tick(now, 0.001, n+1, ready)
+			}
+		}
+	}()
+	for i := range n {
+		if started, _, err := rs.Start(&worker{id: i, ready: true}, manual, n+1, now); !started || err != nil {
+			t.Fatalf("start %d: %v %v", i, started, err)
+		}
+	}
+	close(stop)
+	<-ticked
+	if rs.Len() != n {
+		t.Fatalf("want %d workers in slow start, have %d: ramps started during a tick were lost", n, rs.Len())
+	}
+}
