@@ -86,7 +86,7 @@ route { exit; }
 		}
 		return out
 	}
-	testkit.WaitFor(t, 20*time.Second, "a sampled group", func() bool {
+	testkit.WaitFor(t, patience, "a sampled group", func() bool {
 		n := names()
 		return n["sipvisor_profile_max_workers"] && n["sipvisor_overload_throttle_refused_ratio"] && n["sipvisor_overload_echo_rtt_seconds"]
 	})
@@ -95,7 +95,7 @@ route { exit; }
 	if w := udp.Shrink(); w == nil {
 		t.Fatal("want a worker to drain")
 	}
-	testkit.WaitFor(t, 20*time.Second, "a worker exit counted", func() bool { return names()["sipvisor_pool_worker_exits_total"] })
+	testkit.WaitFor(t, patience, "a worker exit counted", func() bool { return names()["sipvisor_pool_worker_exits_total"] })
 
 	have := names()
 	used := map[string]bool{}

@@ -33,7 +33,7 @@ udp_workers = 2
 route { exit; }
 `), costWorker(0), nil)
 	g := st.s.Groups()[0]
-	testkit.WaitFor(t, 20*time.Second, "2 ready workers", func() bool { return len(g.Routable()) == 2 })
+	testkit.WaitFor(t, patience, "2 ready workers", func() bool { return len(g.Routable()) == 2 })
 	// A worker's series is there or not: a missing one is not a 0.
 	series := func(name string, id int) (float64, bool) {
 		return st.lookup(t, name, `group="`+g.Name()+`"`, `worker="`+strconv.Itoa(id)+`"`)

@@ -116,3 +116,8 @@ func mustGather(t testing.TB, s *Supervisor) []*dto.MetricFamily {
 	}
 	return mfs
 }
+
+// patience bounds a wait on an event: only a hang should reach it, and a
+// worker built with -race on a starved 2-core machine can take tens of
+// seconds to start.
+const patience = time.Minute

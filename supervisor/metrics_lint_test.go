@@ -22,7 +22,7 @@ route { exit; }
 	// Once a cycle has sampled a ready worker, the load gauge and the
 	// per-worker series have samples and the families lint with values in
 	// them.
-	testkit.WaitFor(t, 20*time.Second, "a sampled group", func() bool {
+	testkit.WaitFor(t, patience, "a sampled group", func() bool {
 		want := map[string]bool{"sipvisor_profile_load_ratio": true, "sipvisor_worker_heap_bytes": true, "sipvisor_worker_gc_cpu_seconds_total": true}
 		for _, mf := range mustGather(t, st.s) {
 			delete(want, mf.GetName())

@@ -39,7 +39,7 @@ route { exit; }
 func startPprof(t *testing.T, extra string) *started {
 	t.Helper()
 	st := startSupervisor(t, cfgf("%s", pprofConfig+extra), costWorker(0), nil)
-	testkit.WaitFor(t, 20*time.Second, "every worker ready", func() bool {
+	testkit.WaitFor(t, patience, "every worker ready", func() bool {
 		for _, g := range st.s.Groups() {
 			if n := len(g.Routable()); n == 0 || n != g.Live() {
 				return false
@@ -342,7 +342,7 @@ udp_workers = 1
 route { exit; }
 `), costWorker(1500*time.Millisecond), nil)
 	g := st.s.Groups()[0]
-	testkit.WaitFor(t, 20*time.Second, "a ready worker", func() bool { return len(g.Routable()) == 1 })
+	testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(g.Routable()) == 1 })
 	st.s.profileWait.Store(int64(200 * time.Millisecond))
 	target := st.s.SIPAddrs()[0]
 	c, err := net.Dial("udp", net.JoinHostPort(target.Host, strconv.Itoa(target.Port)))

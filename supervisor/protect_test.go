@@ -107,7 +107,7 @@ queue_delay_admission = 0
 route { exit; }
 `), costWorker(20*time.Millisecond), nil)
 	g := st.s.Groups()[0]
-	testkit.WaitFor(t, 20*time.Second, "a ready worker", func() bool { return len(g.Routable()) == 1 })
+	testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(g.Routable()) == 1 })
 	cl := newClient(t, st.s)
 	// 100 new sessions a second against a worker that handles 50: the queue,
 	// and with it the round trip, grows. The share is watched from the
@@ -125,7 +125,7 @@ route { exit; }
 		peak = max(peak, r)
 		return r, ok
 	}
-	testkit.WaitFor(t, 20*time.Second, "the throttle to engage", func() bool {
+	testkit.WaitFor(t, patience, "the throttle to engage", func() bool {
 		ratio()
 		return st.metric(t, "sipvisor_frontdoor_refused_sessions_total", `reason="throttle"`) > 0
 	})
@@ -135,7 +135,7 @@ route { exit; }
 	// Once let go, new sessions are admitted again.
 	handled := cl.handled.Load()
 	cl.send(1000, 10, 20)
-	testkit.WaitFor(t, 20*time.Second, "an answer to each new session", func() bool {
+	testkit.WaitFor(t, patience, "an answer to each new session", func() bool {
 		return cl.handled.Load()-handled+cl.ref.Load()-refused >= 10
 	})
 	if h, r := cl.handled.Load()-handled, cl.ref.Load()-refused; h != 10 {
@@ -164,12 +164,12 @@ slow_start_interval = 0.5
 route { exit; }
 `), costWorker(0), nil)
 	g := st.s.Groups()[0]
-	testkit.WaitFor(t, 20*time.Second, "2 ready workers", func() bool { return len(g.Routable()) == 2 })
+	testkit.WaitFor(t, patience, "2 ready workers", func() bool { return len(g.Routable()) == 2 })
 	victim := g.Routable()[0]
 	victim.Signal(syscall.SIGKILL)
 	<-victim.Done()
 	var fresh *pool.Worker
-	testkit.WaitFor(t, 20*time.Second, "a replacement", func() bool {
+	testkit.WaitFor(t, patience, "a replacement", func() bool {
 		for _, w := range g.Routable() {
 			if w.ID > 2 {
 				fresh = w
@@ -187,7 +187,7 @@ route { exit; }
 	start := time.Now()
 	cl.send(0, 400, 100)
 	elapsed := time.Since(start)
-	testkit.WaitFor(t, 20*time.Second, "every session admitted", func() bool { return decided(t, st) == 400 })
+	testkit.WaitFor(t, patience, "every session admitted", func() bool { return decided(t, st) == 400 })
 	got := st.metric(t, "sipvisor_slowstart_new_sessions_total", `ramping="true"`)
 	want := 5*elapsed.Seconds() + 1
 	if got < want*0.5 || got > want*1.5 {
@@ -286,7 +286,7 @@ slow_start_interval = 0.5
 route { exit; }
 `), costWorker(5*time.Millisecond), nil)
 	g := st.s.Groups()[0]
-	testkit.WaitFor(t, 20*time.Second, "a ready worker", func() bool { return len(g.Routable()) == 1 })
+	testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(g.Routable()) == 1 })
 	cl := newClient(t, st.s)
 	// 150 new sessions a second at 5 ms each keep one worker 75 % busy: the
 	// group forks its second worker, which ramps in. They go on until the
@@ -295,12 +295,12 @@ route { exit; }
 	go func() { sent <- cl.sendUntil(0, 150*60, 150, stop) }()
 	stopSending := sync.OnceFunc(func() { close(stop) })
 	defer stopSending()
-	testkit.WaitFor(t, 20*time.Second, "the forked worker in slow start", func() bool {
+	testkit.WaitFor(t, patience, "the forked worker in slow start", func() bool {
 		n, ok := st.lookup(t, "sipvisor_slowstart_workers") // set once a ramp starts
 		return ok && n == 1
 	})
 	var rates []float64
-	testkit.WaitFor(t, 20*time.Second, "the ramp to grow", func() bool {
+	testkit.WaitFor(t, patience, "the ramp to grow", func() bool {
 		r := st.metric(t, "sipvisor_slowstart_rate")
 		if len(rates) == 0 || r != rates[len(rates)-1] {
 			rates = append(rates, r)

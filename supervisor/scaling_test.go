@@ -32,7 +32,7 @@ udp_workers = 2 use_auto_scaling_profile P
 route { exit; }
 `), costWorker(2*time.Millisecond), nil)
 	g := st.s.Groups()[0]
-	testkit.WaitFor(t, 20*time.Second, "2 ready workers", func() bool { return len(g.Routable()) == 2 })
+	testkit.WaitFor(t, patience, "2 ready workers", func() bool { return len(g.Routable()) == 2 })
 
 	target := st.s.SIPAddrs()[0]
 	client, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -90,7 +90,7 @@ route { exit; }
 		t.Fatalf("want the group back at 2 when idle, have %d", g.Live())
 	}
 	sent := seq
-	testkit.WaitFor(t, 20*time.Second, "every message answered", func() bool {
+	testkit.WaitFor(t, patience, "every message answered", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got) == sent

@@ -26,11 +26,11 @@ timer_route[tick, 0.05] { exit; }
 	}
 	// Workers count echo frames as handled too, so the jobs are counted
 	// where they are sent, and handled ones are waited for on top.
-	testkit.WaitFor(t, 20*time.Second, "10 timer jobs sent", func() bool {
+	testkit.WaitFor(t, patience, "10 timer jobs sent", func() bool {
 		// The series appears with the first job sent.
 		return testkit.MetricOrZero(t, st.metrics(t), "sipvisor_supervisor_timer_jobs_total", `result="sent"`) >= 10
 	})
-	testkit.WaitFor(t, 20*time.Second, "timer jobs handled", func() bool {
+	testkit.WaitFor(t, patience, "timer jobs handled", func() bool {
 		var n uint64
 		for _, w := range timer.Workers() {
 			n += w.Handled()
@@ -62,7 +62,7 @@ route { exit; }
 	// taken waits until the timer loop has taken its nth schedule.
 	taken := func(n int64) {
 		t.Helper()
-		testkit.WaitFor(t, 20*time.Second, fmt.Sprintf("the timer loop's schedule %d", n), func() bool { return st.s.timerPlans.Load() >= n })
+		testkit.WaitFor(t, patience, fmt.Sprintf("the timer loop's schedule %d", n), func() bool { return st.s.timerPlans.Load() >= n })
 	}
 	reload := func(timers string) {
 		t.Helper()
@@ -80,7 +80,7 @@ route { exit; }
 	reload("timer_route[slow, 0.05] { exit; }\ntimer_route[fresh, 0.05] { exit; }")
 	taken(2)
 	// Two jobs every 50 ms: 20 jobs within a second or so, not in 100 s.
-	testkit.WaitFor(t, 20*time.Second, "20 timer jobs sent after the reload", func() bool { return sent() >= 20 })
+	testkit.WaitFor(t, patience, "20 timer jobs sent after the reload", func() bool { return sent() >= 20 })
 
 	// Back to no timer_route at all: the loop stops sending. Jobs are sent
 	// by the loop alone, so once it has taken the empty schedule the count
