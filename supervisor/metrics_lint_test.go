@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/sipvisor/sipvisor/internal/testkit"
