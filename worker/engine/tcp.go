@@ -433,7 +433,7 @@ func (w *Worker) late(req *sip.Request, src source) bool {
 
 // noteSession tells the supervisor of a request read from a connection
 // that starts, moves on or ends a session, so that it counts sessions over
-// TCP as the front door counts those over UDP (frontdoor/sessions).
+// TCP as the front door counts those over UDP (overload/sessions).
 func (w *Worker) noteSession(req *sip.Request) {
 	if w.opt.NoteSession == nil {
 		return

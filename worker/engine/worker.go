@@ -298,7 +298,7 @@ func boundListen(file []config.Socket) ([]config.Socket, error) {
 	}
 	addrs, err := listeners.ParseAddrs(v)
 	if err != nil {
-		return nil, fmt.Errorf("sipworker: %s: %w", listeners.EnvBound, err)
+		return nil, fmt.Errorf("sip engine: %s: %w", listeners.EnvBound, err)
 	}
 	out := make([]config.Socket, len(addrs))
 	for i, a := range addrs {
@@ -310,7 +310,7 @@ func boundListen(file []config.Socket) ([]config.Socket, error) {
 // NewWorker returns a Worker for opt.
 func NewWorker(opt Options) (*Worker, error) {
 	if opt.Script == nil {
-		return nil, errors.New("sipworker: no routing script")
+		return nil, errors.New("sip engine: no routing script")
 	}
 	if opt.Store == nil {
 		opt.Store = location.NewMemory()
@@ -358,19 +358,19 @@ func NewWorker(opt Options) (*Worker, error) {
 	for i, s := range opt.Sockets {
 		ap, err := netip.ParseAddrPort(s.LocalAddr().String())
 		if err != nil {
-			return nil, fmt.Errorf("sipworker: socket %d: %w", i, err)
+			return nil, fmt.Errorf("sip engine: socket %d: %w", i, err)
 		}
 		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 		w.udpLocal = append(w.udpLocal, ap)
 		w.self = append(w.self, ap)
 	}
 	if len(opt.ReplySockets) > 0 && len(opt.ReplySockets) != len(opt.Sockets) {
-		return nil, fmt.Errorf("sipworker: %d reply sockets for %d sockets", len(opt.ReplySockets), len(opt.Sockets))
+		return nil, fmt.Errorf("sip engine: %d reply sockets for %d sockets", len(opt.ReplySockets), len(opt.Sockets))
 	}
 	for i, s := range opt.ReplySockets {
 		ap, err := netip.ParseAddrPort(s.LocalAddr().String())
 		if err != nil {
-			return nil, fmt.Errorf("sipworker: reply socket %d: %w", i, err)
+			return nil, fmt.Errorf("sip engine: reply socket %d: %w", i, err)
 		}
 		w.replyPort = append(w.replyPort, ap.Port())
 		// Its Via names the SIP socket's advertised host with this port.
@@ -395,7 +395,7 @@ func NewWorker(opt Options) (*Worker, error) {
 	if len(w.tlsListen) > 0 {
 		var err error
 		if w.tlsServer, err = opt.TLS.ServerConfig(); err != nil {
-			return nil, fmt.Errorf("sipworker: %w", err)
+			return nil, fmt.Errorf("sip engine: %w", err)
 		}
 	}
 	w.home = homeDomain(opt.Domains, w.self)
