@@ -30,7 +30,6 @@ import (
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/overload/sessions"
-	"github.com/sipvisor/sipvisor/pool"
 )
 
 // AffinityTTL is how long a Call-ID stays with its worker after its last
@@ -56,7 +55,7 @@ type Admission func(m *sipscan.Msg, now int64) (r overload.Refusal, retryAfter i
 // Target is what the door hands frames to: a worker's queue.
 type Target interface {
 	// SendSeq queues a frame for the worker and numbers it; the error is
-	// pool.ErrQueueFull for a full queue, another one for a worker that
+	// wire.ErrQueueFull for a full queue, another one for a worker that
 	// has ended.
 	SendSeq(frame []byte, now int64) (seq uint64, err error)
 	// Waiting reports whether the frame numbered seq still waits in the
@@ -94,6 +93,10 @@ type Door struct {
 	// Retry-After retryAfter. A probe that is not refused goes to a worker
 	// like any request, so that the script answers it.
 	Probe func(now int64) (refuse bool, retryAfter int)
+	// NoTrack leaves the sessions to other doors: with direct reads the
+	// workers' doors follow every session of the group, the supervisor's
+	// door only hands messages over.
+	NoTrack bool
 
 	msg    sipscan.Msg
 	limits sipscan.Limits
@@ -102,6 +105,7 @@ type Door struct {
 	queued map[uint64]queuedReq
 	out    []byte
 	from   netip.AddrPort // source of the datagram in hand
+	handed bool           // the datagram in hand was admitted by another door
 	sweep  int64          // next sweep, unix ns
 
 	Stats Stats
@@ -174,6 +178,25 @@ func New(socket int, pick Picker, admit Admission, reply Replier) *Door {
 // then the datagram; the door writes the header there and hands the frame to
 // a worker as is.
 func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
+	d.handed = false
+	d.handle(frame, from, now)
+}
+
+// Handed handles a datagram another door already let in (a worker's door
+// with direct reads hands it the messages the supervisor's door placed): it
+// is neither a probe nor a new session to admit again, but its call is
+// followed here from now on. Handed tells the picker so.
+func (d *Door) Handed(frame []byte, from netip.AddrPort, now int64) {
+	d.handed = true
+	d.handle(frame, from, now)
+	d.handed = false
+}
+
+// IsHanded reports, to a Picker, whether the datagram in hand came through
+// Handed.
+func (d *Door) IsHanded() bool { return d.handed }
+
+func (d *Door) handle(frame []byte, from netip.AddrPort, now int64) {
 	d.Stats.Received.Add(1)
 	d.from = from
 	if now >= d.sweep {
@@ -226,7 +249,7 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 				d.queued[tx] = queuedReq{e.w, seq}
 			}
 			return
-		} else if err == pool.ErrQueueFull {
+		} else if err == wire.ErrQueueFull {
 			d.Stats.DroppedQueueFull.Add(1)
 			return
 		}
@@ -242,7 +265,7 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 		d.Stats.OwnAcks.Add(1)
 		return
 	}
-	if d.Probe != nil && IsProbe(m) {
+	if d.Probe != nil && !d.handed && IsProbe(m) {
 		if refuse, retry := d.Probe(now); refuse {
 			d.Stats.ProbesRefused.Add(1)
 			d.sendReply(dgram, 503, retry)
@@ -250,7 +273,7 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 		}
 	}
 	newSession := m.NewSession(d.OptionalNewSessions)
-	if newSession && d.admit != nil {
+	if newSession && d.admit != nil && !d.handed {
 		if r, retry := d.admit(m, now); r != overload.RefuseNone {
 			d.Stats.Refused[r].Add(1)
 			d.sendReply(dgram, 503, retry)
@@ -295,6 +318,9 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 
 // track follows the sessions through the requests a worker was handed.
 func (d *Door) track(m *sipscan.Msg, key uint64, now int64) {
+	if d.NoTrack {
+		return
+	}
 	if d.Sessions.Track(m, key, now) && d.OnUnknownEnd != nil {
 		d.OnUnknownEnd(key)
 	}

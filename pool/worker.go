@@ -18,7 +18,7 @@ import (
 var (
 	// ErrQueueFull: the worker's queue (its data channel) has no room. The
 	// frame is not delivered; UDP senders retransmit.
-	ErrQueueFull = errors.New("worker queue full")
+	ErrQueueFull = wire.ErrQueueFull
 	// ErrEnded: the worker has been told its work is over.
 	ErrEnded = errors.New("worker ended")
 )

@@ -26,7 +26,8 @@
 //	               worker that handed it back),
 //	               'R' reload in place (the config snapshot's path),
 //	               'P' profile (SCM_RIGHTS: a pipe's write end; see below),
-//	               'D' drain, 'Z' end of work
+//	               'D' drain, 'Z' end of work, 'T' steering table
+//	               (direct reads, below)
 //	fd 5  stats    a shared memory page. The worker writes and the
 //	               supervisor reads: frames handled, busy nanoseconds, the
 //	               start of the frame in progress, heap in use, sessions
@@ -35,12 +36,15 @@
 //	               and the worker reads: how
 //	               long a request may wait ('M' frames carry the time the
 //	               datagram was read)
-//	fd 6… sockets  the UDP SIP sockets, named in SIPVISOR_SOCKETS
+//	fd 6… sockets  the UDP SIP sockets, named in SIPVISOR_SOCKETS; with
+//	               direct reads, then the worker's own socket in the port's
+//	               SO_REUSEPORT group, named in SIPVISOR_DIRECT
 //
 // Environment: SIPVISOR_WORKER (cookie), SIPVISOR_GROUP, SIPVISOR_KIND (the
 // group's kind: udp, tcp or timer), SIPVISOR_WORKER_ID,
 // SIPVISOR_SOCKETS (comma-separated socket names), SIPVISOR_CONFIG (the file
-// the worker loads its script from), GOMEMLIMIT.
+// the worker loads its script from), GOMEMLIMIT, SIPVISOR_DIRECT (direct
+// reads: "SOCKET:SLOT").
 //
 // Exit codes: 0 after a drain ('Z' received), anything else is a crash.
 //
@@ -60,7 +64,27 @@
 // on (SessionNote), a connection that ended and why (ConnClosedNote), a
 // draining worker's connection given back at a message boundary with the
 // bytes read past it (HandOffNote), and a response whose branch another
-// worker made, to pass to that worker (ForwardNote).
+// worker made, to pass to that worker (ForwardNote), and a datagram a worker
+// read itself but leaves to the supervisor's door (DoorNote).
+//
+// # Direct reads
+//
+// With udp_direct_reads, a UDP worker reads the group's port through its
+// own socket of the port's SO_REUSEPORT group, whose kernel program places
+// each datagram by its Call-ID (package listeners/steer); the supervisor's
+// socket, first in the group, takes the rest. The worker runs a front door
+// of its own over what it reads: its admission reads the gate the
+// supervisor writes in the stats page (open: admit; else ask with
+// AdmitRequest; the Retry-After of refusals), refuses by itself a new
+// session that waited in its socket longer than queue_delay_admission, and
+// counts its sessions by kind in the page, which the supervisor sums. A 'T'
+// frame tells it which slot has each bucket and since when; a message of a
+// Call-ID it does not know, in a bucket that became its own less than a
+// pending INVITE's lifetime ago, may belong to a call of the bucket's
+// previous worker and goes to the supervisor's door (DoorNote), which knows
+// the history. Messages the supervisor's door hands over ('M' frames) were
+// admitted there; the worker's door follows their sessions without asking
+// again.
 //
 // # Profiles
 //
