@@ -122,6 +122,9 @@ type Params struct {
 	// setMu makes sets one at a time, so a setter that compares its value
 	// with a sibling's (low < high) sees no concurrent change to it.
 	setMu sync.Mutex
+	// Changed, when set, is called after every successful set, outside
+	// the setter: for state derived from many settings at once.
+	Changed func(path string)
 }
 
 type param struct {
@@ -279,6 +282,9 @@ func (p *Params) swap(path, text string) (old float64, err error) {
 	old = l.get()
 	if err := l.set(v); err != nil {
 		return old, fmt.Errorf("%s: %w", path, err)
+	}
+	if p.Changed != nil {
+		p.Changed(path)
 	}
 	return old, nil
 }

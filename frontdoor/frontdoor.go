@@ -192,6 +192,10 @@ func (d *Door) Handed(frame []byte, from netip.AddrPort, now int64) {
 	d.handed = false
 }
 
+// Socket is the index of the door's socket, as workers number their
+// sockets.
+func (d *Door) Socket() int { return d.socket }
+
 // IsHanded reports, to a Picker, whether the datagram in hand came through
 // Handed.
 func (d *Door) IsHanded() bool { return d.handed }

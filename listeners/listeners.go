@@ -7,6 +7,7 @@
 package listeners
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Addr is a SIP socket address such as udp:127.0.0.1:5060.
@@ -102,7 +106,15 @@ func (s *Socket) Name() string { return s.Bound.String() }
 const ReadBuffer = 8 << 20
 
 // Bind binds every address, in order. On any error it closes what it bound.
-func Bind(addrs []Addr) ([]*Socket, error) {
+func Bind(addrs []Addr) ([]*Socket, error) { return BindUDPGroups(addrs, false) }
+
+// BindUDPGroups is Bind, with each UDP socket made the first of an
+// SO_REUSEPORT group when groups is set, so that workers can join it
+// (JoinGroup) and read the port themselves. A port another socket holds
+// is still an error, as without groups: before the group is bound, the
+// address is bound once without SO_REUSEPORT, which fails when it is in
+// use, whether the holder shares it or not.
+func BindUDPGroups(addrs []Addr, groups bool) ([]*Socket, error) {
 	var out []*Socket
 	fail := func(err error) ([]*Socket, error) {
 		Close(out)
@@ -117,7 +129,7 @@ func Bind(addrs []Addr) ([]*Socket, error) {
 			if err != nil {
 				return fail(fmt.Errorf("bind %s: %w", a, err))
 			}
-			c, err := net.ListenUDP("udp", ua)
+			c, err := listenUDP(ua, groups)
 			if err != nil {
 				return fail(fmt.Errorf("bind %s: %w", a, err))
 			}
@@ -142,6 +154,61 @@ func Bind(addrs []Addr) ([]*Socket, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+func listenUDP(ua *net.UDPAddr, group bool) (*net.UDPConn, error) {
+	if !group {
+		return net.ListenUDP("udp", ua)
+	}
+	if ua.Port != 0 {
+		probe, err := net.ListenUDP("udp", ua)
+		if err != nil {
+			return nil, err
+		}
+		probe.Close()
+	}
+	return listenReusePort(ua)
+}
+
+func listenReusePort(ua *net.UDPAddr) (*net.UDPConn, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	pc, err := lc.ListenPacket(context.Background(), "udp", ua.String())
+	if err != nil {
+		return nil, err
+	}
+	return pc.(*net.UDPConn), nil
+}
+
+// JoinGroup binds one more socket of s's SO_REUSEPORT group (BindUDPGroups)
+// and returns it as a file to pass to a worker. The kernel numbers a
+// group's sockets in the order they join and moves the last into the place
+// of one that closes, so a caller that keeps every member open for the
+// group's life knows each one's index: s is 0, the n-th joined is n.
+func JoinGroup(s *Socket) (*os.File, error) {
+	if s.UDP == nil {
+		return nil, fmt.Errorf("join %s: not a UDP socket", s.Name())
+	}
+	la := s.UDP.LocalAddr().(*net.UDPAddr)
+	c, err := listenReusePort(la)
+	if err != nil {
+		return nil, fmt.Errorf("join %s: %w", s.Name(), err)
+	}
+	_ = c.SetReadBuffer(ReadBuffer)
+	_ = c.SetWriteBuffer(ReadBuffer)
+	f, err := c.File()
+	c.Close()
+	if err != nil {
+		return nil, fmt.Errorf("join %s: %w", s.Name(), err)
+	}
+	return f, nil
 }
 
 func boundAddr(proto string, a net.Addr) Addr {

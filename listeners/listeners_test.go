@@ -91,3 +91,38 @@ func TestBindFailureClosesEverything(t *testing.T) {
 		t.Fatal("want bind error for a port in use")
 	}
 }
+
+// A group's first socket still refuses a port in use, and the sockets that
+// join it share its port.
+func TestUDPGroups(t *testing.T) {
+	addrs := []Addr{{Proto: "udp", Host: "127.0.0.1", Port: 0}}
+	ss, err := BindUDPGroups(addrs, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(ss)
+	f, err := JoinGroup(ss[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c, err := net.FilePacketConn(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, want := c.LocalAddr().String(), ss[0].UDP.LocalAddr().String(); got != want {
+		t.Fatalf("member bound to %s, the group's first socket to %s", got, want)
+	}
+	// The same port again: in use, with or without groups.
+	taken := []Addr{{Proto: "udp", Host: "127.0.0.1", Port: ss[0].Bound.Port}}
+	for _, groups := range []bool{false, true} {
+		if again, err := BindUDPGroups(taken, groups); err == nil {
+			Close(again)
+			t.Fatalf("groups=%v: a second bind of %s succeeded", groups, ss[0].Bound)
+		}
+	}
+	if _, err := JoinGroup(&Socket{Addr: taken[0], Bound: taken[0]}); err == nil {
+		t.Fatal("JoinGroup of a socket with no UDP connection succeeded")
+	}
+}

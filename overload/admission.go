@@ -44,6 +44,11 @@ type Inputs struct {
 	// RetryAfter is the Retry-After, in seconds, of one refusal.
 	RetryAfter func() int
 	Log        Logger
+	// Changed, when set, is told that the server began or stopped refusing
+	// every new session (a suspension, its end, Stop), so that state
+	// derived from it follows at once. It runs with admission's lock held:
+	// it may read admission's state but must not change it.
+	Changed func()
 }
 
 // Settings are the protections' settings at start-up; each may change
@@ -157,6 +162,48 @@ func (a *Admission) Admit(g *Gate, m *sipscan.Msg) Refusal {
 	return RefuseNone
 }
 
+// OpenToAll reports whether Admit would admit any new session on g now,
+// with room to spare: no suspension, every session count, queue and delay
+// under half of its limit, and a throttle that refuses nothing and whose
+// last echoes came back in under half its threshold. Workers that read
+// their own sockets admit by themselves while it holds and leave new
+// sessions to the door otherwise (udp_direct_reads); the margin covers the
+// sessions they take between two evaluations, and a limit is then enforced
+// by the door as exactly as without them.
+func (a *Admission) OpenToAll(g *Gate) bool {
+	if a.suspended.Load() || a.stopping.Load() {
+		return false
+	}
+	total, byKind := a.Sessions()
+	for k, n := range byKind {
+		if lim := a.limits.MaxByKind[k].Load(); lim > 0 && 2*n >= lim {
+			return false
+		}
+	}
+	if lim := a.limits.MaxSessions.Load(); lim > 0 && 2*total >= lim {
+		return false
+	}
+	if own, ok := g.group.Sessions(); ok {
+		for _, lim := range []int64{a.limits.MaxPerGroup.Load(), a.limits.MaxPerSocket.Load()} {
+			if lim > 0 && 2*own >= lim {
+				return false
+			}
+		}
+	}
+	if th := a.limits.QueueAdmission.Load(); th > 0 && 2*g.group.QueueUsage() > th {
+		return false
+	}
+	if d := a.limits.QueueDelay.Load(); d > 0 && 2*g.QueueDelay() > time.Duration(d) {
+		return false
+	}
+	if t := g.throttle.Load(); t != nil {
+		if t.Share() > 0 || 2*g.lastRTT.Load() > t.Config().Threshold {
+			return false
+		}
+	}
+	return true
+}
+
 // Decide is Admit with the Retry-After, in seconds, of a refusal.
 func (a *Admission) Decide(g *Gate, m *sipscan.Msg) (Refusal, int) {
 	if r := a.Admit(g, m); r != RefuseNone {
@@ -194,7 +241,12 @@ func (a *Admission) Sessions() (total int64, byKind [4]int64) {
 }
 
 // Stop refuses every new session from now on: the server drains to exit.
-func (a *Admission) Stop() { a.stopping.Store(true) }
+func (a *Admission) Stop() {
+	a.stopping.Store(true)
+	if a.in.Changed != nil {
+		a.in.Changed()
+	}
+}
 
 // Stopping reports whether Stop was called.
 func (a *Admission) Stopping() bool { return a.stopping.Load() }
@@ -260,6 +312,9 @@ func (a *Admission) publishSuspended(now time.Time) {
 	}
 	a.m.suspended.Set(v)
 	a.flips.Observe("suspend", !sus, now)
+	if a.in.Changed != nil {
+		a.in.Changed()
+	}
 }
 
 // SuspendManually is the operator's suspension, which lasts until

@@ -130,6 +130,78 @@ func TestAdmit(t *testing.T) {
 	}
 }
 
+// OpenToAll holds only with every limit under half of its value, so that
+// sessions admitted between two evaluations cannot pass a limit.
+func TestOpenToAll(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		sessions  counts
+		g         load
+		calls     int64
+		total     int64
+		perGroup  int64
+		queue     float64
+		delay     time.Duration
+		lastRTT   time.Duration
+		throttle  bool
+		suspended bool
+		stopping  bool
+		want      bool
+	}{
+		{name: "nothing set", g: load{takes: true, own: 1000}, want: true},
+		{name: "suspended", suspended: true},
+		{name: "stopping", stopping: true},
+		{name: "calls under half their limit", sessions: counts{sipscan.KindCall: 4}, calls: 10, want: true},
+		{name: "calls at half their limit", sessions: counts{sipscan.KindCall: 5}, calls: 10},
+		{name: "max_sessions half reached", sessions: counts{sipscan.KindCall: 3, sipscan.KindRegistration: 2}, total: 10},
+		{name: "the group half full", g: load{takes: true, own: 2}, perGroup: 4},
+		{name: "a group of no sessions has no group limit", g: load{own: 2}, perGroup: 4, want: true},
+		{name: "queues under half the threshold", g: load{usage: 20}, queue: 50, want: true},
+		{name: "queues over half the threshold", g: load{usage: 26}, queue: 50},
+		{name: "a delay under half the bound", g: load{delay: 100 * time.Millisecond}, delay: 250 * time.Millisecond, want: true},
+		{name: "a delay over half the bound", g: load{delay: 130 * time.Millisecond}, delay: 250 * time.Millisecond},
+		{name: "echoes well under the throttle's threshold", throttle: true, lastRTT: 100 * time.Millisecond, want: true},
+		{name: "echoes near the throttle's threshold", throttle: true, lastRTT: 600 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.sessions
+			a := newAdmission(t, &c, nil)
+			l := a.Limits()
+			l.MaxByKind[sipscan.KindCall].Store(tc.calls)
+			l.MaxSessions.Store(tc.total)
+			l.MaxPerGroup.Store(tc.perGroup)
+			l.QueueAdmission.Store(tc.queue)
+			l.QueueDelay.Store(int64(tc.delay))
+			g := tc.g
+			gate := a.NewGate(GateOptions{Name: "g", Group: &g,
+				Throttle: throttle.Config{Threshold: time.Second, Count: 2, Step: 0.5, Enabled: tc.throttle}})
+			gate.lastRTT.Store(tc.lastRTT)
+			if tc.suspended {
+				a.SuspendManually(time.Unix(1, 0))
+			}
+			if tc.stopping {
+				a.Stop()
+			}
+			if got := a.OpenToAll(gate); got != tc.want {
+				t.Fatalf("OpenToAll = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// A throttle that refuses a share closes the gate.
+	a := newAdmission(t, &counts{}, nil)
+	gate := a.NewGate(GateOptions{Name: "g", Group: &load{}, Throttle: throttle.Config{Threshold: time.Second, Count: 1, Step: 0.5, Enabled: true}})
+	gate.Echoed(3 * time.Second)
+	a.EchoTick(gate, 0, time.Unix(100, 0))
+	if gate.Throttle().Share() == 0 {
+		t.Fatal("the throttle did not tighten")
+	}
+	gate.lastRTT.Store(0)
+	if a.OpenToAll(gate) {
+		t.Fatal("open while the throttle refuses a share")
+	}
+}
+
 // The RTT throttle refuses its share of new sessions once the echoes have
 // been slow Count times in a row, and lifts once they are fast again.
 func TestThrottleShare(t *testing.T) {

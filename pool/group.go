@@ -54,6 +54,15 @@ type GroupOptions struct {
 	// OnNote receives a worker's note (worker.Env.Note), on the worker's
 	// control reader, in order with its calls.
 	OnNote func(w *Worker, note []byte)
+	// WorkerFiles, when set, gives each worker about to start descriptors
+	// of its own, passed after Sockets, and environment variables (direct
+	// reads: the worker's socket of the port's group). It runs under the
+	// group's lock and must not call the group.
+	WorkerFiles func(id int) (files []*os.File, env []string, err error)
+	// OnRoutable, when set, is told that the set of routable workers
+	// changed. It runs under the group's lock: it must only take note and
+	// return, and read the set later (Routable).
+	OnRoutable func()
 }
 
 // Group is a set of worker processes that share one kind of work.
@@ -224,7 +233,16 @@ func (g *Group) spawnLocked() (*Worker, error) {
 	t0 := time.Now()
 	cmd := o.Command
 	cmd.Env = append(cmd.Env[:len(cmd.Env):len(cmd.Env)], wire.EnvKind+"="+string(o.Kind))
-	p, err := start(cmd, o.Name, id, o.ConfigPath, o.MemoryLimit, o.Sockets, o.SocketNames)
+	files := o.Sockets
+	if o.WorkerFiles != nil {
+		own, env, err := o.WorkerFiles(id)
+		if err != nil {
+			return nil, fmt.Errorf("spawn worker for %s: %w", o.Name, err)
+		}
+		files = append(files[:len(files):len(files)], own...)
+		cmd.Env = append(cmd.Env, env...)
+	}
+	p, err := start(cmd, o.Name, id, o.ConfigPath, o.MemoryLimit, files, o.SocketNames)
 	if err != nil {
 		return nil, fmt.Errorf("spawn worker for %s: %w", o.Name, err)
 	}
@@ -438,6 +456,9 @@ func (g *Group) publishLocked() {
 		}
 	}
 	g.routable.Store(&r)
+	if g.opts.OnRoutable != nil {
+		g.opts.OnRoutable()
+	}
 	for s, n := range counts {
 		g.opts.Metrics.workers.WithLabelValues(g.opts.Name, State(s).String()).Set(float64(n))
 	}

@@ -129,6 +129,10 @@ func (w *Worker) SendSeq(frame []byte, now int64) (uint64, error) {
 	return w.send(frame, true, now)
 }
 
+// SendOwn hands the worker a frame of the supervisor's own (a steering
+// table), which only the channel's room bounds, not the queue's capacity.
+func (w *Worker) SendOwn(frame []byte) error { return w.sendOwn(frame) }
+
 // sendOwn writes one of the supervisor's own frames (echo, job), which
 // only the channel's room bounds.
 func (w *Worker) sendOwn(frame []byte) error {
@@ -270,6 +274,10 @@ func (w *Worker) Stale() (dropped, refused uint64) {
 }
 
 func (w *Worker) setMaxWait(d time.Duration) { w.p.stats.Store(wire.OffMaxWait, uint64(max(d, 0))) }
+
+// Page is the worker's stats page, for the words direct reads add (see
+// package wire); the page outlives the worker as long as the Worker does.
+func (w *Worker) Page() *wire.StatsPage { return w.p.stats }
 
 // Handled is how many frames the worker has handled.
 func (w *Worker) Handled() uint64 { return w.p.stats.Load(wire.OffHandled) }

@@ -5,7 +5,6 @@ import (
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/ctl"
-	"github.com/sipvisor/sipvisor/frontdoor"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/overload/watermark"
@@ -17,7 +16,7 @@ import (
 // registrations, and each group's queues.
 func (s *Supervisor) newAdmission(cfg *config.Config) *overload.Admission {
 	a := overload.New(s.reg, overload.Inputs{Sessions: sessionCount{s}, Registrations: registrations{s},
-		RetryAfter: s.retryAfter, Log: s.log},
+		RetryAfter: s.retryAfter, Log: s.log, Changed: s.steerNow},
 		overload.Settings{Suspend: cfg.Suspend.Enable, Marks: cfg.Suspend.Watermarks(), Flips: cfg.FlipHealth})
 	setLimits(a.Limits(), cfg.Limits)
 	s.thr = cfg.Throttle
@@ -48,9 +47,7 @@ func (c sessionCount) Sessions(k sipscan.Kind) int64 {
 	}
 	var n int64
 	for _, gr := range s.udp {
-		if gr.door != nil {
-			n += gr.door.Sessions.Counts[k].Load()
-		}
+		n += gr.sessions(k)
 	}
 	return n + s.connSess.count(k)
 }
@@ -71,7 +68,7 @@ type groupLoad struct {
 func (l groupLoad) Sessions() (int64, bool) {
 	switch {
 	case l.gr.door != nil:
-		return doorSessions(l.gr.door), true
+		return l.gr.allSessions(), true
 	case l.gr.g.Kind() == pool.KindTCP:
 		return l.conns.total(), true
 	}
@@ -80,14 +77,36 @@ func (l groupLoad) Sessions() (int64, bool) {
 
 func (l groupLoad) QueueUsage() float64 { return queueUsage(l.gr.g.Routable()) }
 
-func (l groupLoad) QueueDelay() time.Duration { return queueDelay(l.gr.g.Routable()) }
+// QueueDelay is how long new work would wait: in the least waiting queue,
+// and with direct reads at least as long as datagrams waited lately in the
+// workers' own sockets.
+func (l groupLoad) QueueDelay() time.Duration {
+	d := queueDelay(l.gr.g.Routable())
+	if l.gr.steer != nil {
+		d = max(d, l.gr.steer.longestWait())
+	}
+	return d
+}
 
-// doorSessions is the sessions in progress that came in through one door:
-// what the per-group and per-socket limits count.
-func doorSessions(d *frontdoor.Door) int64 {
+// sessions is the sessions of kind k in progress that came in through a
+// UDP group: its door's, or with direct reads its workers' doors'.
+func (gr *groupRun) sessions(k sipscan.Kind) int64 {
 	var n int64
-	for k := range d.Sessions.Counts {
-		n += d.Sessions.Counts[k].Load()
+	if gr.door != nil {
+		n = gr.door.Sessions.Counts[k].Load()
+	}
+	if gr.steer != nil {
+		n += gr.steer.sessions(k)
+	}
+	return n
+}
+
+// allSessions is the sessions in progress that came in through a UDP
+// group: what the per-group and per-socket limits count.
+func (gr *groupRun) allSessions() int64 {
+	var n int64
+	for k := range 4 {
+		n += gr.sessions(sipscan.Kind(k))
 	}
 	return n
 }
@@ -156,6 +175,11 @@ func (s *Supervisor) echoTick(now time.Time) {
 		for _, w := range gr.g.Routable() {
 			pending = max(pending, w.EchoAge(now))
 		}
+		if gr.steer != nil {
+			// A worker that reads its own socket answers echoes between
+			// datagrams: how long those waited is its queue.
+			gr.gate.Echoed(gr.steer.longestWait())
+		}
 		s.ov.EchoTick(gr.gate, pending, now)
 		gr.g.Echo(now)
 	}
@@ -203,7 +227,7 @@ func (s *Supervisor) resources() []ctl.Resource {
 	qa := l.QueueAdmission.Load()
 	for _, gr := range s.groupRuns() {
 		if gr.door != nil {
-			own := doorSessions(gr.door)
+			own := gr.allSessions()
 			lim("max_sessions_per_group/"+gr.g.Name(), own, l.MaxPerGroup.Load())
 			lim("max_sessions_per_socket/"+gr.g.Name(), own, l.MaxPerSocket.Load())
 			q := queueUsage(gr.g.Routable())

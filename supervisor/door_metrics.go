@@ -16,7 +16,7 @@ type doorCollector struct {
 	ownAcks                                    *prometheus.Desc
 	malformed, refused, admitted, dropped, aff *prometheus.Desc
 	sessions, absorbed, stale, staleRefused    *prometheus.Desc
-	probesRefused                              *prometheus.Desc
+	probesRefused, direct                      *prometheus.Desc
 }
 
 func newDoorCollector(s *Supervisor) *doorCollector {
@@ -40,12 +40,13 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 			"Requests a worker dropped unhandled for having waited longer than max_queue_wait.", []string{"group"}, nil),
 		staleRefused: prometheus.NewDesc("sipvisor_pool_stale_requests_refused_total",
 			"Requests read from a connection that a worker refused with 503 for having waited longer than max_queue_wait.", []string{"group"}, nil),
+		direct:        d("direct_datagrams_total", "Datagrams the group's workers read from their own sockets of the port (udp_direct_reads), past this door."),
 		probesRefused: d("probes_refused_total", "OPTIONS probes of the server itself answered 503 while it refused every new session (suspended or stopping)."),
 	}
 }
 
 func (c *doorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale, c.staleRefused, c.probesRefused} {
+	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale, c.staleRefused, c.probesRefused, c.direct} {
 		ch <- d
 	}
 }
@@ -81,6 +82,9 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.ownAcks, st.OwnAcks.Load())
 		counter(c.absorbed, st.Absorbed.Load())
 		counter(c.probesRefused, st.ProbesRefused.Load())
+		if gr.steer != nil {
+			counter(c.direct, gr.steer.directReads())
+		}
 		for i := 1; i < int(sipscan.NumErrors); i++ {
 			counter(c.malformed, st.Malformed[i].Load(), sipscan.Error(i).String())
 		}
@@ -95,7 +99,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.dropped, st.ReplyFailed.Load(), "reply_failed")
 		ch <- prometheus.MustNewConstMetric(c.aff, prometheus.GaugeValue, float64(st.Affinity.Load()), g)
 		for _, k := range []sipscan.Kind{sipscan.KindCall, sipscan.KindSubscription} {
-			ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(gr.door.Sessions.Counts[k].Load()), g, k.String())
+			ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(gr.sessions(k)), g, k.String())
 		}
 	}
 }

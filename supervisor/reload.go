@@ -121,6 +121,7 @@ var restartSettings = []struct {
 	{"timer_workers", "the size the timer group starts with", func(c *config.Config) any { return c.TimerWorkers.Workers }},
 	{"http_listen", "the control address is bound at start-up", func(c *config.Config) any { return c.HTTPListen }},
 	{"http_token", "the control server takes its token at start-up", func(c *config.Config) any { return c.HTTPToken }},
+	{"udp_direct_reads", "the SIP sockets are bound for it at start-up", func(c *config.Config) any { return c.Workers.DirectReads }},
 	{"log_format", "every process logs in the format the server started with", func(c *config.Config) any { return c.LogFormat }},
 	// A reload that moves the store is refused whole (doReload): workers
 	// renewed by it would open the new store and the others keep the old.

@@ -153,6 +153,8 @@ type groupRun struct {
 	// its workers in slow start.
 	gate  *overload.Gate
 	ramps *overload.Ramps[*pool.Worker]
+	// steer is the group's direct reads, nil without them.
+	steer *steering
 }
 
 // New binds every SIP socket and the control address, so that an address in
@@ -189,6 +191,7 @@ func New(o Options) (*Supervisor, error) {
 	s.started = time.Now()
 	s.profileWait.Store(int64(defaultProfileWait))
 	s.params = ctl.NewParams()
+	s.params.Changed = func(string) { s.steerNow() }
 	s.locations = location.NewMemory()
 	s.connSess = newConnSessions(s.frontDoors)
 	s.connSess.t.MaxCallDuration.Store(int64(o.Config.Limits.MaxCallDuration))
@@ -206,7 +209,7 @@ func New(o Options) (*Supervisor, error) {
 		addrs = append(addrs, listeners.Addr{Proto: sk.Proto, Host: sk.Host, Port: sk.Port})
 	}
 	var err error
-	s.sockets, err = listeners.Bind(addrs)
+	s.sockets, err = listeners.BindUDPGroups(addrs, o.Config.Workers.DirectReads)
 	if err != nil {
 		return nil, err
 	}
@@ -400,6 +403,13 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return s.slowStartLoop(ctx) }, func(error) { cancel() })
 	}
+	for _, gr := range s.udp {
+		if gr.steer == nil {
+			continue
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return gr.steer.loop(ctx) }, func(error) { cancel() })
+	}
 	{
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return s.timerLoop(ctx) }, func(error) { cancel() })
@@ -452,7 +462,7 @@ func (s *Supervisor) makeGroups() {
 	cfg := s.config()
 	files, names := s.files, s.names
 	udpIndex := 0
-	mk := func(name string, kind pool.Kind, workers int, profName string) *groupRun {
+	mk := func(name string, kind pool.Kind, workers int, profName string, sock *listeners.Socket) *groupRun {
 		var p *profile.Profile
 		ceiling := workers
 		if profName != "" {
@@ -467,7 +477,14 @@ func (s *Supervisor) makeGroups() {
 		// connections.
 		gr.gate = s.ov.NewGate(overload.GateOptions{Name: name, Group: groupLoad{gr, s.connSess},
 			OwnConnections: kind != pool.KindUDP, NoSessions: kind == pool.KindTimer, Throttle: cfg.Throttle.Config()})
+		var workerFiles func(int) ([]*os.File, []string, error)
+		var onRoutable func()
+		if sock != nil && cfg.Workers.DirectReads {
+			gr.steer = newSteering(s, gr, sock, udpIndex)
+			workerFiles, onRoutable = gr.steer.workerFiles, gr.steer.poke
+		}
 		gr.g = pool.NewGroup(pool.GroupOptions{
+			WorkerFiles: workerFiles, OnRoutable: onRoutable,
 			Name: name, Kind: kind, Initial: workers, Ceiling: ceiling,
 			Command: s.opts.Worker, ConfigPath: s.snapshot,
 			Sockets: files, SocketNames: names,
@@ -476,7 +493,7 @@ func (s *Supervisor) makeGroups() {
 			OnExit: func(w *pool.Worker, reason string) { s.workerExited(name, w, reason) },
 			OnCall: s.answerCall,
 			OnNote: func(w *pool.Worker, note []byte) {
-				if s.conns.closedNote(w, note) || s.passResponse(note) {
+				if s.conns.closedNote(w, note) || s.passResponse(note) || s.toDoor(w, note) {
 					return
 				}
 				if ok, err := s.conns.handOff(w, note, s.pickTCP); ok {
@@ -515,18 +532,18 @@ func (s *Supervisor) makeGroups() {
 		if prof == "" {
 			prof = cfg.UDPWorkers.Profile
 		}
-		gr := mk(s.sockets[i].Name(), pool.KindUDP, max(workers, 1), prof)
+		gr := mk(s.sockets[i].Name(), pool.KindUDP, max(workers, 1), prof, s.sockets[i])
 		s.udp = append(s.udp, gr)
 		udpIndex++
 	}
 	for _, sk := range cfg.Sockets {
 		if sk.Proto == "tcp" || sk.Proto == "tls" {
-			s.tcp = mk("tcp", pool.KindTCP, max(cfg.TCPWorkers.Workers, 1), cfg.TCPWorkers.Profile)
+			s.tcp = mk("tcp", pool.KindTCP, max(cfg.TCPWorkers.Workers, 1), cfg.TCPWorkers.Profile, nil)
 			break
 		}
 	}
 	if cfg.TimerWorkers.Workers > 0 {
-		s.timer = mk("timer", pool.KindTimer, cfg.TimerWorkers.Workers, cfg.TimerWorkers.Profile)
+		s.timer = mk("timer", pool.KindTimer, cfg.TimerWorkers.Workers, cfg.TimerWorkers.Profile, nil)
 	}
 }
 
@@ -574,6 +591,12 @@ func (s *Supervisor) workerExited(group string, w *pool.Worker, reason string) {
 		s.ov.WorkerCrashed(group, time.Now())
 	}
 	s.conns.workerGone(w)
+	s.mu.Lock()
+	gr := s.byName[group]
+	s.mu.Unlock()
+	if gr != nil && gr.steer != nil {
+		gr.steer.exited(w)
+	}
 	s.mu.Lock()
 	if gr := s.byName[group]; gr != nil {
 		delete(gr.workers, w.ID)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,8 +25,11 @@ type udpDoor struct {
 	gr   *groupRun
 	door *frontdoor.Door
 	buf  []byte
-	fd   int  // the socket's descriptor while run reads it
+	fd   int  // the socket's descriptor while the door handles a datagram
 	v6   bool // an AF_INET6 socket
+	// mu serialises the door: with direct reads it also handles what
+	// workers pass it and what an exited worker left in its socket.
+	mu sync.Mutex
 }
 
 func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
@@ -36,6 +40,11 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 	}
 	door := frontdoor.New(udpIndex,
 		func(m *sipscan.Msg, newSession bool, now int64) frontdoor.Target {
+			if gr.steer != nil {
+				if w := gr.steer.pick(m, newSession, now); w != nil {
+					return w
+				}
+			}
 			if w := s.pick(gr, newSession, now); w != nil {
 				return w
 			}
@@ -48,6 +57,12 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 	door.Probe = func(int64) (bool, int) { return s.ov.ProbeRefused() }
 	u.door = door
 	gr.door = door
+	if gr.steer != nil {
+		// The workers' own doors follow every session of the group,
+		// those this door hands them included.
+		door.NoTrack = true
+		gr.steer.u = u
+	}
 	return u
 }
 
@@ -66,12 +81,14 @@ func (u *udpDoor) run() error {
 	}
 	var rerr error
 	read := func(fd uintptr) bool {
-		u.fd = int(fd)
 		for i := 0; i < doorBatch; i++ {
-			n, from, e := rawio.Recvfrom(u.fd, u.buf[wire.MsgHeaderLen:])
+			n, from, e := rawio.Recvfrom(int(fd), u.buf[wire.MsgHeaderLen:])
 			switch e {
 			case 0:
+				u.mu.Lock()
+				u.fd = int(fd)
 				u.door.Handle(u.buf[:wire.MsgHeaderLen+n], from, time.Now().UnixNano())
+				u.mu.Unlock()
 			case rawio.EINTR:
 			case rawio.EAGAIN:
 				return false
@@ -92,6 +109,43 @@ func (u *udpDoor) run() error {
 		}
 	}
 	return rerr
+}
+
+// handleFrame passes a message frame a worker gave back (wire.DoorNote)
+// through the door, as if the socket had just read it.
+func (u *udpDoor) handleFrame(frame []byte) {
+	_, from, _ := wire.ParseMsgHeader(frame)
+	rc, err := u.sock.UDP.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) {
+		u.mu.Lock()
+		u.fd = int(fd)
+		u.door.Handle(frame, from, time.Now().UnixNano())
+		u.mu.Unlock()
+	})
+}
+
+// drainFD passes what waits in another socket of the port's group (a
+// worker's that exited) through the door, until it is empty.
+func (u *udpDoor) drainFD(fd int) {
+	if fd < 0 || unix.SetNonblock(fd, true) != nil {
+		return
+	}
+	buf := make([]byte, wire.MsgHeaderLen+65535)
+	for {
+		n, from, e := rawio.Recvfrom(fd, buf[wire.MsgHeaderLen:])
+		switch e {
+		case 0:
+			frame := buf[:wire.MsgHeaderLen+n]
+			wire.PutMsgHeader(frame, u.door.Socket(), from, 0)
+			u.handleFrame(frame)
+		case rawio.EINTR:
+		default:
+			return
+		}
+	}
 }
 
 // reply sends a stateless reply from the door's socket. It runs inside run's

@@ -145,7 +145,7 @@ func TestHash(t *testing.T) {
 	if Hash([]byte(longPrefix)) != Hash([]byte(longPrefix[:MaxHashed])) {
 		t.Fatal("Hash reads past MaxHashed")
 	}
-	if Hash(nil) != 0 || Bucket([]byte("abc")) != 96354%Buckets {
+	if Hash(nil) != 0 || Bucket([]byte("abc")) != int(uint32(96354*0x9E3779B9%(1<<32))>>26) {
 		t.Fatal("Bucket")
 	}
 }

@@ -35,7 +35,7 @@ const positionsPerHop = 43
 //	        after the last position: return 0
 //	verify: tell "\nCAL" from "\nI" by byte p+1; check the rest; X = value
 //	skip:   up to two SP/HTAB
-//	hash:   MaxHashed unrolled steps; A = h % Buckets
+//	hash:   MaxHashed unrolled steps; A = the top bits of h × fibonacci
 //	table:  a binary search over the bucket, returning t[bucket]
 func program(t *Table, window int) []unix.SockFilter {
 	var a asm
@@ -127,7 +127,8 @@ func program(t *Table, window int) []unix.SockFilter {
 	}
 	a.mark(done)
 	a.op(unix.BPF_LD|unix.BPF_W|unix.BPF_MEM, memH)
-	a.op(unix.BPF_ALU|unix.BPF_MOD|unix.BPF_K, Buckets)
+	a.op(unix.BPF_ALU|unix.BPF_MUL|unix.BPF_K, fibonacci)
+	a.op(unix.BPF_ALU|unix.BPF_RSH|unix.BPF_K, 32-bucketBits)
 
 	// A = the bucket.
 	a.table(t, 0, Buckets)

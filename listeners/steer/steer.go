@@ -52,8 +52,18 @@ func Hash(callID []byte) uint32 {
 	return h
 }
 
-// Bucket is the table bucket of a Call-ID value.
-func Bucket(callID []byte) int { return int(Hash(callID) % Buckets) }
+// Bucket is the table bucket of a Call-ID value: the top bits of the hash
+// times 2^32 divided by the golden ratio (Fibonacci hashing). The hash's
+// low bits follow a counter in the Call-ID too closely (SIPp's
+// "N-pid@host"): taken alone they spread such calls unevenly, while the
+// product's top bits depend on every bit of the hash.
+func Bucket(callID []byte) int { return int(Hash(callID) * fibonacci >> (32 - bucketBits)) }
+
+// fibonacci is 2^32 divided by the golden ratio, rounded to odd.
+const fibonacci = 0x9E3779B9
+
+// bucketBits is log2(Buckets).
+const bucketBits = 6
 
 // The line starts the scan looks for, as big-endian words after masking
 // with scanMask (which folds ASCII letters to upper case). "\nI:" folds its

@@ -127,12 +127,21 @@ func Start(t testing.TB, cfg string, flags ...string) *Server {
 	return StartIn(t, t.TempDir(), cfg, flags...)
 }
 
+// DirectReads runs every server the tests start with udp_direct_reads =
+// yes (unless its config says), so that the whole suite shows the
+// guarantees hold with workers reading the SIP port themselves:
+// SIPVISOR_E2E_DIRECT_READS=yes (make test-direct).
+var DirectReads = os.Getenv("SIPVISOR_E2E_DIRECT_READS") == "yes"
+
 // StartIn is Start with the config file in dir, where the default location
 // store keeps its database: a server started again in the same dir finds
 // the registrations of the one before.
 func StartIn(t testing.TB, dir, cfg string, flags ...string) *Server {
 	t.Helper()
 	path := filepath.Join(dir, "sipvisor.cfg")
+	if DirectReads && !strings.Contains(cfg, "udp_direct_reads") {
+		cfg += "\nudp_direct_reads = yes\n"
+	}
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,401 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/listeners"
+	"github.com/sipvisor/sipvisor/listeners/steer"
+	"github.com/sipvisor/sipvisor/overload/sessions"
+	"github.com/sipvisor/sipvisor/pool"
+	"golang.org/x/sys/unix"
+)
+
+// steering is one UDP group's direct reads (udp_direct_reads): the sockets
+// its workers read in the port's SO_REUSEPORT group, the table of the
+// kernel program that places each datagram by its Call-ID, and the gate the
+// workers' own doors read.
+//
+// Rule: the program spreads datagrams over the workers only while
+// admission is open to all (overload.Admission.OpenToAll) and no worker is
+// in slow start; otherwise every datagram goes to the supervisor's door as
+// without direct reads, so refusals, limits and ramps are decided where
+// they always were. A bucket that moves keeps a note of the worker that
+// had it for a pending INVITE's lifetime: a call of that worker's still
+// reaches it, through the door.
+type steering struct {
+	s        *Supervisor
+	gr       *groupRun
+	sock     *listeners.Socket
+	udpIndex int
+	u        *udpDoor
+
+	mu     sync.Mutex
+	slots  []*slot // slot i is member i+1 of the port's group
+	table  steer.Table
+	since  [steer.Buckets]int64
+	prev   [steer.Buckets]prevOwner
+	direct bool
+	// openSince is when the gate was last seen to open, 0 while it is
+	// closed: datagrams go to workers only after it has been open a while,
+	// so that a gate near a threshold does not move buckets back and forth.
+	openSince time.Time
+	gen       int
+	sent      map[int]int // worker ID → the table generation it was sent
+
+	view atomic.Pointer[steerView]
+	kick chan struct{}
+	// retired is the datagrams read directly by workers that exited.
+	retired atomic.Uint64
+}
+
+// slot is one member socket of the port's group, which a worker reads.
+// It stays open for the group's life, so that members keep their numbers.
+type slot struct {
+	f  *os.File
+	fd int
+	id int // the worker that holds it, 0 when free, -id while it closes
+	w  *pool.Worker
+}
+
+// prevOwner is the worker that had a bucket before it moved.
+type prevOwner struct {
+	w     *pool.Worker
+	until int64 // unix ns
+}
+
+// steerView is what the door reads on its goroutine, swapped whole.
+type steerView struct {
+	direct bool
+	owner  [steer.Buckets]*pool.Worker
+	prev   [steer.Buckets]prevOwner
+}
+
+// directAfter is how long the gate must stay open before datagrams go to
+// the workers again.
+const directAfter = time.Second
+
+// steerEvery is how often the gate is evaluated when nothing else asks:
+// the longest a worker admits by itself after a limit comes near.
+const steerEvery = 100 * time.Millisecond
+
+func newSteering(s *Supervisor, gr *groupRun, sock *listeners.Socket, udpIndex int) *steering {
+	st := &steering{s: s, gr: gr, sock: sock, udpIndex: udpIndex, sent: map[int]int{}, kick: make(chan struct{}, 1)}
+	st.view.Store(&steerView{})
+	return st
+}
+
+// workerFiles gives a worker about to start its socket of the group: a free
+// slot's, or a new member's.
+func (st *steering) workerFiles(id int) ([]*os.File, []string, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	k := slices.IndexFunc(st.slots, func(sl *slot) bool { return sl.id == 0 })
+	if k < 0 {
+		f, err := listeners.JoinGroup(st.sock)
+		if err != nil {
+			return nil, nil, err
+		}
+		// Not f.Fd(), which would make the socket blocking for the
+		// workers too: the flag belongs to the socket, not the descriptor.
+		fd := -1
+		if rc, err := f.SyscallConn(); err == nil {
+			rc.Control(func(x uintptr) { fd = int(x) })
+		}
+		st.slots = append(st.slots, &slot{f: f, fd: fd})
+		k = len(st.slots) - 1
+	}
+	st.slots[k].id = id
+	st.slots[k].w = nil
+	return []*os.File{st.slots[k].f}, []string{fmt.Sprintf("%s=%d:%d", wire.EnvDirect, st.udpIndex, k+1)}, nil
+}
+
+// poke asks for a refresh soon; it never blocks (pool.GroupOptions.OnRoutable).
+func (st *steering) poke() {
+	select {
+	case st.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loop refreshes on every change of the group and every steerEvery.
+func (st *steering) loop(ctx context.Context) error {
+	t := time.NewTicker(steerEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-st.kick:
+		}
+		st.refresh(time.Now())
+	}
+}
+
+// refresh writes the gate into every worker's page, places the buckets,
+// and installs the program and tells the workers when the table changed.
+func (st *steering) refresh(now time.Time) {
+	s, gr := st.s, st.gr
+	// One refresh at a time, from reading the state to writing the pages:
+	// two interleaved could leave an older gate in force.
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	open := s.ov.OpenToAll(gr.gate)
+	probes, retry := s.ov.ProbeRefused()
+	if !probes {
+		retry = s.retryAfter()
+	}
+	gate := wire.Gate(open, probes, retry)
+	delayLimit := uint64(max(s.ov.Limits().QueueDelay.Load(), 0))
+	ws := gr.g.Workers()
+	for _, w := range ws {
+		p := w.Page()
+		p.Store(wire.OffGate, gate)
+		p.Store(wire.OffQueueDelayLimit, delayLimit)
+	}
+
+	byID := make(map[int]*pool.Worker, len(ws))
+	for _, w := range ws {
+		byID[w.ID] = w
+	}
+	for _, sl := range st.slots {
+		if sl.id != 0 {
+			sl.w = byID[sl.id]
+		}
+	}
+	switch {
+	case !open:
+		st.openSince = time.Time{}
+	case st.openSince.IsZero():
+		st.openSince = now
+	}
+	direct := open && now.Sub(st.openSince) >= directAfter && gr.ramps.Len() == 0 && !s.ov.Stopping()
+	var members []uint8
+	if direct {
+		for i, sl := range st.slots {
+			if sl.w != nil && sl.w.State() == pool.Ready {
+				members = append(members, uint8(i+1))
+			}
+		}
+	}
+	table := assignBuckets(st.table, members)
+	if table != st.table {
+		prog := steer.DoorProgram()
+		if len(members) > 0 {
+			prog = steer.Program(&table)
+		}
+		if err := st.attach(prog); err != nil {
+			s.log.Warn("steering program not installed; datagrams keep their way", "group", gr.g.Name(), "error", err)
+			return
+		}
+		nowNs := now.UnixNano()
+		for b := range table {
+			if table[b] == st.table[b] {
+				continue
+			}
+			if old := st.table[b]; old != 0 {
+				st.prev[b] = prevOwner{w: st.slots[old-1].w, until: nowNs + int64(sessions.PendingInvite)}
+			}
+			st.since[b] = nowNs
+		}
+		if (len(members) > 0) != st.direct {
+			s.log.Info("direct reads", "group", gr.g.Name(), "on", len(members) > 0, "workers", len(members))
+		}
+		st.table = table
+		st.direct = len(members) > 0
+		st.gen++
+		v := &steerView{direct: st.direct, prev: st.prev}
+		for b, m := range table {
+			if m != 0 {
+				v.owner[b] = st.slots[m-1].w
+			}
+		}
+		st.view.Store(v)
+	}
+	// Every worker learns the table once per change, a new one at its
+	// first refresh.
+	var frame []byte
+	for _, w := range ws {
+		if st.sent[w.ID] == st.gen && st.gen != 0 {
+			continue
+		}
+		if frame == nil {
+			frame = wire.SteerFrame(table[:], st.since[:])
+		}
+		if w.SendOwn(frame) == nil {
+			st.sent[w.ID] = st.gen
+		}
+	}
+	for id := range st.sent {
+		if byID[id] == nil {
+			delete(st.sent, id)
+		}
+	}
+}
+
+// attach installs prog for the port's group, through the supervisor's
+// socket, which replaces the group's program at once.
+func (st *steering) attach(prog []unix.SockFilter) error {
+	rc, err := st.sock.UDP.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var aerr error
+	if err := rc.Control(func(fd uintptr) { aerr = steer.Attach(int(fd), prog) }); err != nil {
+		return err
+	}
+	return aerr
+}
+
+// exited frees a worker's slot once the program no longer names it, and
+// passes what is left in its socket through the door: datagrams the kernel
+// queued for the worker before the table moved are not lost.
+func (st *steering) exited(w *pool.Worker) {
+	st.mu.Lock()
+	k := slices.IndexFunc(st.slots, func(sl *slot) bool { return sl.id == w.ID })
+	if k < 0 {
+		st.mu.Unlock()
+		return
+	}
+	sl := st.slots[k]
+	// Its count moves to retired at once, so that the total never dips;
+	// the slot is closing (no worker, not free) until its socket is empty.
+	st.retired.Add(w.Page().Load(wire.OffDirectRead))
+	sl.id, sl.w = -w.ID, nil
+	st.mu.Unlock()
+	st.refresh(time.Now())
+	if st.u != nil {
+		st.u.drainFD(sl.fd)
+	}
+	st.mu.Lock()
+	sl.id = 0
+	st.mu.Unlock()
+}
+
+// pick is the door's choice for a message of a Call-ID it holds no
+// affinity for, in a group with direct reads: a call's message goes to the
+// worker that had its bucket while the call may live there, else to the
+// bucket's worker; a new session, to the bucket's worker while datagrams
+// go to workers, so that its call's later messages meet it there.
+func (st *steering) pick(m *sipscan.Msg, newSession bool, now int64) *pool.Worker {
+	v := st.view.Load()
+	b := steer.Bucket(m.CallID)
+	if !newSession {
+		if p := v.prev[b]; p.w != nil && now < p.until && live(p.w) {
+			return p.w
+		}
+	}
+	if v.direct {
+		if w := v.owner[b]; w != nil && w.State() == pool.Ready {
+			if newSession {
+				st.gr.ramps.Pick(w, st.gr.g.Routable, true, time.Unix(0, now))
+			}
+			return w
+		}
+	}
+	return nil
+}
+
+func live(w *pool.Worker) bool {
+	s := w.State()
+	return s == pool.Ready || s == pool.Draining
+}
+
+// sessions is the sessions in progress the group's workers follow, by kind.
+func (st *steering) sessions(k sipscan.Kind) int64 {
+	var n int64
+	for _, w := range st.gr.g.Workers() {
+		n += int64(w.Page().Load(wire.OffKindSessions + 8*int(k)))
+	}
+	return n
+}
+
+// directReads is the datagrams the group's workers read from their own
+// sockets, those of workers gone included.
+func (st *steering) directReads() uint64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := st.retired.Load()
+	for _, sl := range st.slots {
+		if sl.id > 0 && sl.w != nil {
+			n += sl.w.Page().Load(wire.OffDirectRead)
+		}
+	}
+	return n
+}
+
+// longestWait is the longest a datagram waited in a worker's socket lately.
+func (st *steering) longestWait() time.Duration {
+	var d uint64
+	for _, w := range st.gr.g.Routable() {
+		d = max(d, w.Page().Load(wire.OffWait))
+	}
+	return time.Duration(d)
+}
+
+// assignBuckets places the buckets on members (member numbers of the
+// port's group), evenly, moving as few as it can from prev: a bucket stays
+// where it is while its member is there and under its share. With no
+// members every bucket is the door's (0).
+func assignBuckets(prev steer.Table, members []uint8) steer.Table {
+	var t steer.Table
+	if len(members) == 0 {
+		return t
+	}
+	members = slices.Sorted(slices.Values(members))
+	quota := make(map[uint8]int, len(members))
+	for i, m := range members {
+		quota[m] = steer.Buckets / len(members)
+		if i < steer.Buckets%len(members) {
+			quota[m]++
+		}
+	}
+	var free []int
+	for b, m := range prev {
+		if quota[m] > 0 {
+			t[b] = m
+			quota[m]--
+			continue
+		}
+		free = append(free, b)
+	}
+	for _, m := range members {
+		for ; quota[m] > 0; quota[m]-- {
+			t[free[0]] = m
+			free = free[1:]
+		}
+	}
+	return t
+}
+
+// steerNow refreshes every group's direct reads at once: admission began
+// or stopped refusing, or a setting changed.
+func (s *Supervisor) steerNow() {
+	for _, gr := range s.udp {
+		if gr.steer != nil {
+			gr.steer.refresh(time.Now())
+		}
+	}
+}
+
+// toDoor passes a datagram a worker of a group with direct reads gave back
+// (wire.DoorNote) through its group's door. It reports whether the note
+// was one.
+func (s *Supervisor) toDoor(w *pool.Worker, note []byte) bool {
+	frame, ok := wire.ParseDoorNote(note)
+	if !ok {
+		return false
+	}
+	if gr := s.groupOf(w); gr != nil && gr.steer != nil && gr.steer.u != nil {
+		gr.steer.u.handleFrame(frame)
+	}
+	return true
+}
