@@ -7,6 +7,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/ctl"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/overload"
 )
@@ -92,8 +93,15 @@ func (b backend) Stats() ctl.Stats {
 		d := &gr.door.Stats
 		st.Counters["received"] += float64(d.Received.Load())
 		st.Counters["forwarded"] += float64(d.Forwarded.Load())
+		if gr.steer != nil {
+			st.Counters["direct"] += float64(gr.steer.counter(wire.OffDirectRead))
+		}
 		for r := range d.Refused {
-			if v := d.Refused[r].Load(); v > 0 {
+			v := d.Refused[r].Load()
+			if gr.steer != nil {
+				v += gr.steer.counter(wire.OffDoorRefused + 8*r)
+			}
+			if v > 0 {
 				st.Counters["refused_"+overload.Refusal(r).String()] += float64(v)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/pool"
 )
@@ -82,17 +83,26 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.ownAcks, st.OwnAcks.Load())
 		counter(c.absorbed, st.Absorbed.Load())
 		counter(c.probesRefused, st.ProbesRefused.Load())
+		// With direct reads the workers' doors admit and refuse too.
+		var admitted [4]uint64
+		var refused [overload.NumRefusals]uint64
 		if gr.steer != nil {
-			counter(c.direct, gr.steer.directReads())
+			counter(c.direct, gr.steer.counter(wire.OffDirectRead))
+			for k := range admitted {
+				admitted[k] = gr.steer.counter(wire.OffDoorAdmitted + 8*k)
+			}
+			for r := range refused {
+				refused[r] = gr.steer.counter(wire.OffDoorRefused + 8*r)
+			}
 		}
 		for i := 1; i < int(sipscan.NumErrors); i++ {
 			counter(c.malformed, st.Malformed[i].Load(), sipscan.Error(i).String())
 		}
 		for r := overload.RefuseSuspended; r < overload.NumRefusals; r++ {
-			counter(c.refused, st.Refused[r].Load(), r.String())
+			counter(c.refused, st.Refused[r].Load()+refused[r], r.String())
 		}
 		for k := range st.Admitted {
-			counter(c.admitted, st.Admitted[k].Load(), sipscan.Kind(k).String())
+			counter(c.admitted, st.Admitted[k].Load()+admitted[k], sipscan.Kind(k).String())
 		}
 		counter(c.dropped, st.DroppedNoWorker.Load(), "no_worker")
 		counter(c.dropped, st.DroppedQueueFull.Load(), "queue_full")

@@ -13,6 +13,7 @@ import (
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/listeners/steer"
+	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/overload/sessions"
 	"github.com/sipvisor/sipvisor/pool"
 	"golang.org/x/sys/unix"
@@ -52,9 +53,23 @@ type steering struct {
 
 	view atomic.Pointer[steerView]
 	kick chan struct{}
-	// retired is the datagrams read directly by workers that exited.
-	retired atomic.Uint64
+	// retired is the counters of workers that exited, by page offset
+	// (counterWords), so that a group's totals never go down.
+	retired map[int]uint64
 }
+
+// counterWords are the counters of the workers' pages that the supervisor
+// adds up per group.
+var counterWords = func() []int {
+	w := []int{wire.OffDirectRead}
+	for k := range 4 {
+		w = append(w, wire.OffDoorAdmitted+8*k)
+	}
+	for r := range int(overload.NumRefusals) {
+		w = append(w, wire.OffDoorRefused+8*r)
+	}
+	return w
+}()
 
 // slot is one member socket of the port's group, which a worker reads.
 // It stays open for the group's life, so that members keep their numbers.
@@ -87,7 +102,8 @@ const directAfter = time.Second
 const steerEvery = 100 * time.Millisecond
 
 func newSteering(s *Supervisor, gr *groupRun, sock *listeners.Socket, udpIndex int) *steering {
-	st := &steering{s: s, gr: gr, sock: sock, udpIndex: udpIndex, sent: map[int]int{}, kick: make(chan struct{}, 1)}
+	st := &steering{s: s, gr: gr, sock: sock, udpIndex: udpIndex, sent: map[int]int{}, kick: make(chan struct{}, 1),
+		retired: map[int]uint64{}}
 	st.view.Store(&steerView{})
 	return st
 }
@@ -268,7 +284,9 @@ func (st *steering) exited(w *pool.Worker) {
 	sl := st.slots[k]
 	// Its count moves to retired at once, so that the total never dips;
 	// the slot is closing (no worker, not free) until its socket is empty.
-	st.retired.Add(w.Page().Load(wire.OffDirectRead))
+	for _, off := range counterWords {
+		st.retired[off] += w.Page().Load(off)
+	}
 	sl.id, sl.w = -w.ID, nil
 	st.mu.Unlock()
 	st.refresh(time.Now())
@@ -318,15 +336,15 @@ func (st *steering) sessions(k sipscan.Kind) int64 {
 	return n
 }
 
-// directReads is the datagrams the group's workers read from their own
-// sockets, those of workers gone included.
-func (st *steering) directReads() uint64 {
+// counter is the total of one of counterWords over the group's workers,
+// those gone included.
+func (st *steering) counter(off int) uint64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	n := st.retired.Load()
+	n := st.retired[off]
 	for _, sl := range st.slots {
 		if sl.id > 0 && sl.w != nil {
-			n += sl.w.Page().Load(wire.OffDirectRead)
+			n += sl.w.Page().Load(off)
 		}
 	}
 	return n

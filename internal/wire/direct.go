@@ -48,6 +48,11 @@ const (
 	// Written by the worker: the sessions in progress its door follows, by
 	// kind (4 words, sipscan.Kind order).
 	OffKindSessions = 120
+	// Written by the worker: the new sessions its door admitted, by kind
+	// (4 words), and refused, by reason (8 words, overload.Refusal order),
+	// which the supervisor adds to its door's counts.
+	OffDoorAdmitted = 152
+	OffDoorRefused  = 184
 )
 
 // Bits of the OffGate word.
