@@ -89,13 +89,14 @@ func toDoor(handed, draining, newSession bool, t *steerTable, slot uint8, callID
 // asking: a refusal when the datagram waited in its socket longer than the
 // group's queue_delay_admission (limit, ns; 0 for none), with the gate's
 // Retry-After, as the supervisor's admission refuses a group whose queue
-// waits that long; an admission when the gate is open. Otherwise ask: the
-// supervisor decides (wire.AdmitRequest).
-func admitLocal(gate uint64, limit, wait int64) (r overload.Refusal, retryAfter int, ask bool) {
+// waits that long; an admission when the gate is open, or when the worker
+// drains, as it passes every new session to the supervisor's door, which
+// decides. Otherwise ask: the supervisor decides (wire.AdmitRequest).
+func admitLocal(gate uint64, limit, wait int64, draining bool) (r overload.Refusal, retryAfter int, ask bool) {
 	if limit > 0 && wait > limit {
 		return overload.RefuseQueue, wire.GateRetryAfter(gate), false
 	}
-	if gate&wire.GateOpen != 0 {
+	if gate&wire.GateOpen != 0 || draining {
 		return overload.RefuseNone, 0, false
 	}
 	return overload.RefuseNone, 0, true
@@ -272,7 +273,7 @@ func (d *direct) admit(m *sipscan.Msg, now int64) (overload.Refusal, int) {
 	if d.arrived > 0 {
 		wait = now - d.arrived
 	}
-	r, retry, ask := admitLocal(gate, int64(d.w.stats.Load(wire.OffQueueDelayLimit)), wait)
+	r, retry, ask := admitLocal(gate, int64(d.w.stats.Load(wire.OffQueueDelayLimit)), wait, d.w.draining)
 	if !ask {
 		return r, retry
 	}

@@ -76,19 +76,22 @@ func TestAdmitLocal(t *testing.T) {
 		name        string
 		gate        uint64
 		limit, wait int64
+		draining    bool
 		want        overload.Refusal
 		retry       int
 		ask         bool
 	}{
-		{"open gate admits", wire.Gate(true, false, 5), 0, 9 * ms, overload.RefuseNone, 0, false},
-		{"closed gate asks", wire.Gate(false, false, 5), 0, 0, overload.RefuseNone, 0, true},
-		{"waited past the limit: refused with the gate's Retry-After", wire.Gate(true, false, 7), 10 * ms, 11 * ms, overload.RefuseQueue, 7, false},
-		{"waited past the limit at a closed gate: refused without asking", wire.Gate(false, true, 3), 10 * ms, 11 * ms, overload.RefuseQueue, 3, false},
-		{"waited as long as the limit: admitted", wire.Gate(true, false, 7), 10 * ms, 10 * ms, overload.RefuseNone, 0, false},
-		{"no limit: any wait", wire.Gate(true, false, 7), 0, int64(time.Hour), overload.RefuseNone, 0, false},
-		{"probes refused does not close the gate", wire.Gate(true, true, 7), 0, 0, overload.RefuseNone, 0, false},
+		{"open gate admits", wire.Gate(true, false, 5), 0, 9 * ms, false, overload.RefuseNone, 0, false},
+		{"closed gate asks", wire.Gate(false, false, 5), 0, 0, false, overload.RefuseNone, 0, true},
+		{"waited past the limit: refused with the gate's Retry-After", wire.Gate(true, false, 7), 10 * ms, 11 * ms, false, overload.RefuseQueue, 7, false},
+		{"waited past the limit at a closed gate: refused without asking", wire.Gate(false, true, 3), 10 * ms, 11 * ms, false, overload.RefuseQueue, 3, false},
+		{"waited as long as the limit: admitted", wire.Gate(true, false, 7), 10 * ms, 10 * ms, false, overload.RefuseNone, 0, false},
+		{"no limit: any wait", wire.Gate(true, false, 7), 0, int64(time.Hour), false, overload.RefuseNone, 0, false},
+		{"probes refused does not close the gate", wire.Gate(true, true, 7), 0, 0, false, overload.RefuseNone, 0, false},
+		{"draining at a closed gate: the supervisor's door decides", wire.Gate(false, false, 5), 0, 0, true, overload.RefuseNone, 0, false},
+		{"draining, waited past the limit: refused", wire.Gate(false, false, 5), 10 * ms, 11 * ms, true, overload.RefuseQueue, 5, false},
 	} {
-		r, retry, ask := admitLocal(c.gate, c.limit, c.wait)
+		r, retry, ask := admitLocal(c.gate, c.limit, c.wait, c.draining)
 		if r != c.want || retry != c.retry || ask != c.ask {
 			t.Errorf("%s: want %v %d ask %v, have %v %d ask %v", c.name, c.want, c.retry, c.ask, r, retry, ask)
 		}
