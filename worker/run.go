@@ -204,6 +204,21 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 	unix.CloseOnExec(dataFD)
 
 	w := &workerLoop{env: env, ctl: ctl, stats: stats, dataFD: dataFD, submit: make(chan func(), 64)}
+	if s := os.Getenv(wire.EnvDirect); s != "" {
+		if env.Kind != wire.KindUDP {
+			return fmt.Errorf("%s is for UDP groups, not %q", wire.EnvDirect, env.Kind)
+		}
+		sock, slot, err := parseDirect(s, len(env.SocketNames))
+		if err != nil {
+			return fmt.Errorf("%s=%q: %w", wire.EnvDirect, s, err)
+		}
+		fd := wire.FDSockets + len(env.SocketNames)
+		v6, err := openDirect(fd)
+		if err != nil {
+			return fmt.Errorf("%s: the socket to read: %w", wire.EnvDirect, err)
+		}
+		w.direct = newDirect(w, fd, v6, sock, slot)
+	}
 	env.Submit = w.submitFn
 	env.OpenReplySockets = w.openReplySockets
 	env.Late = w.waitedTooLong
@@ -251,6 +266,7 @@ type workerLoop struct {
 	mem      [2]metrics.Sample // heap in use, GC CPU seconds
 	heapDue  time.Time
 	replies  []*sendSocket // the worker's own reply sockets, if opened
+	direct   *direct       // the socket read directly, with wire.EnvDirect
 }
 
 type frame struct {
@@ -273,7 +289,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 	// goroutine: the loop waits on an epoll set of them all, which the
 	// network poller can wait on as it does on any descriptor.
 	var wait *os.File
-	if len(w.replies) > 0 {
+	if len(w.replies) > 0 || w.direct != nil {
 		set, err := w.pollSet()
 		if err != nil {
 			return err
@@ -304,22 +320,35 @@ func (w *workerLoop) run(ctx context.Context) error {
 	var (
 		n, oobn int
 		rerr    error
-		src     int // -1: the data channel; else the reply socket read
-		from    netip.AddrPort
-		turn    int
+		// -1: the data channel; else the reply socket read, or the direct
+		// socket after them.
+		src    int
+		from   netip.AddrPort
+		turn   int
+		dirOOB []byte // the direct socket's control messages
 	)
+	// The sources read in turn: the data channel, the reply sockets, the
+	// direct socket.
+	sources := 1 + len(w.replies)
+	if w.direct != nil {
+		sources++
+		dirOOB = w.direct.oob
+	}
 	var ready [4]syscall.EpollEvent
-	// recv reads from the data channel and the reply sockets in turn, so
-	// that neither can starve the other.
+	// recv reads from the data channel and the sockets in turn, so that
+	// none can starve another.
 	recv := func(set uintptr) bool {
 		var e syscall.Errno
 	again:
-		for k := 0; k <= len(w.replies); k++ {
-			i := (turn+k)%(len(w.replies)+1) - 1
-			if i < 0 {
+		for k := 0; k < sources; k++ {
+			i := (turn+k)%sources - 1
+			switch {
+			case i < 0:
 				n, oobn, e = rawio.Recvmsg(w.dataFD, buf, oob)
-			} else {
+			case i < len(w.replies):
 				n, from, e = rawio.Recvfrom(w.replies[i].fd, buf[wire.MsgHeaderLen:])
+			default:
+				n, oobn, from, e = rawio.RecvmsgFrom(w.direct.fd, buf[wire.MsgHeaderLen:], dirOOB)
 			}
 			if e != rawio.EAGAIN {
 				src = i
@@ -330,7 +359,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 		// All empty: before the poller waits on the set, the set must be
 		// emptied of what was ready, or it never signals again; whatever
 		// arrived meanwhile is read now.
-		if e == rawio.EAGAIN && len(w.replies) > 0 {
+		if e == rawio.EAGAIN && sources > 1 {
 			if k, _ := rawio.EpollPoll(int(set), ready[:]); k > 0 {
 				goto again
 			}
@@ -355,6 +384,9 @@ func (w *workerLoop) run(ctx context.Context) error {
 		w.runSubmitted()
 		if now := time.Now(); !now.Before(next) {
 			w.h.Tick(now)
+			if w.direct != nil {
+				w.direct.tick(now.UnixNano())
+			}
 			w.checkDrained()
 			if !now.Before(w.heapDue) {
 				w.reportHeap(now)
@@ -391,6 +423,19 @@ func (w *workerLoop) run(ctx context.Context) error {
 				}
 				return fmt.Errorf("data channel: %w", err)
 			}
+		}
+		if src >= len(w.replies) {
+			if rerr == nil {
+				w.direct.read(buf[:wire.MsgHeaderLen+n], from, dirOOB[:oobn])
+				w.checkDrained()
+				// The wait the datagram showed falls at a tick.
+				if t := w.direct.due(); t != 0 && t < next.UnixNano() {
+					next = time.Unix(0, t)
+				}
+			} else {
+				w.env.Logger.Warn("read direct socket", "error", rerr)
+			}
+			continue
 		}
 		if src >= 0 {
 			if rerr == nil {
@@ -435,7 +480,7 @@ func (w *workerLoop) handleReply(i int, from netip.AddrPort, b []byte) {
 	w.checkDrained()
 }
 
-// pollSet is an epoll set of the data channel and the reply sockets, as a
+// pollSet is an epoll set of the data channel and the sockets read, as a
 // file the network poller waits on. Level-triggered: the set stays readable
 // while any of them has something to read.
 func (w *workerLoop) pollSet() (*os.File, error) {
@@ -446,6 +491,9 @@ func (w *workerLoop) pollSet() (*os.File, error) {
 	fds := []int{w.dataFD}
 	for _, r := range w.replies {
 		fds = append(fds, r.fd)
+	}
+	if w.direct != nil {
+		fds = append(fds, w.direct.fd)
 	}
 	for _, fd := range fds {
 		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
@@ -490,6 +538,9 @@ func (w *workerLoop) openReplySockets() ([]net.PacketConn, error) {
 // idleTick.
 func (w *workerLoop) nextTick(now time.Time) time.Time {
 	idle := now.Add(idleTick)
+	if w.direct != nil {
+		idle = w.direct.wake(idle, now.UnixNano(), w.draining && !w.drained)
+	}
 	if t, ok := w.timed.NextTimer(); ok && t.Before(idle) {
 		return later(t, now.Add(tickEvery))
 	}
@@ -544,6 +595,10 @@ func (w *workerLoop) handle(f frame) bool {
 		if len(b) < wire.MsgHeaderLen {
 			return false
 		}
+		if w.direct != nil {
+			w.direct.handed(b)
+			break
+		}
 		sock, from, at := wire.ParseMsgHeader(b)
 		m := Message{Socket: sock, From: from, Data: b[wire.MsgHeaderLen:]}
 		if w.stale(m.Data, at) {
@@ -583,8 +638,15 @@ func (w *workerLoop) handle(f frame) bool {
 		if f.fd >= 0 {
 			handleProfile(b, f.fd)
 		}
+	case wire.FrameSteer:
+		if w.direct != nil {
+			w.direct.setSteer(b)
+		}
 	case wire.FrameDrain:
 		w.draining = true
+		if w.direct != nil {
+			w.direct.drainAt = time.Now().UnixNano()
+		}
 		w.env.Logger.Debug("worker draining")
 		if d, ok := w.h.(Drainer); ok {
 			w.busy(d.Drain)
@@ -628,7 +690,9 @@ func (w *workerLoop) waitedTooLong(at int64) bool {
 func (w *workerLoop) checkDrained() {
 	held := w.h.Held()
 	w.stats.Store(wire.OffSessions, uint64(held))
-	if w.draining && !w.drained && held == 0 {
+	// A worker that reads its own socket has drained when that socket is
+	// quiet too: what it had queued must be read, not lost.
+	if w.draining && !w.drained && held == 0 && (w.direct == nil || w.direct.quiet(time.Now().UnixNano())) {
 		w.drained = true
 		w.ctl.Write([]byte{wire.CtlDrained})
 	}

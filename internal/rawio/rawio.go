@@ -128,6 +128,30 @@ func Recvmsg(fd int, p, oob []byte) (n, oobn int, e syscall.Errno) {
 	return int(r), int(msg.Controllen), 0
 }
 
+// RecvmsgFrom reads one datagram into p and its control messages (such as
+// a receive timestamp) into oob, and says where it came from, unmapped as
+// Recvfrom does.
+func RecvmsgFrom(fd int, p, oob []byte) (n, oobn int, from netip.AddrPort, e syscall.Errno) {
+	var sa syscall.RawSockaddrAny
+	var iov syscall.Iovec
+	iov.Base = (*byte)(bufPtr(p))
+	iov.SetLen(len(p))
+	var msg syscall.Msghdr
+	msg.Name = (*byte)(unsafe.Pointer(&sa))
+	msg.Namelen = uint32(unsafe.Sizeof(sa))
+	msg.Iov = &iov
+	msg.Iovlen = 1
+	if len(oob) > 0 {
+		msg.Control = &oob[0]
+		msg.SetControllen(len(oob))
+	}
+	r, _, e := syscall.RawSyscall(syscall.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), 0)
+	if e != 0 {
+		return 0, 0, netip.AddrPort{}, e
+	}
+	return int(r), int(msg.Controllen), addrPort(&sa), 0
+}
+
 // EpollPoll reports the ready descriptors of an epoll set without waiting.
 // It also clears the set's list of descriptors that were ready and no longer
 // are, without which a set inside another poller would look readable

@@ -170,6 +170,8 @@ func TestNoAllocations(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() {
 		Sendto(afd, []byte("x"), &sa)
 		Recvfrom(afd, buf)
+		Sendto(afd, []byte("x"), &sa)
+		RecvmsgFrom(afd, buf, oob)
 		Write(x, buf[:4])
 		Recvmsg(y, buf, oob)
 	})
@@ -206,5 +208,52 @@ func TestEpollPoll(t *testing.T) {
 	}
 	if n, e := EpollPoll(ep, ev); e != 0 || n != 0 {
 		t.Errorf("read empty: want 0 ready, have %d (%v)", n, e)
+	}
+}
+
+func TestRecvmsgFrom(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, network, addr string
+	}{
+		{"ipv4", "udp4", "127.0.0.1:0"},
+		// An IPv4 peer of a dual-stack socket arrives mapped and is unmapped.
+		{"v4 peer of a v6 socket", "udp", "[::]:0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, bfd := udpFD(t, c.network, c.addr)
+			if err := syscall.SetsockoptInt(bfd, syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1); err != nil {
+				t.Fatal(err)
+			}
+			a, afd := udpFD(t, "udp4", "127.0.0.1:0")
+			to := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), b.LocalAddr().(*net.UDPAddr).AddrPort().Port())
+			sa := MakeSockaddr(to, false)
+			if _, e := Sendto(afd, []byte("INVITE"), &sa); e != 0 {
+				t.Fatal(e)
+			}
+			buf, oob := make([]byte, 64), make([]byte, 64)
+			var (
+				n, oobn int
+				from    netip.AddrPort
+				e       syscall.Errno
+			)
+			testkit.WaitFor(t, 5*time.Second, "a datagram", func() bool {
+				n, oobn, from, e = RecvmsgFrom(bfd, buf, oob)
+				return e != EAGAIN
+			})
+			if e != 0 || string(buf[:n]) != "INVITE" {
+				t.Fatalf("want INVITE, have %q (%v)", buf[:n], e)
+			}
+			if want := a.LocalAddr().(*net.UDPAddr).AddrPort(); from != want {
+				t.Errorf("want from %v, have %v", want, from)
+			}
+			// The timestamp asked for comes as a control message.
+			if oobn == 0 {
+				t.Error("want a control message, have none")
+			}
+			if _, _, _, e := RecvmsgFrom(bfd, buf, oob); e != EAGAIN {
+				t.Errorf("want EAGAIN on an empty socket, have %v", e)
+			}
+		})
 	}
 }

@@ -1,0 +1,421 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/internal/testkit"
+	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/overload"
+	"github.com/sipvisor/sipvisor/overload/sessions"
+)
+
+// The tests below run this test binary as a real worker process, its
+// descriptors set up as the supervisor sets them, the test playing the
+// supervisor. (Package testkit/testworker does this for the supervisor's
+// tests, but imports this package.)
+const envChild = "SIPVISOR_WORKER_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if IsWorker() && os.Getenv(envChild) != "" {
+		if err := Run(context.Background(), nil, func(env *Env) (Handler, error) { return echo{env}, nil }); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// echo sends each message back to its source from the socket it names,
+// marked: every echo proves a message was handled, and by which socket.
+type echo struct{ env *Env }
+
+func (e echo) HandleMessage(m *Message) {
+	e.env.Sockets[m.Socket].WriteTo(append([]byte("handled "), m.Data...), net.UDPAddrFromAddrPort(m.From))
+}
+func (echo) HandleJob(string)      {}
+func (echo) HandleConn(c net.Conn) { c.Close() }
+func (echo) Tick(time.Time)        {}
+func (echo) Held() int             { return 0 }
+
+// child is a worker process and the supervisor's ends of its channels.
+type child struct {
+	cmd    *exec.Cmd
+	stderr *testkit.SyncBuffer
+	ctl    *wire.ControlConn
+	ctlIn  chan []byte // frames read from the control channel
+	data   *net.UnixConn
+	stats  *wire.StatsPage
+	sup    []netip.AddrPort // the supervisor's UDP sockets
+	direct netip.AddrPort   // the socket the worker reads, if any
+}
+
+func udpFile(t *testing.T) (*os.File, netip.AddrPort) {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f, err := c.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, c.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+func pair(t *testing.T) (ours, theirs *os.File) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+}
+
+// startChild starts a worker with two supervisor UDP sockets and, when
+// direct is not empty, a socket to read directly (SIPVISOR_DIRECT=direct).
+// It returns once the worker said ready, or, with ready false, at once.
+func startChild(t *testing.T, direct string, ready bool) *child {
+	t.Helper()
+	ctlOurs, ctlTheirs := pair(t)
+	dataOurs, dataTheirs := pair(t)
+	statsFile, stats, err := wire.NewStatsFile("worker-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stats.Unmap)
+	c := &child{stats: stats, stderr: &testkit.SyncBuffer{}, ctlIn: make(chan []byte, 64)}
+	files := []*os.File{ctlTheirs, dataTheirs, statsFile}
+	for range 2 {
+		f, ap := udpFile(t)
+		files = append(files, f)
+		c.sup = append(c.sup, ap)
+	}
+	env := append(os.Environ(), envChild+"=1", wire.EnvCookie+"="+wire.Cookie, wire.EnvGroup+"=udp",
+		wire.EnvKind+"="+string(wire.KindUDP), wire.EnvWorkerID+"=1", wire.EnvSockets+"=udp:a,udp:b",
+		"GORACE=atexit_sleep_ms=0")
+	if direct != "" {
+		f, ap := udpFile(t)
+		files = append(files, f)
+		c.direct = ap
+		env = append(env, wire.EnvDirect+"="+direct)
+	}
+	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	c.cmd.Env = env
+	c.cmd.ExtraFiles = files
+	c.cmd.Stderr = c.stderr
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The worker holds its own copies now.
+	for _, f := range files {
+		f.Close()
+	}
+	t.Cleanup(func() {
+		if c.cmd.ProcessState == nil {
+			c.cmd.Process.Kill()
+			c.cmd.Wait()
+		}
+	})
+	if !ready {
+		ctlOurs.Close()
+		dataOurs.Close()
+		return c
+	}
+	fc, err := net.FileConn(ctlOurs)
+	ctlOurs.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ctl, err = wire.NewControlConn(fc.(*net.UnixConn)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.ctl.Close() })
+	dc, err := net.FileConn(dataOurs)
+	dataOurs.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.data = dc.(*net.UnixConn)
+	t.Cleanup(func() { c.data.Close() })
+	go func() {
+		defer close(c.ctlIn)
+		for {
+			b := make([]byte, wire.MaxCall+16)
+			n, err := c.ctl.Read(b)
+			if err != nil {
+				return
+			}
+			c.ctlIn <- b[:n]
+		}
+	}()
+	if b := c.expectCtl(t, wire.CtlReady); b == nil {
+		t.Fatalf("no ready: %s", c.stderr)
+	}
+	return c
+}
+
+// childWait bounds every wait on the worker: generous, for a race-built
+// process on a busy machine; a pass takes milliseconds.
+const childWait = 20 * time.Second
+
+// expectCtl is the next control frame, which must be of kind.
+func (c *child) expectCtl(t *testing.T, kind byte) []byte {
+	t.Helper()
+	select {
+	case b, ok := <-c.ctlIn:
+		if !ok {
+			t.Fatalf("control channel closed waiting for %q; worker's log: %s", kind, c.stderr)
+		}
+		if len(b) == 0 || b[0] != kind {
+			t.Fatalf("want a control frame %q, have %q", kind, b)
+		}
+		return b
+	case <-time.After(childWait):
+		t.Fatalf("no control frame %q in %v; worker's log: %s", kind, childWait, c.stderr)
+	}
+	return nil
+}
+
+func (c *child) send(t *testing.T, frame []byte) {
+	t.Helper()
+	if _, err := c.data.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// handled returns once the worker has handled the frames sent so far: an
+// echo frame is answered in its turn.
+func (c *child) handled(t *testing.T) {
+	t.Helper()
+	c.send(t, wire.PutEcho(nil, wire.FrameEcho, 1, 0))
+	c.expectCtl(t, wire.CtlEcho)
+}
+
+func (c *child) end(t *testing.T) {
+	t.Helper()
+	c.send(t, []byte{wire.FrameEnd})
+	if err := c.cmd.Wait(); err != nil {
+		t.Fatalf("worker: %v; its log: %s", err, c.stderr)
+	}
+}
+
+// client is a UDP peer of the worker.
+type client struct {
+	*net.UDPConn
+	addr netip.AddrPort
+}
+
+func newClient(t *testing.T) *client {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &client{c, c.LocalAddr().(*net.UDPAddr).AddrPort()}
+}
+
+func (c *client) sendTo(t *testing.T, to netip.AddrPort, b []byte) {
+	t.Helper()
+	if _, err := c.WriteToUDPAddrPort(b, to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expect reads the next datagram: it must come from from and start with
+// prefix.
+func (c *client) expect(t *testing.T, from netip.AddrPort, prefix string) string {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(childWait))
+	b := make([]byte, 65536)
+	n, src, err := c.ReadFromUDPAddrPort(b)
+	if err != nil {
+		t.Fatalf("want %q from %v: %v", prefix, from, err)
+	}
+	if src != from || !strings.HasPrefix(string(b[:n]), prefix) {
+		t.Fatalf("want %q from %v, have %q from %v", prefix, from, b[:n], src)
+	}
+	return string(b[:n])
+}
+
+func messageFrame(sock int, from netip.AddrPort, at int64, dgram []byte) []byte {
+	f := make([]byte, wire.MsgHeaderLen, wire.MsgHeaderLen+len(dgram))
+	wire.PutMsgHeader(f, sock, from, at)
+	return append(f, dgram...)
+}
+
+func TestDirectReads(t *testing.T) {
+	t.Parallel()
+	const slot = 3
+	w := startChild(t, fmt.Sprintf("0:%d", slot), true)
+	cl := newClient(t)
+	via := cl.addr.String()
+	stat := func(off int) uint64 { return w.stats.Load(off) }
+	calls := wire.OffKindSessions + 8*int(sipscan.KindCall)
+
+	// An open gate: a new call is admitted and handled here, its replies
+	// leaving from the socket named.
+	w.stats.Store(wire.OffGate, wire.Gate(true, false, 0))
+	cl.sendTo(t, w.direct, testkit.Invite("sip:bob@example.com", via, "open-1").Bytes())
+	cl.expect(t, w.sup[0], "handled INVITE")
+	testkit.WaitFor(t, childWait, "one call counted", func() bool { return stat(calls) == 1 })
+	if r, h := stat(wire.OffDirectRead), stat(wire.OffHandled); r != 1 || h != 0 {
+		t.Errorf("want 1 datagram read and no frame handled, have %d and %d", r, h)
+	}
+
+	// Probes refused: the worker answers a probe itself.
+	w.stats.Store(wire.OffGate, wire.Gate(true, true, 9))
+	cl.sendTo(t, w.direct, testkit.Options("sip:127.0.0.1", via, "probe-1").Bytes())
+	if r := cl.expect(t, w.direct, "SIP/2.0 503"); !strings.Contains(r, "Retry-After: 9") {
+		t.Errorf("want Retry-After 9, have %q", r)
+	}
+
+	// A closed gate: the worker asks the supervisor, and refuses as told.
+	w.stats.Store(wire.OffGate, wire.Gate(false, false, 0))
+	cl.sendTo(t, w.direct, testkit.Invite("sip:bob@example.com", via, "ask-1").Bytes())
+	req := w.expectCtl(t, wire.CtlCall)
+	method, callID, ok := wire.ParseAdmitRequest(req[9:])
+	if !ok || string(callID) != "ask-1" || sipscan.Method(method) != sipscan.Invite {
+		t.Fatalf("want an admission request for ask-1, have %q", req)
+	}
+	ans := append([]byte{wire.CtlAnswer}, req[1:9]...)
+	if _, err := w.ctl.Write(append(ans, wire.AdmitAnswer(byte(overload.RefuseLimit), 7)...)); err != nil {
+		t.Fatal(err)
+	}
+	if r := cl.expect(t, w.direct, "SIP/2.0 503"); !strings.Contains(r, "Retry-After: 7") {
+		t.Errorf("want Retry-After 7, have %q", r)
+	}
+
+	// Any wait in the socket is past a limit of 1 ns: refused without
+	// asking, with the gate's Retry-After. That it is refused proves the
+	// kernel's timestamp came with the datagram.
+	w.stats.Store(wire.OffGate, wire.Gate(false, false, 4))
+	w.stats.Store(wire.OffQueueDelayLimit, 1)
+	cl.sendTo(t, w.direct, testkit.Invite("sip:bob@example.com", via, "late-1").Bytes())
+	if r := cl.expect(t, w.direct, "SIP/2.0 503"); !strings.Contains(r, "Retry-After: 4") {
+		t.Errorf("want Retry-After 4, have %q", r)
+	}
+	w.stats.Store(wire.OffQueueDelayLimit, 0)
+
+	// A bucket newly this worker's: a BYE of a call it does not know goes
+	// to the supervisor's door, as read.
+	now := time.Now().UnixNano()
+	w.send(t, wire.SteerFrame([]uint8{slot, slot, slot, slot}, []int64{now, now, now, now}))
+	bye := testkit.Request{Method: "BYE", Via: via, CallID: "old-1", ToTag: "b"}.Bytes()
+	cl.sendTo(t, w.direct, bye)
+	note := w.expectCtl(t, wire.CtlNote)
+	f, ok := wire.ParseDoorNote(note[1:])
+	if !ok {
+		t.Fatalf("want a door note, have %q", note)
+	}
+	if sock, from, _ := wire.ParseMsgHeader(f); sock != 0 || from != cl.addr || !bytes.Equal(f[wire.MsgHeaderLen:], bye) {
+		t.Errorf("want the BYE from %v on socket 0, have %q from %v on %d", cl.addr, f[wire.MsgHeaderLen:], from, sock)
+	}
+	// The supervisor's door hands it back: this worker holds its call now,
+	// whatever its door remembered.
+	w.send(t, messageFrame(0, cl.addr, time.Now().UnixNano(), bye))
+	cl.expect(t, w.sup[0], "handled BYE")
+	// Long its own: the worker handles it.
+	old := now - int64(sessions.PendingInvite) - int64(time.Minute)
+	w.send(t, wire.SteerFrame([]uint8{slot, slot, slot, slot}, []int64{old, old, old, old}))
+	// Read before the frame, the BYE would go by the table before it.
+	w.handled(t)
+	cl.sendTo(t, w.direct, testkit.Request{Method: "BYE", Via: via, CallID: "old-2", ToTag: "b"}.Bytes())
+	cl.expect(t, w.sup[0], "handled BYE")
+
+	// A call the supervisor's door admitted and handed over: handled with
+	// no question at a closed gate, from the socket it came to, and
+	// followed by this worker's door.
+	w.send(t, messageFrame(1, cl.addr, time.Now().UnixNano(), testkit.Invite("sip:bob@example.com", via, "handed-1").Bytes()))
+	cl.expect(t, w.sup[1], "handled INVITE")
+	testkit.WaitFor(t, childWait, "two calls counted", func() bool { return stat(calls) == 2 })
+	testkit.WaitFor(t, childWait, "five frames handled", func() bool { return stat(wire.OffHandled) == 5 })
+
+	// Draining: a new session goes to the supervisor's door, without a
+	// question at a closed gate (that door decides); the worker says it
+	// drained once its socket is quiet.
+	w.stats.Store(wire.OffGate, wire.Gate(false, false, 0))
+	w.send(t, []byte{wire.FrameDrain})
+	w.send(t, wire.PutEcho(nil, wire.FrameEcho, 1, 0))
+	inv := testkit.Invite("sip:bob@example.com", via, "drain-1").Bytes()
+	var echoed, noted, drained, sent bool
+	for !echoed || !noted || !drained {
+		select {
+		case b := <-w.ctlIn:
+			switch {
+			case len(b) > 0 && b[0] == wire.CtlEcho:
+				echoed = true
+			case len(b) > 0 && b[0] == wire.CtlDrained:
+				drained = true
+			case len(b) > 0 && b[0] == wire.CtlNote:
+				f, ok := wire.ParseDoorNote(b[1:])
+				if !ok || !bytes.Equal(f[wire.MsgHeaderLen:], inv) {
+					t.Fatalf("want the INVITE passed on, have %q", b)
+				}
+				noted = true
+			default:
+				t.Fatalf("unexpected control frame %q", b)
+			}
+			// Either answer says the drain frame was handled (the quiet
+			// spell may have passed before the echo was answered).
+			if !sent && (echoed || drained) {
+				cl.sendTo(t, w.direct, inv)
+				sent = true
+			}
+		case <-time.After(childWait):
+			t.Fatalf("echoed %v, noted %v, drained %v after %v; worker's log: %s", echoed, noted, drained, childWait, w.stderr)
+		}
+	}
+	if n := stat(calls); n != 2 {
+		t.Errorf("want the call passed on left to the worker it goes to, have %d calls here", n)
+	}
+	w.end(t)
+}
+
+// Without SIPVISOR_DIRECT a worker is as it was: message frames handled as
+// they come, a steering frame ignored.
+func TestWithoutDirectReads(t *testing.T) {
+	t.Parallel()
+	w := startChild(t, "", true)
+	cl := newClient(t)
+	w.send(t, wire.SteerFrame([]uint8{0}, []int64{time.Now().UnixNano()}))
+	w.send(t, messageFrame(1, cl.addr, time.Now().UnixNano(), testkit.Request{Method: "BYE", CallID: "x", ToTag: "b"}.Bytes()))
+	cl.expect(t, w.sup[1], "handled BYE")
+	testkit.WaitFor(t, childWait, "two frames handled", func() bool { return w.stats.Load(wire.OffHandled) == 2 })
+	if n := w.stats.Load(wire.OffKindSessions); n != 0 {
+		t.Errorf("want no sessions counted, have %d", n)
+	}
+	w.end(t)
+}
+
+func TestDirectReadsBadSetting(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ direct, want string }{
+		{"2:0", `SIPVISOR_DIRECT="2:0": socket "2"`},
+		{"0", `SIPVISOR_DIRECT="0": want SOCKET:SLOT`},
+	} {
+		w := startChild(t, c.direct, false)
+		err := w.cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || !strings.Contains(w.stderr.String(), c.want) {
+			t.Errorf("%s: want an exit with %q, have %v: %s", c.direct, c.want, err, w.stderr)
+		}
+	}
+}

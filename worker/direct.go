@@ -1,0 +1,464 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sipvisor/sipvisor/frontdoor"
+	"github.com/sipvisor/sipvisor/internal/rawio"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/overload"
+	"github.com/sipvisor/sipvisor/overload/sessions"
+)
+
+// Direct reads (wire.EnvDirect): a UDP worker reads the group's port through
+// a socket of its own in the port's SO_REUSEPORT group, whose kernel program
+// places each datagram by its Call-ID, so that the supervisor's hop costs
+// nothing for most messages. The worker runs a front door of its own over
+// what it reads there and over the messages the supervisor's door hands it:
+// one door per worker follows every session of the worker's calls, wherever
+// their messages came in, and counts them in the stats page.
+
+// steerHashLen is how much of a Call-ID the steering hash covers: the
+// kernel's program reads a bounded prefix.
+const steerHashLen = 24
+
+// steerHash places a Call-ID in a bucket of the steering table (bucket =
+// steerHash % buckets): h = h*31 + b over its first steerHashLen bytes, in
+// uint32 arithmetic, from 0. The kernel's program (package listeners/steer)
+// computes the same over each datagram's Call-ID, and the two must agree: a
+// worker that computed another bucket would take a message for one of a
+// bucket it has long had, and keep from the supervisor's door a message of a
+// call that lives in the bucket's previous worker. TestSteerHash holds a
+// vector to check both by.
+func steerHash(callID []byte) uint32 {
+	var h uint32
+	for _, b := range callID[:min(len(callID), steerHashLen)] {
+		h = h*31 + uint32(b)
+	}
+	return h
+}
+
+// steerTable is the last FrameSteer: the slot of each bucket, and since
+// when (unix ns) it has had it.
+type steerTable struct {
+	slots []uint8
+	since []int64
+}
+
+// settled reports whether the bucket of callID has been slot's long enough
+// that no call of its previous worker may still be pending: a message of a
+// Call-ID this worker does not know then belongs to no call anywhere.
+// Without a table, or with one that gives the bucket to another slot (the
+// kernel's program has moved it and the frame that says so is still on its
+// way), nothing is settled.
+func (t *steerTable) settled(slot uint8, callID []byte, now int64) bool {
+	n := len(t.slots)
+	if n == 0 || len(t.since) != n {
+		return false
+	}
+	b := steerHash(callID) % uint32(n)
+	return t.slots[b] == slot && now-t.since[b] >= int64(sessions.PendingInvite)
+}
+
+// toDoor decides where a message goes that the worker's door has no
+// affinity for: to the supervisor's door (true), or to this worker. One the
+// supervisor's door handed over stays. A new session goes there only from a
+// draining worker, which takes none. Any other message of a Call-ID unknown
+// here goes there while its bucket is not settled: its call may live in the
+// worker that had the bucket, which the supervisor's door knows.
+func toDoor(handed, draining, newSession bool, t *steerTable, slot uint8, callID []byte, now int64) bool {
+	switch {
+	case handed:
+		return false
+	case newSession:
+		return draining
+	}
+	return !t.settled(slot, callID, now)
+}
+
+// admitLocal is what a worker decides about a new session it read, without
+// asking: a refusal when the datagram waited in its socket longer than the
+// group's queue_delay_admission (limit, ns; 0 for none), with the gate's
+// Retry-After, as the supervisor's admission refuses a group whose queue
+// waits that long; an admission when the gate is open, or when the worker
+// drains, as it passes every new session to the supervisor's door, which
+// decides. Otherwise ask: the supervisor decides (wire.AdmitRequest).
+func admitLocal(gate uint64, limit, wait int64, draining bool) (r overload.Refusal, retryAfter int, ask bool) {
+	if limit > 0 && wait > limit {
+		return overload.RefuseQueue, wire.GateRetryAfter(gate), false
+	}
+	if gate&wire.GateOpen != 0 || draining {
+		return overload.RefuseNone, 0, false
+	}
+	return overload.RefuseNone, 0, true
+}
+
+// parseDirect reads wire.EnvDirect, "SOCKET:SLOT": SOCKET indexes the
+// sockets named in wire.EnvSockets (sockets of them).
+func parseDirect(s string, sockets int) (socket int, slot uint8, err error) {
+	a, b, ok := strings.Cut(s, ":")
+	if !ok {
+		return 0, 0, errors.New("want SOCKET:SLOT")
+	}
+	socket, err = strconv.Atoi(a)
+	if err != nil || socket < 0 || socket >= sockets {
+		return 0, 0, fmt.Errorf("socket %q: want the index of one of the %d UDP sockets named in %s", a, sockets, wire.EnvSockets)
+	}
+	v, err := strconv.ParseUint(b, 10, 8)
+	if err != nil {
+		return 0, 0, fmt.Errorf("slot %q: want 0 to 255", b)
+	}
+	return socket, uint8(v), nil
+}
+
+// openDirect readies the passed socket fd for the loop: non-blocking, and
+// stamped with each datagram's arrival, whence how long it waited. It
+// reports whether the socket is an AF_INET6 one.
+func openDirect(fd int) (v6 bool, err error) {
+	unix.CloseOnExec(fd)
+	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err != nil {
+		return false, fmt.Errorf("descriptor %d: %w", fd, err)
+	}
+	if typ != unix.SOCK_DGRAM {
+		return false, fmt.Errorf("descriptor %d: not a datagram socket", fd)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return false, fmt.Errorf("descriptor %d: %w", fd, err)
+	}
+	switch sa.(type) {
+	case *unix.SockaddrInet4:
+	case *unix.SockaddrInet6:
+		v6 = true
+	default:
+		return false, fmt.Errorf("descriptor %d: not an IP socket", fd)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return false, fmt.Errorf("descriptor %d: %w", fd, err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+		return false, fmt.Errorf("descriptor %d: receive timestamps: %w", fd, err)
+	}
+	return v6, nil
+}
+
+var sizeofTimespec = int(unsafe.Sizeof(unix.Timespec{}))
+
+// timestamp is the kernel's receive time (SO_TIMESTAMPNS) among a
+// datagram's control messages, unix ns; 0 without one. Parsed in place:
+// unix.ParseSocketControlMessage allocates per datagram.
+func timestamp(oob []byte) int64 {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(oob) {
+			return 0
+		}
+		if h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS && l >= unix.CmsgLen(sizeofTimespec) {
+			return (*unix.Timespec)(unsafe.Pointer(&oob[unix.CmsgLen(0)])).Nano()
+		}
+		next := unix.CmsgSpace(l - unix.SizeofCmsghdr)
+		if next > len(oob) {
+			return 0
+		}
+		oob = oob[next:]
+	}
+	return 0
+}
+
+// drainQuiet is how long a draining worker's socket must read nothing
+// before the worker says it drained: the supervisor took its buckets from
+// the kernel's program before the drain frame, so what is left is what the
+// socket had queued, read in the loop's next turns, and a datagram or two
+// the kernel placed meanwhile.
+const drainQuiet = 2 * tickEvery
+
+// sweepEvery is how often an idle worker expires its door's sessions: the
+// door's own sweep runs on datagrams only.
+const sweepEvery = int64(time.Second)
+
+// direct is a worker's direct reading: its socket and its door.
+type direct struct {
+	w      *workerLoop
+	fd     int
+	v6     bool
+	socket int   // index of the socket among Env.Sockets
+	slot   uint8 // the worker's slot in the port's group
+	oob    []byte
+	door   *frontdoor.Door
+	self   selfTarget
+	pass   passTarget
+	steer  steerTable
+
+	// The datagram in hand: when the kernel received it (0 for a handed
+	// frame, or without a timestamp), and the frame the door gave this
+	// worker, if it did.
+	arrived int64
+	took    bool
+	frame   []byte
+
+	seq      uint64
+	lastRead int64 // unix ns of the last datagram read from the socket
+	lastDoor int64 // door time of the last datagram through the door
+	sweptAt  int64
+	drainAt  int64
+	peak     waitPeak
+	shown    int64    // OffWait as last stored
+	kinds    [4]int64 // OffKindSessions as last stored
+}
+
+func newDirect(w *workerLoop, fd int, v6 bool, socket int, slot uint8) *direct {
+	d := &direct{w: w, fd: fd, v6: v6, socket: socket, slot: slot, oob: make([]byte, 64)}
+	d.self.d, d.pass.d = d, d
+	d.door = frontdoor.New(socket, d.pick, d.admit, d.reply)
+	d.door.Probe = d.probe
+	return d
+}
+
+// selfTarget is this worker as the door's target: the frame is kept, and
+// handled once the door returns.
+type selfTarget struct{ d *direct }
+
+func (t *selfTarget) SendSeq(f []byte, now int64) (uint64, error) {
+	t.d.took, t.d.frame = true, f
+	t.d.seq++
+	return t.d.seq, nil
+}
+
+// Waiting is false: a frame is handled before the door sees another.
+func (t *selfTarget) Waiting(uint64) bool { return false }
+
+// passTarget is the supervisor's door as the worker's door's target.
+type passTarget struct{ d *direct }
+
+func (t *passTarget) SendSeq(f []byte, now int64) (uint64, error) {
+	d := t.d
+	// The supervisor's door placed it here: this worker holds its call now.
+	// Sent back, it would come back again.
+	if d.door.IsHanded() {
+		return d.self.SendSeq(f, now)
+	}
+	// The session is followed by the door of the worker the supervisor's
+	// door hands it to; counted here too, it would count twice.
+	d.door.NoTrack = true
+	if err := d.w.env.Note(wire.DoorNote(f)); err != nil {
+		return 0, err
+	}
+	d.seq++
+	return d.seq, nil
+}
+
+func (t *passTarget) Waiting(uint64) bool { return false }
+
+func (d *direct) pick(m *sipscan.Msg, newSession bool, now int64) frontdoor.Target {
+	if toDoor(d.door.IsHanded(), d.w.draining, newSession, &d.steer, d.slot, m.CallID, now) {
+		return &d.pass
+	}
+	return &d.self
+}
+
+func (d *direct) admit(m *sipscan.Msg, now int64) (overload.Refusal, int) {
+	gate := d.w.stats.Load(wire.OffGate)
+	var wait int64
+	if d.arrived > 0 {
+		wait = now - d.arrived
+	}
+	r, retry, ask := admitLocal(gate, int64(d.w.stats.Load(wire.OffQueueDelayLimit)), wait, d.w.draining)
+	if !ask {
+		return r, retry
+	}
+	// As a worker reading its own connections asks: a call that fails (the
+	// supervisor stuck or gone) admits, as refusing every new session on a
+	// control channel's hiccup would be worse than serving them.
+	ans, err := d.w.env.Call(wire.AdmitRequest(byte(m.Method), m.CallID))
+	if err != nil {
+		d.w.env.Logger.Warn("admission call failed; admitting", "error", err)
+		return overload.RefuseNone, 0
+	}
+	reason, retry, err := wire.ParseAdmitAnswer(ans)
+	if err != nil {
+		d.w.env.Logger.Warn("admission answer unreadable; admitting", "error", err)
+		return overload.RefuseNone, 0
+	}
+	if reason >= byte(overload.NumRefusals) {
+		// A reason this worker does not know still refuses.
+		return overload.RefuseSuspended, retry
+	}
+	return overload.Refusal(reason), retry
+}
+
+func (d *direct) probe(int64) (bool, int) {
+	g := d.w.stats.Load(wire.OffGate)
+	return g&wire.GateProbesRefused != 0, wire.GateRetryAfter(g)
+}
+
+// reply sends the door's stateless reply from the socket the request came
+// to. A full send buffer is waited out briefly, then the reply dropped: the
+// client retransmits, and the worker must not stall on one peer.
+func (d *direct) reply(b []byte, to netip.AddrPort) {
+	sa := rawio.MakeSockaddr(to, d.v6)
+	for tries := 0; ; tries++ {
+		_, e := rawio.Sendto(d.fd, b, &sa)
+		switch {
+		case e == rawio.EINTR:
+			continue
+		case e == rawio.EAGAIN && tries < 3:
+			unix.Poll([]unix.PollFd{{Fd: int32(d.fd), Events: unix.POLLOUT}}, 1)
+			continue
+		case e != 0:
+			d.door.Stats.ReplyFailed.Add(1)
+		}
+		return
+	}
+}
+
+// read handles a datagram read from the socket: f is the read buffer up to
+// its end, the datagram after wire.MsgHeaderLen free bytes; oob its control
+// messages.
+func (d *direct) read(f []byte, from netip.AddrPort, oob []byte) {
+	now := time.Now().UnixNano()
+	d.arrived = timestamp(oob)
+	d.lastRead, d.lastDoor = now, now
+	d.w.stats.Add(wire.OffDirectRead, 1)
+	if d.arrived > 0 {
+		d.peak.add(now, max(now-d.arrived, 0))
+		d.showWait()
+	}
+	d.door.Handle(f, from, now)
+	// The socket was the datagram's queue: its wait there counts against
+	// max_queue_wait as a frame's wait in the data channel does.
+	at := now
+	if d.arrived > 0 {
+		at = d.arrived
+	}
+	d.take(d.socket, from, at)
+}
+
+// handed handles a message frame the supervisor's door handed over.
+func (d *direct) handed(f []byte) {
+	sock, from, at := wire.ParseMsgHeader(f)
+	d.arrived = 0
+	d.lastDoor = at
+	d.door.Handed(f, from, at)
+	// The door wrote its own socket over the frame's: the reply must leave
+	// from the one the message came to.
+	d.take(sock, from, at)
+}
+
+// take handles the frame the door gave this worker, if it did, as the data
+// channel's message frames are handled.
+func (d *direct) take(sock int, from netip.AddrPort, at int64) {
+	d.door.NoTrack = false
+	d.showSessions()
+	if !d.took {
+		return
+	}
+	d.took = false
+	m := Message{Socket: sock, From: from, Data: d.frame[wire.MsgHeaderLen:]}
+	d.frame = nil
+	if d.w.stale(m.Data, at) {
+		d.w.stats.Add(wire.OffStale, 1)
+		return
+	}
+	d.w.busy(func() { d.w.h.HandleMessage(&m) })
+}
+
+// setSteer takes a FrameSteer.
+func (d *direct) setSteer(b []byte) {
+	slots, since, err := wire.ParseSteerFrame(b)
+	if err != nil {
+		d.w.env.Logger.Warn("steering table", "error", err)
+		return
+	}
+	d.steer = steerTable{slots: slots, since: since}
+}
+
+// tick does, from the loop's timer, what the datagrams do when none come.
+func (d *direct) tick(now int64) {
+	d.peak.roll(now)
+	d.showWait()
+	if now-d.lastDoor >= sweepEvery && now-d.sweptAt >= sweepEvery {
+		d.door.Sessions.Expire(now)
+		d.sweptAt = now
+		d.showSessions()
+	}
+}
+
+// quiet reports whether a draining worker's socket has read nothing for
+// drainQuiet.
+func (d *direct) quiet(now int64) bool { return now >= d.quietAt() }
+
+func (d *direct) quietAt() int64 { return max(d.drainAt, d.lastRead) + int64(drainQuiet) }
+
+// wake is when the loop must tick, at the latest next: when the wait shown
+// is to fall, and when a draining worker's socket will have been quiet.
+func (d *direct) wake(next time.Time, now int64, draining bool) time.Time {
+	if t := d.due(); t > now && t < next.UnixNano() {
+		next = time.Unix(0, t)
+	}
+	if draining {
+		if t := d.quietAt(); t > now && t < next.UnixNano() {
+			next = time.Unix(0, t)
+		}
+	}
+	return next
+}
+
+// due is when the wait shown moves next with no datagram, 0 for never.
+func (d *direct) due() int64 {
+	if d.shown == 0 {
+		return 0
+	}
+	return d.peak.start + wire.WaitWindow
+}
+
+func (d *direct) showWait() {
+	if v := d.peak.value(); v != d.shown {
+		d.shown = v
+		d.w.stats.Store(wire.OffWait, uint64(v))
+	}
+}
+
+func (d *direct) showSessions() {
+	for k := range d.kinds {
+		if v := d.door.Sessions.Counts[k].Load(); v != d.kinds[k] {
+			d.kinds[k] = v
+			d.w.stats.Store(wire.OffKindSessions+8*k, uint64(v))
+		}
+	}
+}
+
+// waitPeak is the longest wait of the window in progress and of the one
+// before it: the larger of the two is shown, so that a peak stays in view a
+// whole window wherever in its own window it came, and a supervisor that
+// samples once a window sees it.
+type waitPeak struct{ start, cur, prev int64 }
+
+func (p *waitPeak) roll(now int64) {
+	if now-p.start < wire.WaitWindow {
+		return
+	}
+	if now-p.start < 2*wire.WaitWindow {
+		p.prev = p.cur
+	} else {
+		p.prev = 0
+	}
+	p.cur, p.start = 0, now
+}
+
+func (p *waitPeak) add(now, wait int64) {
+	p.roll(now)
+	p.cur = max(p.cur, wait)
+}
+
+func (p *waitPeak) value() int64 { return max(p.cur, p.prev) }

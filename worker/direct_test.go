@@ -1,0 +1,219 @@
+package worker
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/overload"
+	"github.com/sipvisor/sipvisor/overload/sessions"
+)
+
+// The kernel's program (package listeners/steer) must place a Call-ID in
+// the same bucket: this vector is to be checked against its hash.
+func TestSteerHash(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		callID string
+		want   uint32
+	}{
+		{"a84b4c76e66710@pc33.atlanta.com", 3954873255},
+		// Past 24 bytes nothing counts.
+		{"a84b4c76e66710@pc33.atlanta.org", 3954873255},
+		{"abc", 96354}, // Java's "abc".hashCode(), the same recurrence
+		{"", 0},
+	} {
+		if have := steerHash([]byte(c.callID)); have != c.want {
+			t.Errorf("steerHash(%q): want %d, have %d", c.callID, c.want, have)
+		}
+	}
+}
+
+func TestToDoor(t *testing.T) {
+	t.Parallel()
+	const slot = 2
+	now := int64(1e18)
+	long := now - int64(sessions.PendingInvite) - 1 // the bucket has been ours long enough
+	recent := now - int64(time.Second)
+	callID := []byte("call-1@test")
+	bucket := steerHash(callID) % 4
+	table := func(owner uint8, since int64) *steerTable {
+		t := &steerTable{slots: []uint8{7, 7, 7, 7}, since: []int64{long, long, long, long}}
+		t.slots[bucket], t.since[bucket] = owner, since
+		return t
+	}
+	for _, c := range []struct {
+		name                         string
+		handed, draining, newSession bool
+		table                        *steerTable
+		want                         bool
+	}{
+		{"a new session is ours", false, false, true, table(slot, recent), false},
+		{"a draining worker takes no new session", false, true, true, table(slot, long), true},
+		{"handed over: ours, even draining", true, true, true, table(slot, recent), false},
+		{"handed over: ours, in a new bucket", true, false, false, table(slot, recent), false},
+		{"unknown call in a bucket long ours: ours", false, false, false, table(slot, long), false},
+		{"unknown call in a bucket newly ours: the supervisor's door", false, false, false, table(slot, recent), true},
+		{"unknown call in a bucket just under the pending time", false, false, false, table(slot, long+2), true},
+		{"unknown call in a bucket another slot has", false, false, false, table(5, long), true},
+		{"unknown call before any table", false, false, false, &steerTable{}, true},
+		{"unknown call while draining, bucket long ours", false, true, false, table(slot, long), false},
+	} {
+		if have := toDoor(c.handed, c.draining, c.newSession, c.table, slot, callID, now); have != c.want {
+			t.Errorf("%s: want %v, have %v", c.name, c.want, have)
+		}
+	}
+}
+
+func TestAdmitLocal(t *testing.T) {
+	t.Parallel()
+	ms := int64(time.Millisecond)
+	for _, c := range []struct {
+		name        string
+		gate        uint64
+		limit, wait int64
+		draining    bool
+		want        overload.Refusal
+		retry       int
+		ask         bool
+	}{
+		{"open gate admits", wire.Gate(true, false, 5), 0, 9 * ms, false, overload.RefuseNone, 0, false},
+		{"closed gate asks", wire.Gate(false, false, 5), 0, 0, false, overload.RefuseNone, 0, true},
+		{"waited past the limit: refused with the gate's Retry-After", wire.Gate(true, false, 7), 10 * ms, 11 * ms, false, overload.RefuseQueue, 7, false},
+		{"waited past the limit at a closed gate: refused without asking", wire.Gate(false, true, 3), 10 * ms, 11 * ms, false, overload.RefuseQueue, 3, false},
+		{"waited as long as the limit: admitted", wire.Gate(true, false, 7), 10 * ms, 10 * ms, false, overload.RefuseNone, 0, false},
+		{"no limit: any wait", wire.Gate(true, false, 7), 0, int64(time.Hour), false, overload.RefuseNone, 0, false},
+		{"probes refused does not close the gate", wire.Gate(true, true, 7), 0, 0, false, overload.RefuseNone, 0, false},
+		{"draining at a closed gate: the supervisor's door decides", wire.Gate(false, false, 5), 0, 0, true, overload.RefuseNone, 0, false},
+		{"draining, waited past the limit: refused", wire.Gate(false, false, 5), 10 * ms, 11 * ms, true, overload.RefuseQueue, 5, false},
+	} {
+		r, retry, ask := admitLocal(c.gate, c.limit, c.wait, c.draining)
+		if r != c.want || retry != c.retry || ask != c.ask {
+			t.Errorf("%s: want %v %d ask %v, have %v %d ask %v", c.name, c.want, c.retry, c.ask, r, retry, ask)
+		}
+	}
+}
+
+func TestParseDirect(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in      string
+		sockets int
+		socket  int
+		slot    uint8
+		err     string
+	}{
+		{"0:3", 1, 0, 3, ""},
+		{"1:255", 2, 1, 255, ""},
+		{"3", 2, 0, 0, "want SOCKET:SLOT"},
+		{"2:0", 2, 0, 0, `socket "2"`},
+		{"-1:0", 2, 0, 0, `socket "-1"`},
+		{"0:0", 0, 0, 0, `socket "0"`},
+		{"x:0", 1, 0, 0, `socket "x"`},
+		{"0:256", 1, 0, 0, `slot "256"`},
+		{"0:", 1, 0, 0, `slot ""`},
+	} {
+		socket, slot, err := parseDirect(c.in, c.sockets)
+		switch {
+		case c.err == "" && err != nil:
+			t.Errorf("%q: %v", c.in, err)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%q: want an error with %q, have %v", c.in, c.err, err)
+		case c.err == "" && (socket != c.socket || slot != c.slot):
+			t.Errorf("%q: want %d:%d, have %d:%d", c.in, c.socket, c.slot, socket, slot)
+		}
+	}
+}
+
+// cmsg appends a control message of level and typ carrying data.
+func cmsg(b []byte, level, typ int32, data []byte) []byte {
+	m := make([]byte, unix.CmsgSpace(len(data)))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&m[0]))
+	h.Level, h.Type = level, typ
+	h.SetLen(unix.CmsgLen(len(data)))
+	copy(m[unix.CmsgLen(0):], data)
+	return append(b, m...)
+}
+
+func TestTimestamp(t *testing.T) {
+	t.Parallel()
+	ts := unix.NsecToTimespec(1_700_000_000_123_456_789)
+	tsb := unsafe.Slice((*byte)(unsafe.Pointer(&ts)), unsafe.Sizeof(ts))
+	stamp := cmsg(nil, unix.SOL_SOCKET, unix.SCM_TIMESTAMPNS, tsb)
+	other := cmsg(nil, unix.SOL_IP, unix.IP_TTL, []byte{64, 0, 0, 0})
+	for _, c := range []struct {
+		name string
+		oob  []byte
+		want int64
+	}{
+		{"the timestamp", stamp, 1_700_000_000_123_456_789},
+		{"after another message", append(append([]byte(nil), other...), stamp...), 1_700_000_000_123_456_789},
+		{"none", other, 0},
+		{"empty", nil, 0},
+		{"truncated", stamp[:len(stamp)-8], 0},
+	} {
+		// Copied into a fresh buffer, aligned as the loop's is.
+		oob := append(make([]byte, 0, len(c.oob)+8), c.oob...)
+		if have := timestamp(oob); have != c.want {
+			t.Errorf("%s: want %d, have %d", c.name, c.want, have)
+		}
+	}
+}
+
+func TestWaitPeak(t *testing.T) {
+	t.Parallel()
+	w := wire.WaitWindow
+	var p waitPeak
+	t0 := int64(1e18)
+	steps := []struct {
+		at, wait int64 // wait < 0: a roll only (the loop's tick)
+		want     int64
+	}{
+		{t0, 5, 5},
+		{t0 + 1, 3, 5},
+		{t0 + w/2, 9, 9},
+		// A new window: the last one's peak stays in view.
+		{t0 + w, 2, 9},
+		{t0 + w + 1, -1, 9},
+		// The window after: the peak before has gone, this one's shows.
+		{t0 + 2*w, -1, 2},
+		// Two windows with nothing: nothing shows.
+		{t0 + 5*w, -1, 0},
+		{t0 + 5*w + 1, 4, 4},
+	}
+	for i, s := range steps {
+		if s.wait >= 0 {
+			p.add(s.at, s.wait)
+		} else {
+			p.roll(s.at)
+		}
+		if have := p.value(); have != s.want {
+			t.Errorf("step %d: want %d, have %d", i, s.want, have)
+		}
+	}
+}
+
+func TestDrainQuiet(t *testing.T) {
+	t.Parallel()
+	q := int64(drainQuiet)
+	d := &direct{drainAt: 1000, lastRead: 500}
+	for _, c := range []struct {
+		lastRead, now int64
+		want          bool
+	}{
+		{500, 1000 + q - 1, false},
+		{500, 1000 + q, true},
+		// A datagram read after the drain began starts the wait again.
+		{2000, 1000 + q, false},
+		{2000, 2000 + q, true},
+	} {
+		d.lastRead = c.lastRead
+		if have := d.quiet(c.now); have != c.want {
+			t.Errorf("last read %d, now %d: want %v, have %v", c.lastRead, c.now, c.want, have)
+		}
+	}
+}
