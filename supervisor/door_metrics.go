@@ -17,7 +17,7 @@ type doorCollector struct {
 	ownAcks                                    *prometheus.Desc
 	malformed, refused, admitted, dropped, aff *prometheus.Desc
 	sessions, absorbed, stale, staleRefused    *prometheus.Desc
-	probesRefused, direct                      *prometheus.Desc
+	probesRefused, direct, directWorkers       *prometheus.Desc
 }
 
 func newDoorCollector(s *Supervisor) *doorCollector {
@@ -41,13 +41,14 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 			"Requests a worker dropped unhandled for having waited longer than max_queue_wait.", []string{"group"}, nil),
 		staleRefused: prometheus.NewDesc("sipvisor_pool_stale_requests_refused_total",
 			"Requests read from a connection that a worker refused with 503 for having waited longer than max_queue_wait.", []string{"group"}, nil),
+		directWorkers: d("direct_workers", "Workers the kernel program places the socket's datagrams on (udp_direct_reads); 0 while every datagram comes through this door."),
 		direct:        d("direct_datagrams_total", "Datagrams the group's workers read from their own sockets of the port (udp_direct_reads), past this door."),
 		probesRefused: d("probes_refused_total", "OPTIONS probes of the server itself answered 503 while it refused every new session (suspended or stopping)."),
 	}
 }
 
 func (c *doorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale, c.staleRefused, c.probesRefused, c.direct} {
+	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale, c.staleRefused, c.probesRefused, c.direct, c.directWorkers} {
 		ch <- d
 	}
 }
@@ -88,6 +89,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		var refused [overload.NumRefusals]uint64
 		if gr.steer != nil {
 			counter(c.direct, gr.steer.counter(wire.OffDirectRead))
+			ch <- prometheus.MustNewConstMetric(c.directWorkers, prometheus.GaugeValue, float64(gr.steer.members.Load()), g)
 			for k := range admitted {
 				admitted[k] = gr.steer.counter(wire.OffDoorAdmitted + 8*k)
 			}

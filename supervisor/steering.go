@@ -53,6 +53,8 @@ type steering struct {
 
 	view atomic.Pointer[steerView]
 	kick chan struct{}
+	// members is how many workers the program places datagrams on.
+	members atomic.Int64
 	// retired is the counters of workers that exited, by page offset
 	// (counterWords), so that a group's totals never go down.
 	retired map[int]uint64
@@ -171,11 +173,16 @@ func (st *steering) refresh(now time.Time) {
 	}
 	gate := wire.Gate(open, probes, retry)
 	delayLimit := uint64(max(s.ov.Limits().QueueDelay.Load(), 0))
+	var maxCall uint64
+	if gr.door != nil {
+		maxCall = uint64(gr.door.Sessions.MaxCallDuration.Load())
+	}
 	ws := gr.g.Workers()
 	for _, w := range ws {
 		p := w.Page()
 		p.Store(wire.OffGate, gate)
 		p.Store(wire.OffQueueDelayLimit, delayLimit)
+		p.Store(wire.OffMaxCallDuration, maxCall)
 	}
 
 	byID := make(map[int]*pool.Worker, len(ws))
@@ -227,6 +234,7 @@ func (st *steering) refresh(now time.Time) {
 		}
 		st.table = table
 		st.direct = len(members) > 0
+		st.members.Store(int64(len(members)))
 		st.gen++
 		v := &steerView{direct: st.direct, prev: st.prev}
 		for b, m := range table {

@@ -19,6 +19,7 @@ import (
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/testkit"
 	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/listeners/steer"
 	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/overload/sessions"
 )
@@ -317,7 +318,7 @@ func TestDirectReads(t *testing.T) {
 	// A bucket newly this worker's: a BYE of a call it does not know goes
 	// to the supervisor's door, as read.
 	now := time.Now().UnixNano()
-	w.send(t, wire.SteerFrame([]uint8{slot, slot, slot, slot}, []int64{now, now, now, now}))
+	w.send(t, wholeTable(slot, now))
 	bye := testkit.Request{Method: "BYE", Via: via, CallID: "old-1", ToTag: "b"}.Bytes()
 	cl.sendTo(t, w.direct, bye)
 	note := w.expectCtl(t, wire.CtlNote)
@@ -334,7 +335,7 @@ func TestDirectReads(t *testing.T) {
 	cl.expect(t, w.sup[0], "handled BYE")
 	// Long its own: the worker handles it.
 	old := now - int64(sessions.PendingInvite) - int64(time.Minute)
-	w.send(t, wire.SteerFrame([]uint8{slot, slot, slot, slot}, []int64{old, old, old, old}))
+	w.send(t, wholeTable(slot, old))
 	// Read before the frame, the BYE would go by the table before it.
 	w.handled(t)
 	cl.sendTo(t, w.direct, testkit.Request{Method: "BYE", Via: via, CallID: "old-2", ToTag: "b"}.Bytes())
@@ -418,4 +419,13 @@ func TestDirectReadsBadSetting(t *testing.T) {
 			t.Errorf("%s: want an exit with %q, have %v: %s", c.direct, c.want, err, w.stderr)
 		}
 	}
+}
+
+// wholeTable is a steering frame that gives every bucket to slot since at.
+func wholeTable(slot uint8, at int64) []byte {
+	slots, since := make([]uint8, steer.Buckets), make([]int64, steer.Buckets)
+	for b := range slots {
+		slots[b], since[b] = slot, at
+	}
+	return wire.SteerFrame(slots, since)
 }

@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"github.com/sipvisor/sipvisor/listeners/steer"
+
 	"errors"
 	"fmt"
 	"net/netip"
@@ -27,26 +29,6 @@ import (
 // one door per worker follows every session of the worker's calls, wherever
 // their messages came in, and counts them in the stats page.
 
-// steerHashLen is how much of a Call-ID the steering hash covers: the
-// kernel's program reads a bounded prefix.
-const steerHashLen = 24
-
-// steerHash places a Call-ID in a bucket of the steering table (bucket =
-// steerHash % buckets): h = h*31 + b over its first steerHashLen bytes, in
-// uint32 arithmetic, from 0. The kernel's program (package listeners/steer)
-// computes the same over each datagram's Call-ID, and the two must agree: a
-// worker that computed another bucket would take a message for one of a
-// bucket it has long had, and keep from the supervisor's door a message of a
-// call that lives in the bucket's previous worker. TestSteerHash holds a
-// vector to check both by.
-func steerHash(callID []byte) uint32 {
-	var h uint32
-	for _, b := range callID[:min(len(callID), steerHashLen)] {
-		h = h*31 + uint32(b)
-	}
-	return h
-}
-
 // steerTable is the last FrameSteer: the slot of each bucket, and since
 // when (unix ns) it has had it.
 type steerTable struct {
@@ -62,10 +44,11 @@ type steerTable struct {
 // way), nothing is settled.
 func (t *steerTable) settled(slot uint8, callID []byte, now int64) bool {
 	n := len(t.slots)
-	if n == 0 || len(t.since) != n {
+	if n != steer.Buckets || len(t.since) != n {
 		return false
 	}
-	b := steerHash(callID) % uint32(n)
+	// The kernel's program places the Call-ID by the same function.
+	b := steer.Bucket(callID)
 	return t.slots[b] == slot && now-t.since[b] >= int64(sessions.PendingInvite)
 }
 
@@ -215,6 +198,8 @@ type direct struct {
 	peak     waitPeak
 	shown    int64    // OffWait as last stored
 	kinds    [4]int64 // OffKindSessions as last stored
+	admitted [4]uint64
+	refused  [overload.NumRefusals]uint64
 }
 
 func newDirect(w *workerLoop, fd int, v6 bool, socket int, slot uint8) *direct {
@@ -387,6 +372,9 @@ func (d *direct) setSteer(b []byte) {
 func (d *direct) tick(now int64) {
 	d.peak.roll(now)
 	d.showWait()
+	if v := int64(d.w.stats.Load(wire.OffMaxCallDuration)); v > 0 {
+		d.door.Sessions.MaxCallDuration.Store(v)
+	}
 	if now-d.lastDoor >= sweepEvery && now-d.sweptAt >= sweepEvery {
 		d.door.Sessions.Expire(now)
 		d.sweptAt = now
@@ -430,10 +418,21 @@ func (d *direct) showWait() {
 }
 
 func (d *direct) showSessions() {
+	st := &d.door.Stats
 	for k := range d.kinds {
 		if v := d.door.Sessions.Counts[k].Load(); v != d.kinds[k] {
 			d.kinds[k] = v
 			d.w.stats.Store(wire.OffKindSessions+8*k, uint64(v))
+		}
+		if v := st.Admitted[k].Load(); v != d.admitted[k] {
+			d.admitted[k] = v
+			d.w.stats.Store(wire.OffDoorAdmitted+8*k, v)
+		}
+	}
+	for r := range d.refused {
+		if v := st.Refused[r].Load(); v != d.refused[r] {
+			d.refused[r] = v
+			d.w.stats.Store(wire.OffDoorRefused+8*r, v)
 		}
 	}
 }

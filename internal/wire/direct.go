@@ -53,6 +53,9 @@ const (
 	// which the supervisor adds to its door's counts.
 	OffDoorAdmitted = 152
 	OffDoorRefused  = 184
+	// Written by the supervisor: max_call_duration, ns, for the sessions
+	// the worker's door follows.
+	OffMaxCallDuration = 248
 )
 
 // Bits of the OffGate word.

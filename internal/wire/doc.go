@@ -77,7 +77,9 @@
 // supervisor writes in the stats page (open: admit; else ask with
 // AdmitRequest; the Retry-After of refusals), refuses by itself a new
 // session that waited in its socket longer than queue_delay_admission, and
-// counts its sessions by kind in the page, which the supervisor sums. A 'T'
+// counts its sessions by kind, and the sessions it admitted and refused, in
+// the page, which the supervisor sums; max_call_duration comes the other
+// way. A 'T'
 // frame tells it which slot has each bucket and since when; a message of a
 // Call-ID it does not know, in a bucket that became its own less than a
 // pending INVITE's lifetime ago, may belong to a call of the bucket's

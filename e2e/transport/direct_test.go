@@ -1,0 +1,82 @@
+package transport
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sipvisor/sipvisor/e2e/internal/harness"
+)
+
+// directServer starts a proxy whose two UDP workers read the SIP port
+// themselves, and waits until the kernel places datagrams on both.
+func directServer(t *testing.T, uas int, extra string) *harness.Server {
+	t.Helper()
+	s := harness.Start(t, harness.ProxyCfg(uas, "udp_workers = 2\ntcp_workers = 1\nudp_direct_reads = yes\n"+extra))
+	s.AwaitMetric(2, "sipvisor_frontdoor_direct_workers", "")
+	return s
+}
+
+// With udp_direct_reads, SIPp's calls complete while nearly every datagram,
+// the UAC's requests and the UAS's responses alike, reaches a worker
+// without the supervisor: the kernel places each on the worker of its
+// Call-ID, and the workers' doors admit and follow the calls.
+func TestSIPpCallsOverUDPDirectReads(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("hundreds of SIPp calls")
+	}
+	uas := harness.SIPpUAS(t).Port
+	s := directServer(t, uas, "")
+	r := harness.RunSIPp(t, 90*time.Second, "-sn", "uac", s.SIPAddr("udp"), "-i", "127.0.0.1",
+		"-r", "50", "-m", "300", "-d", "200", "-timeout", "60", "-timeout_error")
+	if r.Exit != 0 || r.Successful != 300 || r.Failed != 0 {
+		t.Fatalf("want 300 successful calls and 0 failed, have %d/%d (exit %d)\n%s\n%s", r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 40), harness.Tail(s.Log.String(), 30))
+	}
+	// INVITE, ACK and BYE of each call, and the UAS's 180, 200 and 200 to
+	// the BYE: 1,800 datagrams and a few retransmissions.
+	direct := s.Metric("sipvisor_frontdoor_direct_datagrams_total", "")
+	door := s.Metric("sipvisor_frontdoor_datagrams_received_total", "")
+	if direct < 1700 || door > 100 {
+		t.Errorf("want nearly all of 1,800 datagrams read by the workers, have %v by the workers and %v by the door", direct, door)
+	}
+	if v := s.Metric("sipvisor_frontdoor_admitted_sessions_total", `kind="call"`); v != 300 {
+		t.Errorf("want 300 calls admitted, have %v", v)
+	}
+	// Every call ended: the workers' doors saw each BYE.
+	s.AwaitMetric(0, "sipvisor_frontdoor_sessions", `kind="call"`)
+	s.StopDrained()
+}
+
+// A suspension turns direct reads off at once, so the door refuses new
+// sessions with its 503 and Retry-After, and they come back once the
+// server resumes and admission has been open a moment.
+func TestDirectReadsFollowAdmission(t *testing.T) {
+	t.Parallel()
+	s := directServer(t, harness.SIPpUAS(t).Port, "")
+	ua := harness.NewUA(t, s.SIPPort("udp"))
+	if m := ua.Invite(); m.Code != 200 {
+		t.Fatalf("INVITE with direct reads: want 200, have %d\n%s", m.Code, m.Raw)
+	}
+	if out, err := s.Ctl("suspend"); err != nil || !strings.Contains(out, "suspended") {
+		t.Fatalf("ctl suspend: %v: %s", err, out)
+	}
+	if v := s.Metric("sipvisor_frontdoor_direct_workers", ""); v != 0 {
+		t.Fatalf("after ctl suspend: want every datagram through the door, have %v workers reading", v)
+	}
+	for i := range 5 {
+		harness.WantRefused(t, "new INVITE "+strconv.Itoa(i)+" while suspended", ua.Invite())
+	}
+	if out, err := s.Ctl("resume"); err != nil || !strings.Contains(out, "running") {
+		t.Fatalf("ctl resume: %v: %s", err, out)
+	}
+	s.AwaitMetric(2, "sipvisor_frontdoor_direct_workers", "")
+	before := s.Metric("sipvisor_frontdoor_direct_datagrams_total", "")
+	if m := ua.Invite(); m.Code != 200 {
+		t.Fatalf("INVITE after resume: want 200, have %d\n%s", m.Code, m.Raw)
+	}
+	if after := s.Metric("sipvisor_frontdoor_direct_datagrams_total", ""); after < before+3 {
+		t.Errorf("after resume: want the call's INVITE, ACK and BYE read by a worker, have %v more datagrams read directly", after-before)
+	}
+}
