@@ -305,7 +305,8 @@ func (d *Door) handle(frame []byte, from netip.AddrPort, now int64) {
 		return
 	}
 	d.Stats.Forwarded.Add(1)
-	if newSession {
+	if newSession && !d.handed {
+		// A handed session was counted by the door that let it in.
 		d.Stats.Admitted[m.Kind()].Add(1)
 	}
 	d.track(m, key, now)

@@ -2,6 +2,7 @@ package overload
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,33 +163,16 @@ func (a *Admission) Admit(g *Gate, m *sipscan.Msg) Refusal {
 	return RefuseNone
 }
 
-// OpenToAll reports whether Admit would admit any new session on g now,
-// with room to spare: no suspension, every session count, queue and delay
-// under half of its limit, and a throttle that refuses nothing and whose
-// last echoes came back in under half its threshold. Workers that read
-// their own sockets admit by themselves while it holds and leave new
-// sessions to the door otherwise (udp_direct_reads); the margin covers the
-// sessions they take between two evaluations, and a limit is then enforced
-// by the door as exactly as without them.
+// OpenToAll reports whether Admit would admit any new session on g now
+// but for the session limits, with room to spare: no suspension, queue
+// usage and delay under half of their thresholds, and a throttle that
+// refuses nothing and whose last echoes came back in under half its
+// threshold. Workers that read their own sockets admit by themselves while
+// it holds, within quotas that Room gives, and leave new sessions to the
+// door otherwise (udp_direct_reads).
 func (a *Admission) OpenToAll(g *Gate) bool {
 	if a.suspended.Load() || a.stopping.Load() {
 		return false
-	}
-	total, byKind := a.Sessions()
-	for k, n := range byKind {
-		if lim := a.limits.MaxByKind[k].Load(); lim > 0 && 2*n >= lim {
-			return false
-		}
-	}
-	if lim := a.limits.MaxSessions.Load(); lim > 0 && 2*total >= lim {
-		return false
-	}
-	if own, ok := g.group.Sessions(); ok {
-		for _, lim := range []int64{a.limits.MaxPerGroup.Load(), a.limits.MaxPerSocket.Load()} {
-			if lim > 0 && 2*own >= lim {
-				return false
-			}
-		}
 	}
 	if th := a.limits.QueueAdmission.Load(); th > 0 && 2*g.group.QueueUsage() > th {
 		return false
@@ -202,6 +186,35 @@ func (a *Admission) OpenToAll(g *Gate) bool {
 		}
 	}
 	return true
+}
+
+// Unlimited is Room's value for a kind no limit bounds.
+const Unlimited = math.MaxInt64
+
+// Room is how many more new sessions of each kind (sipscan.Kind order) the
+// session limits let g admit now: the least of what max_sessions,
+// max_calls, max_registrations, max_subscriptions, and the group's and
+// socket's limits leave; Unlimited where none applies.
+func (a *Admission) Room(g *Gate) (room [4]int64) {
+	total, byKind := a.Sessions()
+	free := func(lim, n int64) int64 {
+		if lim <= 0 {
+			return Unlimited
+		}
+		return max(lim-n, 0)
+	}
+	own, ok := g.group.Sessions()
+	for k := range room {
+		r := free(a.limits.MaxByKind[k].Load(), byKind[k])
+		if sipscan.Kind(k) != sipscan.KindOther {
+			r = min(r, free(a.limits.MaxSessions.Load(), total))
+		}
+		if ok {
+			r = min(r, free(a.limits.MaxPerGroup.Load(), own), free(a.limits.MaxPerSocket.Load(), own))
+		}
+		room[k] = r
+	}
+	return room
 }
 
 // Decide is Admit with the Retry-After, in seconds, of a refusal.

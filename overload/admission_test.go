@@ -130,8 +130,9 @@ func TestAdmit(t *testing.T) {
 	}
 }
 
-// OpenToAll holds only with every limit under half of its value, so that
-// sessions admitted between two evaluations cannot pass a limit.
+// OpenToAll holds only with every threshold under half of its value, so
+// that sessions admitted between two evaluations cannot pass one; limits
+// are Room's.
 func TestOpenToAll(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -139,8 +140,6 @@ func TestOpenToAll(t *testing.T) {
 		sessions  counts
 		g         load
 		calls     int64
-		total     int64
-		perGroup  int64
 		queue     float64
 		delay     time.Duration
 		lastRTT   time.Duration
@@ -152,11 +151,7 @@ func TestOpenToAll(t *testing.T) {
 		{name: "nothing set", g: load{takes: true, own: 1000}, want: true},
 		{name: "suspended", suspended: true},
 		{name: "stopping", stopping: true},
-		{name: "calls under half their limit", sessions: counts{sipscan.KindCall: 4}, calls: 10, want: true},
-		{name: "calls at half their limit", sessions: counts{sipscan.KindCall: 5}, calls: 10},
-		{name: "max_sessions half reached", sessions: counts{sipscan.KindCall: 3, sipscan.KindRegistration: 2}, total: 10},
-		{name: "the group half full", g: load{takes: true, own: 2}, perGroup: 4},
-		{name: "a group of no sessions has no group limit", g: load{own: 2}, perGroup: 4, want: true},
+		{name: "limits are the quotas' matter", sessions: counts{sipscan.KindCall: 10}, calls: 10, want: true},
 		{name: "queues under half the threshold", g: load{usage: 20}, queue: 50, want: true},
 		{name: "queues over half the threshold", g: load{usage: 26}, queue: 50},
 		{name: "a delay under half the bound", g: load{delay: 100 * time.Millisecond}, delay: 250 * time.Millisecond, want: true},
@@ -169,8 +164,6 @@ func TestOpenToAll(t *testing.T) {
 			a := newAdmission(t, &c, nil)
 			l := a.Limits()
 			l.MaxByKind[sipscan.KindCall].Store(tc.calls)
-			l.MaxSessions.Store(tc.total)
-			l.MaxPerGroup.Store(tc.perGroup)
 			l.QueueAdmission.Store(tc.queue)
 			l.QueueDelay.Store(int64(tc.delay))
 			g := tc.g
@@ -199,6 +192,43 @@ func TestOpenToAll(t *testing.T) {
 	gate.lastRTT.Store(0)
 	if a.OpenToAll(gate) {
 		t.Fatal("open while the throttle refuses a share")
+	}
+}
+
+// Room is the least of what every limit that applies to a kind leaves.
+func TestRoom(t *testing.T) {
+	t.Parallel()
+	const U = Unlimited
+	for _, tc := range []struct {
+		name                                    string
+		sessions                                counts
+		g                                       load
+		total, perGroup, perSocket, calls, regs int64
+		want                                    [4]int64
+	}{
+		{name: "no limit", want: [4]int64{U, U, U, U}},
+		{name: "calls", sessions: counts{0, 3, 0, 0}, calls: 10, want: [4]int64{U, 7, U, U}},
+		{name: "calls at their limit", sessions: counts{0, 12, 0, 0}, calls: 10, want: [4]int64{U, 0, U, U}},
+		{name: "max_sessions bounds every kind but other", sessions: counts{5, 3, 2, 1}, total: 10, want: [4]int64{U, 4, 4, 4}},
+		{name: "the least limit wins", sessions: counts{0, 3, 2, 0}, total: 10, calls: 5, regs: 20, want: [4]int64{U, 2, 5, 5}},
+		{name: "the group's own", g: load{takes: true, own: 6}, perGroup: 8, want: [4]int64{2, 2, 2, 2}},
+		{name: "the socket's own", g: load{takes: true, own: 6}, perSocket: 7, perGroup: 100, want: [4]int64{1, 1, 1, 1}},
+		{name: "a group of no sessions", g: load{own: 6}, perGroup: 8, want: [4]int64{U, U, U, U}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.sessions
+			a := newAdmission(t, &c, nil)
+			l := a.Limits()
+			l.MaxSessions.Store(tc.total)
+			l.MaxPerGroup.Store(tc.perGroup)
+			l.MaxPerSocket.Store(tc.perSocket)
+			l.MaxByKind[sipscan.KindCall].Store(tc.calls)
+			l.MaxByKind[sipscan.KindRegistration].Store(tc.regs)
+			g := tc.g
+			if got := a.Room(a.NewGate(GateOptions{Name: "g", Group: &g})); got != tc.want {
+				t.Fatalf("Room = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 

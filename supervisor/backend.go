@@ -109,9 +109,17 @@ func (b backend) Stats() ctl.Stats {
 		for i := range d.Malformed {
 			bad += d.Malformed[i].Load()
 		}
+		absorbed, probes := d.Absorbed.Load(), d.ProbesRefused.Load()
+		if gr.steer != nil {
+			for i := 1; i < int(sipscan.NumErrors); i++ {
+				bad += gr.steer.counter(wire.OffDoorCounters + 8*(wire.DoorMalformed+i))
+			}
+			absorbed += gr.steer.counter(wire.OffDoorCounters + 8*wire.DoorAbsorbed)
+			probes += gr.steer.counter(wire.OffDoorCounters + 8*wire.DoorProbesRefused)
+		}
 		st.Counters["malformed"] += float64(bad)
-		st.Counters["retransmissions_absorbed"] += float64(d.Absorbed.Load())
-		st.Counters["probes_refused"] += float64(d.ProbesRefused.Load())
+		st.Counters["retransmissions_absorbed"] += float64(absorbed)
+		st.Counters["probes_refused"] += float64(probes)
 	}
 	return st
 }

@@ -77,16 +77,10 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{g}, labels...)...)
 		}
-		counter(c.received, st.Received.Load())
-		counter(c.forwarded, st.Forwarded.Load())
-		counter(c.keepalives, st.Keepalives.Load())
-		counter(c.replied, st.Replied.Load())
-		counter(c.ownAcks, st.OwnAcks.Load())
-		counter(c.absorbed, st.Absorbed.Load())
-		counter(c.probesRefused, st.ProbesRefused.Load())
-		// With direct reads the workers' doors admit and refuse too.
+		// With direct reads the workers' doors count too.
 		var admitted [4]uint64
 		var refused [overload.NumRefusals]uint64
+		w := func(i int) uint64 { return 0 }
 		if gr.steer != nil {
 			counter(c.direct, gr.steer.counter(wire.OffDirectRead))
 			ch <- prometheus.MustNewConstMetric(c.directWorkers, prometheus.GaugeValue, float64(gr.steer.members.Load()), g)
@@ -96,9 +90,17 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 			for r := range refused {
 				refused[r] = gr.steer.counter(wire.OffDoorRefused + 8*r)
 			}
+			w = func(i int) uint64 { return gr.steer.counter(wire.OffDoorCounters + 8*i) }
 		}
+		counter(c.received, st.Received.Load())
+		counter(c.forwarded, st.Forwarded.Load())
+		counter(c.keepalives, st.Keepalives.Load()+w(wire.DoorKeepalives))
+		counter(c.replied, st.Replied.Load()+w(wire.DoorReplied))
+		counter(c.ownAcks, st.OwnAcks.Load()+w(wire.DoorOwnAcks))
+		counter(c.absorbed, st.Absorbed.Load()+w(wire.DoorAbsorbed))
+		counter(c.probesRefused, st.ProbesRefused.Load()+w(wire.DoorProbesRefused))
 		for i := 1; i < int(sipscan.NumErrors); i++ {
-			counter(c.malformed, st.Malformed[i].Load(), sipscan.Error(i).String())
+			counter(c.malformed, st.Malformed[i].Load()+w(wire.DoorMalformed+i), sipscan.Error(i).String())
 		}
 		for r := overload.RefuseSuspended; r < overload.NumRefusals; r++ {
 			counter(c.refused, st.Refused[r].Load()+refused[r], r.String())
@@ -106,9 +108,9 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		for k := range st.Admitted {
 			counter(c.admitted, st.Admitted[k].Load()+admitted[k], sipscan.Kind(k).String())
 		}
-		counter(c.dropped, st.DroppedNoWorker.Load(), "no_worker")
+		counter(c.dropped, st.DroppedNoWorker.Load()+w(wire.DoorDroppedNoWorker), "no_worker")
 		counter(c.dropped, st.DroppedQueueFull.Load(), "queue_full")
-		counter(c.dropped, st.ReplyFailed.Load(), "reply_failed")
+		counter(c.dropped, st.ReplyFailed.Load()+w(wire.DoorReplyFailed), "reply_failed")
 		ch <- prometheus.MustNewConstMetric(c.aff, prometheus.GaugeValue, float64(st.Affinity.Load()), g)
 		for _, k := range []sipscan.Kind{sipscan.KindCall, sipscan.KindSubscription} {
 			ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(gr.sessions(k)), g, k.String())

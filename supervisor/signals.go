@@ -243,6 +243,9 @@ func (s *Supervisor) applySettings(plan reloadPlan, cfg *config.Config) {
 		}
 		gr.g.SetWorkerLimits(cfg.Workers.ReadyTimeout, cfg.Workers.DrainTimeout, cfg.Workers.MemoryLimit)
 	}
+	// Workers that read their own sockets learn the new limits now, not at
+	// the next refresh.
+	s.steerNow()
 	if ss := cfg.SlowStart; s.ssCfg.Load() != nil || plan.changed("slow_start_mode") ||
 		plan.changed("slow_start_unit") || plan.changed("slow_start_value") || plan.changed("slow_start_interval") || plan.changed("slow_start_increment") {
 		if err := s.setSlowStart(ss); err != nil {

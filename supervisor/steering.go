@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"sync"
@@ -38,12 +39,13 @@ type steering struct {
 	udpIndex int
 	u        *udpDoor
 
-	mu     sync.Mutex
-	slots  []*slot // slot i is member i+1 of the port's group
-	table  steer.Table
-	since  [steer.Buckets]int64
-	prev   [steer.Buckets]prevOwner
-	direct bool
+	refreshMu sync.Mutex
+	mu        sync.Mutex
+	slots     []*slot // slot i is member i+1 of the port's group
+	table     steer.Table
+	since     [steer.Buckets]int64
+	prev      [steer.Buckets]prevOwner
+	direct    bool
 	// openSince is when the gate was last seen to open, 0 while it is
 	// closed: datagrams go to workers only after it has been open a while,
 	// so that a gate near a threshold does not move buckets back and forth.
@@ -69,6 +71,9 @@ var counterWords = func() []int {
 	}
 	for r := range int(overload.NumRefusals) {
 		w = append(w, wire.OffDoorRefused+8*r)
+	}
+	for i := range wire.DoorMalformed + int(sipscan.NumErrors) {
+		w = append(w, wire.OffDoorCounters+8*i)
 	}
 	return w
 }()
@@ -163,9 +168,12 @@ func (st *steering) loop(ctx context.Context) error {
 func (st *steering) refresh(now time.Time) {
 	s, gr := st.s, st.gr
 	// One refresh at a time, from reading the state to writing the pages:
-	// two interleaved could leave an older gate in force.
-	st.mu.Lock()
-	defer st.mu.Unlock()
+	// two interleaved could leave an older gate in force. refreshMu is
+	// never held by one who holds the group's lock (workerFiles runs under
+	// it and takes st.mu), and the group's lock is never taken under st.mu.
+	st.refreshMu.Lock()
+	defer st.refreshMu.Unlock()
+	ws := gr.g.Workers()
 	open := s.ov.OpenToAll(gr.gate)
 	probes, retry := s.ov.ProbeRefused()
 	if !probes {
@@ -177,14 +185,20 @@ func (st *steering) refresh(now time.Time) {
 	if gr.door != nil {
 		maxCall = uint64(gr.door.Sessions.MaxCallDuration.Load())
 	}
-	ws := gr.g.Workers()
+	room := s.ov.Room(gr.gate)
 	for _, w := range ws {
 		p := w.Page()
-		p.Store(wire.OffGate, gate)
 		p.Store(wire.OffQueueDelayLimit, delayLimit)
 		p.Store(wire.OffMaxCallDuration, maxCall)
+		for k, r := range room {
+			p.Store(wire.OffQuota+8*k, quota(p.Load(wire.OffDoorAdmitted+8*k), r, len(ws)))
+		}
+		// The gate last: a worker that sees it open sees its quota.
+		p.Store(wire.OffGate, gate)
 	}
 
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	byID := make(map[int]*pool.Worker, len(ws))
 	for _, w := range ws {
 		byID[w.ID] = w
@@ -310,12 +324,16 @@ func (st *steering) exited(w *pool.Worker) {
 // affinity for, in a group with direct reads: a call's message goes to the
 // worker that had its bucket while the call may live there, else to the
 // bucket's worker; a new session, to the bucket's worker while datagrams
-// go to workers, so that its call's later messages meet it there.
+// go to workers, so that its call's later messages meet it there. A
+// draining worker may be the one that had the bucket: it still holds its
+// calls.
 func (st *steering) pick(m *sipscan.Msg, newSession bool, now int64) *pool.Worker {
 	v := st.view.Load()
 	b := steer.Bucket(m.CallID)
-	if !newSession {
-		if p := v.prev[b]; p.w != nil && now < p.until && live(p.w) {
+	if p := v.prev[b]; p.w != nil && now < p.until && live(p.w) {
+		// A new session only within a transaction's lifetime of the move:
+		// it may be a retransmission of a request that worker holds.
+		if !newSession || now < p.until-int64(sessions.PendingInvite-sessions.TransactionLifetime) {
 			return p.w
 		}
 	}
@@ -365,6 +383,17 @@ func (st *steering) longestWait() time.Duration {
 		d = max(d, w.Page().Load(wire.OffWait))
 	}
 	return time.Duration(d)
+}
+
+// quota is a worker's OffQuota word for a kind of which it has admitted
+// admitted sessions, when the limits leave room for that many more among n
+// workers: half the room, shared out, so that what the workers admit before
+// the next refresh cannot pass a limit; the rest is decided by asking.
+func quota(admitted uint64, room int64, n int) uint64 {
+	if room == overload.Unlimited {
+		return math.MaxUint64
+	}
+	return admitted + uint64(room/int64(2*max(n, 1)))
 }
 
 // assignBuckets places the buckets on members (member numbers of the

@@ -271,14 +271,22 @@ func TestDirectReads(t *testing.T) {
 	stat := func(off int) uint64 { return w.stats.Load(off) }
 	calls := wire.OffKindSessions + 8*int(sipscan.KindCall)
 
+	// A table that has long given every bucket to this worker, and room in
+	// its quota of every kind.
+	settled := time.Now().UnixNano() - int64(sessions.PendingInvite) - int64(time.Minute)
+	w.send(t, wholeTable(slot, settled))
+	w.handled(t)
+	for k := range 4 {
+		w.stats.Store(wire.OffQuota+8*k, 1000)
+	}
 	// An open gate: a new call is admitted and handled here, its replies
 	// leaving from the socket named.
 	w.stats.Store(wire.OffGate, wire.Gate(true, false, 0))
 	cl.sendTo(t, w.direct, testkit.Invite("sip:bob@example.com", via, "open-1").Bytes())
 	cl.expect(t, w.sup[0], "handled INVITE")
 	testkit.WaitFor(t, childWait, "one call counted", func() bool { return stat(calls) == 1 })
-	if r, h := stat(wire.OffDirectRead), stat(wire.OffHandled); r != 1 || h != 0 {
-		t.Errorf("want 1 datagram read and no frame handled, have %d and %d", r, h)
+	if r, h := stat(wire.OffDirectRead), stat(wire.OffHandled); r != 1 || h != 2 {
+		t.Errorf("want 1 datagram read and no frame handled but the table and the echo, have %d and %d", r, h)
 	}
 
 	// Probes refused: the worker answers a probe itself.
@@ -319,6 +327,7 @@ func TestDirectReads(t *testing.T) {
 	// to the supervisor's door, as read.
 	now := time.Now().UnixNano()
 	w.send(t, wholeTable(slot, now))
+	w.handled(t)
 	bye := testkit.Request{Method: "BYE", Via: via, CallID: "old-1", ToTag: "b"}.Bytes()
 	cl.sendTo(t, w.direct, bye)
 	note := w.expectCtl(t, wire.CtlNote)
@@ -347,7 +356,7 @@ func TestDirectReads(t *testing.T) {
 	w.send(t, messageFrame(1, cl.addr, time.Now().UnixNano(), testkit.Invite("sip:bob@example.com", via, "handed-1").Bytes()))
 	cl.expect(t, w.sup[1], "handled INVITE")
 	testkit.WaitFor(t, childWait, "two calls counted", func() bool { return stat(calls) == 2 })
-	testkit.WaitFor(t, childWait, "five frames handled", func() bool { return stat(wire.OffHandled) == 5 })
+	testkit.WaitFor(t, childWait, "eight frames handled (three tables, three echoes, two messages)", func() bool { return stat(wire.OffHandled) == 8 })
 
 	// Draining: a new session goes to the supervisor's door, without a
 	// question at a closed gate (that door decides); the worker says it

@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"sync/atomic"
+
 	"github.com/sipvisor/sipvisor/listeners/steer"
 
 	"errors"
@@ -43,27 +45,37 @@ type steerTable struct {
 // kernel's program has moved it and the frame that says so is still on its
 // way), nothing is settled.
 func (t *steerTable) settled(slot uint8, callID []byte, now int64) bool {
+	return t.settledFor(slot, callID, now, sessions.PendingInvite)
+}
+
+// settledFor is settled over a shorter past: the bucket has been slot's for
+// at least d.
+func (t *steerTable) settledFor(slot uint8, callID []byte, now int64, d time.Duration) bool {
 	n := len(t.slots)
 	if n != steer.Buckets || len(t.since) != n {
 		return false
 	}
 	// The kernel's program places the Call-ID by the same function.
 	b := steer.Bucket(callID)
-	return t.slots[b] == slot && now-t.since[b] >= int64(sessions.PendingInvite)
+	return t.slots[b] == slot && now-t.since[b] >= int64(d)
 }
 
 // toDoor decides where a message goes that the worker's door has no
 // affinity for: to the supervisor's door (true), or to this worker. One the
-// supervisor's door handed over stays. A new session goes there only from a
-// draining worker, which takes none. Any other message of a Call-ID unknown
-// here goes there while its bucket is not settled: its call may live in the
-// worker that had the bucket, which the supervisor's door knows.
+// supervisor's door handed over stays. A new session goes there from a
+// draining worker, which takes none, and while its bucket has been this
+// worker's for less than a transaction's lifetime: it may be the
+// retransmission of a request another worker holds (read before the bucket
+// moved, or by the supervisor's door), which that one must absorb. Any
+// other message of a Call-ID unknown here goes there while its bucket is
+// not settled: its call may live in the worker that had the bucket, which
+// the supervisor's door knows.
 func toDoor(handed, draining, newSession bool, t *steerTable, slot uint8, callID []byte, now int64) bool {
 	switch {
 	case handed:
 		return false
 	case newSession:
-		return draining
+		return draining || !t.settledFor(slot, callID, now, sessions.TransactionLifetime)
 	}
 	return !t.settled(slot, callID, now)
 }
@@ -74,12 +86,14 @@ func toDoor(handed, draining, newSession bool, t *steerTable, slot uint8, callID
 // Retry-After, as the supervisor's admission refuses a group whose queue
 // waits that long; an admission when the gate is open, or when the worker
 // drains, as it passes every new session to the supervisor's door, which
-// decides. Otherwise ask: the supervisor decides (wire.AdmitRequest).
-func admitLocal(gate uint64, limit, wait int64, draining bool) (r overload.Refusal, retryAfter int, ask bool) {
+// decides. The gate admits only within the worker's quota of the kind
+// (wire.OffQuota), which keeps the session limits exact. Otherwise ask: the
+// supervisor decides (wire.AdmitRequest).
+func admitLocal(gate uint64, limit, wait int64, draining, inQuota bool) (r overload.Refusal, retryAfter int, ask bool) {
 	if limit > 0 && wait > limit {
 		return overload.RefuseQueue, wire.GateRetryAfter(gate), false
 	}
-	if gate&wire.GateOpen != 0 || draining {
+	if gate&wire.GateOpen != 0 && inQuota || draining {
 		return overload.RefuseNone, 0, false
 	}
 	return overload.RefuseNone, 0, true
@@ -200,6 +214,10 @@ type direct struct {
 	kinds    [4]int64 // OffKindSessions as last stored
 	admitted [4]uint64
 	refused  [overload.NumRefusals]uint64
+	// counters are the door's other counters, in wire.DoorCounter order,
+	// and shown their values as last stored.
+	counters []*atomic.Uint64
+	shownC   []uint64
 }
 
 func newDirect(w *workerLoop, fd int, v6 bool, socket int, slot uint8) *direct {
@@ -207,6 +225,14 @@ func newDirect(w *workerLoop, fd int, v6 bool, socket int, slot uint8) *direct {
 	d.self.d, d.pass.d = d, d
 	d.door = frontdoor.New(socket, d.pick, d.admit, d.reply)
 	d.door.Probe = d.probe
+	st := &d.door.Stats
+	d.counters = []*atomic.Uint64{wire.DoorKeepalives: &st.Keepalives, wire.DoorReplied: &st.Replied,
+		wire.DoorOwnAcks: &st.OwnAcks, wire.DoorProbesRefused: &st.ProbesRefused, wire.DoorAbsorbed: &st.Absorbed,
+		wire.DoorDroppedNoWorker: &st.DroppedNoWorker, wire.DoorReplyFailed: &st.ReplyFailed}
+	for i := range st.Malformed[:min(len(st.Malformed), wire.MaxMalformed)] {
+		d.counters = append(d.counters, &st.Malformed[i])
+	}
+	d.shownC = make([]uint64, len(d.counters))
 	return d
 }
 
@@ -258,7 +284,9 @@ func (d *direct) admit(m *sipscan.Msg, now int64) (overload.Refusal, int) {
 	if d.arrived > 0 {
 		wait = now - d.arrived
 	}
-	r, retry, ask := admitLocal(gate, int64(d.w.stats.Load(wire.OffQueueDelayLimit)), wait, d.w.draining)
+	k := int(m.Kind())
+	inQuota := d.door.Stats.Admitted[k].Load() < d.w.stats.Load(wire.OffQuota+8*k)
+	r, retry, ask := admitLocal(gate, int64(d.w.stats.Load(wire.OffQueueDelayLimit)), wait, d.w.draining, inQuota)
 	if !ask {
 		return r, retry
 	}
@@ -433,6 +461,12 @@ func (d *direct) showSessions() {
 		if v := st.Refused[r].Load(); v != d.refused[r] {
 			d.refused[r] = v
 			d.w.stats.Store(wire.OffDoorRefused+8*r, v)
+		}
+	}
+	for i, c := range d.counters {
+		if v := c.Load(); v != d.shownC[i] {
+			d.shownC[i] = v
+			d.w.stats.Store(wire.OffDoorCounters+8*i, v)
 		}
 	}
 }

@@ -57,7 +57,9 @@ func TestToDoor(t *testing.T) {
 		table                        *steerTable
 		want                         bool
 	}{
-		{"a new session is ours", false, false, true, table(slot, recent), false},
+		{"a new session in a bucket long ours is ours", false, false, true, table(slot, long), false},
+		{"a new session in a bucket newly ours: the supervisor's door, it may be a retransmission", false, false, true, table(slot, recent), true},
+		{"a new session in a bucket ours a transaction's lifetime", false, false, true, table(slot, now-int64(sessions.TransactionLifetime)), false},
 		{"a draining worker takes no new session", false, true, true, table(slot, long), true},
 		{"handed over: ours, even draining", true, true, true, table(slot, recent), false},
 		{"handed over: ours, in a new bucket", true, false, false, table(slot, recent), false},
@@ -96,10 +98,14 @@ func TestAdmitLocal(t *testing.T) {
 		{"draining at a closed gate: the supervisor's door decides", wire.Gate(false, false, 5), 0, 0, true, overload.RefuseNone, 0, false},
 		{"draining, waited past the limit: refused", wire.Gate(false, false, 5), 10 * ms, 11 * ms, true, overload.RefuseQueue, 5, false},
 	} {
-		r, retry, ask := admitLocal(c.gate, c.limit, c.wait, c.draining)
+		r, retry, ask := admitLocal(c.gate, c.limit, c.wait, c.draining, true)
 		if r != c.want || retry != c.retry || ask != c.ask {
 			t.Errorf("%s: want %v %d ask %v, have %v %d ask %v", c.name, c.want, c.retry, c.ask, r, retry, ask)
 		}
+	}
+	// Past its quota an open gate asks.
+	if r, _, ask := admitLocal(wire.Gate(true, false, 5), 0, 0, false, false); r != overload.RefuseNone || !ask {
+		t.Errorf("open gate, quota used up: want to ask, have %v ask %v", r, ask)
 	}
 }
 

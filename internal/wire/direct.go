@@ -56,6 +56,31 @@ const (
 	// Written by the supervisor: max_call_duration, ns, for the sessions
 	// the worker's door follows.
 	OffMaxCallDuration = 248
+	// Written by the supervisor: the worker's quota of new sessions by kind
+	// (4 words): its door admits one of kind k by itself only while its
+	// OffDoorAdmitted count of k is below this word, and asks beyond it.
+	// The supervisor grants each worker at most half of the room a session
+	// limit leaves, divided among the workers, so that the sessions admitted
+	// between two of its evaluations cannot pass the limit.
+	OffQuota = 256
+	// Written by the worker: its door's other counters, a word each in
+	// DoorCounter order, then its malformed datagrams by reason (up to
+	// MaxMalformed words, sipscan.Error order).
+	OffDoorCounters = 288
+)
+
+// The door's counters a worker publishes at OffDoorCounters, by index.
+const (
+	DoorKeepalives = iota
+	DoorReplied
+	DoorOwnAcks
+	DoorProbesRefused
+	DoorAbsorbed
+	DoorDroppedNoWorker
+	DoorReplyFailed
+	DoorMalformed // the first of MaxMalformed
+	// MaxMalformed bounds the malformed reasons published.
+	MaxMalformed = 32
 )
 
 // Bits of the OffGate word.
