@@ -63,6 +63,15 @@ type Target interface {
 	Waiting(seq uint64) bool
 }
 
+// Passer is a Target that passes datagrams on to another door, which
+// decides and counts them (a worker reading its own socket passes some to
+// the supervisor's): when Passes reports true the door neither counts the
+// datagram forwarded or admitted, nor follows its session, nor binds its
+// Call-ID, so that the next message of the call is decided afresh.
+type Passer interface {
+	Passes() bool
+}
+
 // Picker chooses a worker for new work; nil when none can take it.
 // newSession says whether m starts a session, as the door classified it;
 // now is the datagram's time, unix ns.
@@ -139,6 +148,7 @@ func ttl(m *sipscan.Msg, now, until int64) int64 {
 // Stats are the door's counters.
 type Stats struct {
 	Received   atomic.Uint64
+	Passed     atomic.Uint64 // datagrams another door passed on (Passed)
 	Forwarded  atomic.Uint64
 	Keepalives atomic.Uint64
 	Replied    atomic.Uint64 // stateless replies sent (400 and refusals)
@@ -178,6 +188,16 @@ func New(socket int, pick Picker, admit Admission, reply Replier) *Door {
 // then the datagram; the door writes the header there and hands the frame to
 // a worker as is.
 func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
+	d.Stats.Received.Add(1)
+	d.handed = false
+	d.handle(frame, from, now)
+}
+
+// Passed handles a datagram another door read and passed on (a worker
+// reading its own socket gives the supervisor's door what it must not
+// decide about): as Handle, counted as passed rather than received.
+func (d *Door) Passed(frame []byte, from netip.AddrPort, now int64) {
+	d.Stats.Passed.Add(1)
 	d.handed = false
 	d.handle(frame, from, now)
 }
@@ -201,7 +221,6 @@ func (d *Door) Socket() int { return d.socket }
 func (d *Door) IsHanded() bool { return d.handed }
 
 func (d *Door) handle(frame []byte, from netip.AddrPort, now int64) {
-	d.Stats.Received.Add(1)
 	d.from = from
 	if now >= d.sweep {
 		d.expire(now)
@@ -295,6 +314,9 @@ func (d *Door) handle(frame []byte, from netip.AddrPort, now int64) {
 		return
 	}
 	seq, err := w.SendSeq(frame, now)
+	if p, ok := w.(Passer); ok && err == nil && p.Passes() {
+		return
+	}
 	if err != nil {
 		if newSession {
 			d.Stats.Refused[overload.RefuseQueue].Add(1)

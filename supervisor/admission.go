@@ -75,7 +75,17 @@ func (l groupLoad) Sessions() (int64, bool) {
 	return 0, false
 }
 
-func (l groupLoad) QueueUsage() float64 { return queueUsage(l.gr.g.Routable()) }
+func (l groupLoad) QueueUsage() float64 { return l.gr.queueUsage() }
+
+// queueUsage is how full the group's queues are, in percent: its workers'
+// queues of frames, and with direct reads their sockets too.
+func (gr *groupRun) queueUsage() float64 {
+	u := queueUsage(gr.g.Routable())
+	if gr.steer != nil {
+		u = max(u, gr.steer.socketUsage())
+	}
+	return u
+}
 
 // QueueDelay is how long new work would wait: in the least waiting queue,
 // and with direct reads at least as long as datagrams waited lately in the
@@ -145,8 +155,7 @@ func (s *Supervisor) sample(now time.Time) {
 	var heap float64
 	memLimit := float64(s.config().Workers.MemoryLimit)
 	for _, gr := range s.groupRuns() {
-		ws := gr.g.Routable()
-		queues = max(queues, queueUsage(ws))
+		queues = max(queues, gr.queueUsage())
 		for _, w := range gr.g.Workers() {
 			if memLimit > 0 {
 				heap = max(heap, 100*float64(w.HeapBytes())/memLimit)
@@ -230,9 +239,9 @@ func (s *Supervisor) resources() []ctl.Resource {
 			own := gr.allSessions()
 			lim("max_sessions_per_group/"+gr.g.Name(), own, l.MaxPerGroup.Load())
 			lim("max_sessions_per_socket/"+gr.g.Name(), own, l.MaxPerSocket.Load())
-			q := queueUsage(gr.g.Routable())
+			q := gr.queueUsage()
 			out = append(out, ctl.Resource{Name: "queue_admission/" + gr.g.Name(), Value: q, High: qa, Unit: "%", Over: qa > 0 && q > qa})
-			qd, qdh := queueDelay(gr.g.Routable()).Seconds(), time.Duration(l.QueueDelay.Load()).Seconds()
+			qd, qdh := groupLoad{gr, s.connSess}.QueueDelay().Seconds(), time.Duration(l.QueueDelay.Load()).Seconds()
 			out = append(out, ctl.Resource{Name: "queue_delay/" + gr.g.Name(), Value: qd, High: qdh, Unit: "s", Over: qdh > 0 && qd > qdh})
 		}
 		if t := gr.gate.Throttle(); t != nil {

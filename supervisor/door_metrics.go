@@ -12,12 +12,12 @@ import (
 // doorCollector exports the front doors' counters. The doors count with
 // atomics on their hot path; the collector reads them only when scraped.
 type doorCollector struct {
-	s                                          *Supervisor
-	received, forwarded, keepalives, replied   *prometheus.Desc
-	ownAcks                                    *prometheus.Desc
-	malformed, refused, admitted, dropped, aff *prometheus.Desc
-	sessions, absorbed, stale, staleRefused    *prometheus.Desc
-	probesRefused, direct, directWorkers       *prometheus.Desc
+	s                                            *Supervisor
+	received, forwarded, keepalives, replied     *prometheus.Desc
+	ownAcks                                      *prometheus.Desc
+	malformed, refused, admitted, dropped, aff   *prometheus.Desc
+	sessions, absorbed, stale, staleRefused      *prometheus.Desc
+	probesRefused, direct, directWorkers, passed *prometheus.Desc
 }
 
 func newDoorCollector(s *Supervisor) *doorCollector {
@@ -41,6 +41,7 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 			"Requests a worker dropped unhandled for having waited longer than max_queue_wait.", []string{"group"}, nil),
 		staleRefused: prometheus.NewDesc("sipvisor_pool_stale_requests_refused_total",
 			"Requests read from a connection that a worker refused with 503 for having waited longer than max_queue_wait.", []string{"group"}, nil),
+		passed:        d("datagrams_passed_total", "Datagrams the group's workers read from their own sockets (udp_direct_reads) and passed to this door to decide: calls whose worker may be another."),
 		directWorkers: d("direct_workers", "Workers the kernel program places the socket's datagrams on (udp_direct_reads); 0 while every datagram comes through this door."),
 		direct:        d("direct_datagrams_total", "Datagrams the group's workers read from their own sockets of the port (udp_direct_reads), past this door."),
 		probesRefused: d("probes_refused_total", "OPTIONS probes of the server itself answered 503 while it refused every new session (suspended or stopping)."),
@@ -48,7 +49,7 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 }
 
 func (c *doorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale, c.staleRefused, c.probesRefused, c.direct, c.directWorkers} {
+	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale, c.staleRefused, c.probesRefused, c.direct, c.directWorkers, c.passed} {
 		ch <- d
 	}
 }
@@ -83,6 +84,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		w := func(i int) uint64 { return 0 }
 		if gr.steer != nil {
 			counter(c.direct, gr.steer.counter(wire.OffDirectRead))
+			counter(c.passed, st.Passed.Load())
 			ch <- prometheus.MustNewConstMetric(c.directWorkers, prometheus.GaugeValue, float64(gr.steer.members.Load()), g)
 			for k := range admitted {
 				admitted[k] = gr.steer.counter(wire.OffDoorAdmitted + 8*k)

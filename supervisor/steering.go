@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
@@ -374,6 +375,33 @@ func (st *steering) counter(off int) uint64 {
 		}
 	}
 	return n
+}
+
+// socketUsage is how full the fullest of the workers' sockets is, in
+// percent of its receive buffer: with direct reads the socket is a worker's
+// queue, and what queue admission and the event_queue_usage monitor weigh.
+func (st *steering) socketUsage() float64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var u float64
+	for _, sl := range st.slots {
+		if sl.id <= 0 || sl.fd < 0 {
+			continue
+		}
+		// SO_MEMINFO: the bytes queued (SK_MEMINFO_RMEM_ALLOC) and the
+		// buffer (SK_MEMINFO_RCVBUF), as 32-bit words.
+		var mi [9]uint32
+		n := uint32(unsafe.Sizeof(mi))
+		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(sl.fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
+			uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&n)), 0); e != 0 || n < 8 {
+			continue
+		}
+		queued, size := mi[0], mi[1]
+		if size > 0 {
+			u = max(u, 100*float64(queued)/float64(size))
+		}
+	}
+	return u
 }
 
 // longestWait is the longest a datagram waited in a worker's socket lately.

@@ -112,8 +112,12 @@ func (u *udpDoor) run() error {
 }
 
 // handleFrame passes a message frame a worker gave back (wire.DoorNote)
-// through the door, as if the socket had just read it.
-func (u *udpDoor) handleFrame(frame []byte) {
+// through the door, as if the socket had just read it (Door.Passed).
+func (u *udpDoor) handleFrame(frame []byte) { u.handleFrameAs(frame, true) }
+
+// handleFrameAs is handleFrame, for a datagram a worker passed or, when
+// passed is false, one this door read from another socket of the group.
+func (u *udpDoor) handleFrameAs(frame []byte, passed bool) {
 	_, from, _ := wire.ParseMsgHeader(frame)
 	rc, err := u.sock.UDP.SyscallConn()
 	if err != nil {
@@ -122,7 +126,11 @@ func (u *udpDoor) handleFrame(frame []byte) {
 	rc.Control(func(fd uintptr) {
 		u.mu.Lock()
 		u.fd = int(fd)
-		u.door.Handle(frame, from, time.Now().UnixNano())
+		if passed {
+			u.door.Passed(frame, from, time.Now().UnixNano())
+		} else {
+			u.door.Handle(frame, from, time.Now().UnixNano())
+		}
 		u.mu.Unlock()
 	})
 }
@@ -140,7 +148,7 @@ func (u *udpDoor) drainFD(fd int) {
 		case 0:
 			frame := buf[:wire.MsgHeaderLen+n]
 			wire.PutMsgHeader(frame, u.door.Socket(), from, 0)
-			u.handleFrame(frame)
+			u.handleFrameAs(frame, false)
 		case rawio.EINTR:
 		default:
 			return

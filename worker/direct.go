@@ -259,9 +259,6 @@ func (t *passTarget) SendSeq(f []byte, now int64) (uint64, error) {
 	if d.door.IsHanded() {
 		return d.self.SendSeq(f, now)
 	}
-	// The session is followed by the door of the worker the supervisor's
-	// door hands it to; counted here too, it would count twice.
-	d.door.NoTrack = true
 	if err := d.w.env.Note(wire.DoorNote(f)); err != nil {
 		return 0, err
 	}
@@ -271,6 +268,10 @@ func (t *passTarget) SendSeq(f []byte, now int64) (uint64, error) {
 
 func (t *passTarget) Waiting(uint64) bool { return false }
 
+// Passes is true but for a handed frame, which stays here: the supervisor's
+// door decides about, counts and follows what is passed to it.
+func (t *passTarget) Passes() bool { return !t.d.door.IsHanded() }
+
 func (d *direct) pick(m *sipscan.Msg, newSession bool, now int64) frontdoor.Target {
 	if toDoor(d.door.IsHanded(), d.w.draining, newSession, &d.steer, d.slot, m.CallID, now) {
 		return &d.pass
@@ -279,6 +280,10 @@ func (d *direct) pick(m *sipscan.Msg, newSession bool, now int64) frontdoor.Targ
 }
 
 func (d *direct) admit(m *sipscan.Msg, now int64) (overload.Refusal, int) {
+	if toDoor(false, d.w.draining, true, &d.steer, d.slot, m.CallID, now) {
+		// The supervisor's door will decide (pick passes it there).
+		return overload.RefuseNone, 0
+	}
 	gate := d.w.stats.Load(wire.OffGate)
 	var wait int64
 	if d.arrived > 0 {
@@ -371,7 +376,6 @@ func (d *direct) handed(f []byte) {
 // take handles the frame the door gave this worker, if it did, as the data
 // channel's message frames are handled.
 func (d *direct) take(sock int, from netip.AddrPort, at int64) {
-	d.door.NoTrack = false
 	d.showSessions()
 	if !d.took {
 		return

@@ -374,3 +374,29 @@ func (s *Server) ReplaceWorkers(group string, want int) {
 		time.Sleep(20 * time.Millisecond) // polling ctl ps, bounded by the deadline
 	}
 }
+
+// PortDatagrams is how many datagrams the server's UDP SIP ports read: its
+// doors', and with direct reads those its workers read themselves.
+func (s *Server) PortDatagrams() float64 {
+	s.T.Helper()
+	return s.Metric("sipvisor_frontdoor_datagrams_received_total") +
+		s.MetricAbsentAs0("sipvisor_frontdoor_direct_datagrams_total")
+}
+
+// AwaitPortDatagrams waits until the UDP SIP ports have read at least n
+// datagrams (PortDatagrams).
+func (s *Server) AwaitPortDatagrams(n float64, within time.Duration) {
+	s.T.Helper()
+	WaitFor(s.T, fmt.Sprintf("%v datagrams read from the SIP ports", n), within, func() bool { return s.PortDatagrams() >= n })
+}
+
+// AwaitDoorDecides waits, with direct reads, until every datagram goes
+// through the doors again (a protection closed the workers' gate): the
+// workers' view of the gate follows within a refresh. Without direct reads
+// it returns at once.
+func (s *Server) AwaitDoorDecides() {
+	s.T.Helper()
+	WaitFor(s.T, "datagrams through the doors", 5*time.Second, func() bool {
+		return s.MetricAbsentAs0("sipvisor_frontdoor_direct_workers") == 0
+	})
+}
