@@ -53,6 +53,13 @@ type steering struct {
 	openSince time.Time
 	gen       int
 	sent      map[int]int // worker ID → the table generation it was sent
+	// fresh is, by bucket, when the door last placed a new session of it
+	// on another worker than the bucket's (unix ns): a new session of the
+	// bucket read by its worker within a transaction's lifetime of that may
+	// be a retransmission, which the worker passes to the door. sentFresh is
+	// fresh as the workers were last sent it.
+	fresh     [steer.Buckets]atomic.Int64
+	sentFresh [steer.Buckets]int64
 
 	view atomic.Pointer[steerView]
 	kick chan struct{}
@@ -241,6 +248,7 @@ func (st *steering) refresh(now time.Time) {
 			}
 			if old := st.table[b]; old != 0 {
 				st.prev[b] = prevOwner{w: st.slots[old-1].w, until: nowNs + int64(sessions.PendingInvite)}
+				st.fresh[b].Store(nowNs)
 			}
 			st.since[b] = nowNs
 		}
@@ -259,6 +267,14 @@ func (st *steering) refresh(now time.Time) {
 		}
 		st.view.Store(v)
 	}
+	var fresh [steer.Buckets]int64
+	for b := range fresh {
+		fresh[b] = st.fresh[b].Load()
+	}
+	// Workers read the buckets' freshness only while datagrams go to them.
+	if st.direct && fresh != st.sentFresh {
+		st.gen++
+	}
 	// Every worker learns the table once per change, a new one at its
 	// first refresh.
 	var frame []byte
@@ -267,7 +283,8 @@ func (st *steering) refresh(now time.Time) {
 			continue
 		}
 		if frame == nil {
-			frame = wire.SteerFrame(table[:], st.since[:])
+			frame = wire.SteerFrame(table[:], st.since[:], fresh[:])
+			st.sentFresh = fresh
 		}
 		if w.SendOwn(frame) == nil {
 			st.sent[w.ID] = st.gen
@@ -334,7 +351,11 @@ func (st *steering) pick(m *sipscan.Msg, newSession bool, now int64) *pool.Worke
 	if p := v.prev[b]; p.w != nil && now < p.until && live(p.w) {
 		// A new session only within a transaction's lifetime of the move:
 		// it may be a retransmission of a request that worker holds.
-		if !newSession || now < p.until-int64(sessions.PendingInvite-sessions.TransactionLifetime) {
+		if !newSession {
+			return p.w
+		}
+		if now < p.until-int64(sessions.PendingInvite-sessions.TransactionLifetime) {
+			st.fresh[b].Store(now)
 			return p.w
 		}
 	}
@@ -345,6 +366,10 @@ func (st *steering) pick(m *sipscan.Msg, newSession bool, now int64) *pool.Worke
 			}
 			return w
 		}
+	}
+	if newSession {
+		// The door places it as it would without direct reads.
+		st.fresh[b].Store(now)
 	}
 	return nil
 }

@@ -405,7 +405,7 @@ func TestWithoutDirectReads(t *testing.T) {
 	t.Parallel()
 	w := startChild(t, "", true)
 	cl := newClient(t)
-	w.send(t, wire.SteerFrame([]uint8{0}, []int64{time.Now().UnixNano()}))
+	w.send(t, wire.SteerFrame([]uint8{0}, []int64{time.Now().UnixNano()}, []int64{0}))
 	w.send(t, messageFrame(1, cl.addr, time.Now().UnixNano(), testkit.Request{Method: "BYE", CallID: "x", ToTag: "b"}.Bytes()))
 	cl.expect(t, w.sup[1], "handled BYE")
 	testkit.WaitFor(t, childWait, "two frames handled", func() bool { return w.stats.Load(wire.OffHandled) == 2 })
@@ -436,5 +436,5 @@ func wholeTable(slot uint8, at int64) []byte {
 	for b := range slots {
 		slots[b], since[b] = slot, at
 	}
-	return wire.SteerFrame(slots, since)
+	return wire.SteerFrame(slots, since, make([]int64, steer.Buckets))
 }

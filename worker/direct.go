@@ -36,6 +36,9 @@ import (
 type steerTable struct {
 	slots []uint8
 	since []int64
+	// fresh is, by bucket, when another than its slot last took a new
+	// session of it (unix ns, 0 for never).
+	fresh []int64
 }
 
 // settled reports whether the bucket of callID has been slot's long enough
@@ -45,27 +48,34 @@ type steerTable struct {
 // kernel's program has moved it and the frame that says so is still on its
 // way), nothing is settled.
 func (t *steerTable) settled(slot uint8, callID []byte, now int64) bool {
-	return t.settledFor(slot, callID, now, sessions.PendingInvite)
-}
-
-// settledFor is settled over a shorter past: the bucket has been slot's for
-// at least d.
-func (t *steerTable) settledFor(slot uint8, callID []byte, now int64, d time.Duration) bool {
 	n := len(t.slots)
 	if n != steer.Buckets || len(t.since) != n {
 		return false
 	}
 	// The kernel's program places the Call-ID by the same function.
 	b := steer.Bucket(callID)
-	return t.slots[b] == slot && now-t.since[b] >= int64(d)
+	return t.slots[b] == slot && now-t.since[b] >= int64(sessions.PendingInvite)
+}
+
+// newSettled reports whether a new session of callID's bucket is this
+// slot's to take: the bucket is its own, and no other took a new session of
+// it within a transaction's lifetime, so that this cannot be the
+// retransmission of a request another holds.
+func (t *steerTable) newSettled(slot uint8, callID []byte, now int64) bool {
+	n := len(t.slots)
+	if n != steer.Buckets || len(t.fresh) != n {
+		return false
+	}
+	b := steer.Bucket(callID)
+	return t.slots[b] == slot && now-t.fresh[b] >= int64(sessions.TransactionLifetime)
 }
 
 // toDoor decides where a message goes that the worker's door has no
 // affinity for: to the supervisor's door (true), or to this worker. One the
 // supervisor's door handed over stays. A new session goes there from a
-// draining worker, which takes none, and while its bucket has been this
-// worker's for less than a transaction's lifetime: it may be the
-// retransmission of a request another worker holds (read before the bucket
+// draining worker, which takes none, and while another took a new session
+// of its bucket less than a transaction's lifetime ago: it may be the
+// retransmission of a request that one holds (read before the bucket
 // moved, or by the supervisor's door), which that one must absorb. Any
 // other message of a Call-ID unknown here goes there while its bucket is
 // not settled: its call may live in the worker that had the bucket, which
@@ -75,7 +85,7 @@ func toDoor(handed, draining, newSession bool, t *steerTable, slot uint8, callID
 	case handed:
 		return false
 	case newSession:
-		return draining || !t.settledFor(slot, callID, now, sessions.TransactionLifetime)
+		return draining || !t.newSettled(slot, callID, now)
 	}
 	return !t.settled(slot, callID, now)
 }
@@ -392,12 +402,12 @@ func (d *direct) take(sock int, from netip.AddrPort, at int64) {
 
 // setSteer takes a FrameSteer.
 func (d *direct) setSteer(b []byte) {
-	slots, since, err := wire.ParseSteerFrame(b)
+	slots, since, fresh, err := wire.ParseSteerFrame(b)
 	if err != nil {
 		d.w.env.Logger.Warn("steering table", "error", err)
 		return
 	}
-	d.steer = steerTable{slots: slots, since: since}
+	d.steer = steerTable{slots: slots, since: since, fresh: fresh}
 }
 
 // tick does, from the loop's timer, what the datagrams do when none come.

@@ -44,11 +44,15 @@ func TestToDoor(t *testing.T) {
 	callID := []byte("call-1@test")
 	bucket := steer.Bucket(callID)
 	table := func(owner uint8, since int64) *steerTable {
-		t := &steerTable{slots: make([]uint8, steer.Buckets), since: make([]int64, steer.Buckets)}
+		t := &steerTable{slots: make([]uint8, steer.Buckets), since: make([]int64, steer.Buckets), fresh: make([]int64, steer.Buckets)}
 		for b := range t.slots {
 			t.slots[b], t.since[b] = 7, long
 		}
 		t.slots[bucket], t.since[bucket] = owner, since
+		return t
+	}
+	fresh := func(t *steerTable, at int64) *steerTable {
+		t.fresh[bucket] = at
 		return t
 	}
 	for _, c := range []struct {
@@ -58,8 +62,10 @@ func TestToDoor(t *testing.T) {
 		want                         bool
 	}{
 		{"a new session in a bucket long ours is ours", false, false, true, table(slot, long), false},
-		{"a new session in a bucket newly ours: the supervisor's door, it may be a retransmission", false, false, true, table(slot, recent), true},
-		{"a new session in a bucket ours a transaction's lifetime", false, false, true, table(slot, now-int64(sessions.TransactionLifetime)), false},
+		{"a new session in a bucket newly ours, none taken elsewhere: ours", false, false, true, table(slot, recent), false},
+		{"a new session another took one of lately: the supervisor's door, it may be a retransmission", false, false, true, fresh(table(slot, long), recent), true},
+		{"a new session another took one of a transaction's lifetime ago: ours", false, false, true, fresh(table(slot, long), now-int64(sessions.TransactionLifetime)), false},
+		{"a new session of a bucket another slot has: the supervisor's door", false, false, true, table(5, long), true},
 		{"a draining worker takes no new session", false, true, true, table(slot, long), true},
 		{"handed over: ours, even draining", true, true, true, table(slot, recent), false},
 		{"handed over: ours, in a new bucket", true, false, false, table(slot, recent), false},

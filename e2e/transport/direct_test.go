@@ -41,11 +41,10 @@ func TestSIPpCallsOverUDPDirectReads(t *testing.T) {
 	if direct < 1700 || door > 50 {
 		t.Errorf("want nearly all of 1,800 datagrams read by the workers, have %v by the workers and %v by the door", direct, door)
 	}
-	// The buckets moved to the workers when the test began: for a SIP
-	// transaction's lifetime (32 s) a worker passes a new INVITE of a bucket
-	// to the door, as it may retransmit one read elsewhere; nothing else.
-	if passed := s.Metric("sipvisor_frontdoor_datagrams_passed_total", ""); passed > 330 {
-		t.Errorf("want at most the 300 INVITEs and a few retransmissions passed to the door, have %v", passed)
+	// No new session of a bucket went elsewhere before: the workers pass
+	// the door nothing, or the odd retransmission.
+	if passed := s.Metric("sipvisor_frontdoor_datagrams_passed_total", ""); passed > 30 {
+		t.Errorf("want next to nothing passed to the door, have %v", passed)
 	}
 	if v := s.Metric("sipvisor_frontdoor_admitted_sessions_total", `kind="call"`); v != 300 {
 		t.Errorf("want 300 calls admitted, have %v", v)

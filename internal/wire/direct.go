@@ -25,9 +25,13 @@ const (
 
 	// FrameSteer carries the steering table: a count n (1 byte), the slot
 	// of each of n buckets, then for each bucket the unix ns from which it
-	// has had that slot (8 bytes, big endian). A worker passes a message of
-	// a Call-ID it does not know to the supervisor's door while the bucket
-	// is newly its own, since the call may live in the worker that had it.
+	// has had that slot, then for each bucket the unix ns of the last new
+	// session of it that another than its slot took (8 bytes each, big
+	// endian; 0 for none). A worker passes a message of a Call-ID it does
+	// not know to the supervisor's door while the bucket is newly its own,
+	// since the call may live in the worker that had it, and a new session
+	// while another took one of the bucket within a transaction's lifetime,
+	// since it may be a retransmission.
 	FrameSteer = 'T'
 )
 
@@ -111,32 +115,37 @@ func Gate(open, probesRefused bool, retryAfter int) uint64 {
 // GateRetryAfter is the Retry-After, in seconds, an OffGate word carries.
 func GateRetryAfter(g uint64) int { return int(g >> 16 & 0xffff) }
 
-// SteerFrame encodes FrameSteer.
-func SteerFrame(slots []uint8, since []int64) []byte {
-	b := make([]byte, 0, 2+9*len(slots))
+// SteerFrame encodes FrameSteer; since and fresh have as many entries as
+// slots.
+func SteerFrame(slots []uint8, since, fresh []int64) []byte {
+	b := make([]byte, 0, 2+17*len(slots))
 	b = append(b, FrameSteer, byte(len(slots)))
 	b = append(b, slots...)
 	for _, s := range since {
+		b = binary.BigEndian.AppendUint64(b, uint64(s))
+	}
+	for _, s := range fresh {
 		b = binary.BigEndian.AppendUint64(b, uint64(s))
 	}
 	return b
 }
 
 // ParseSteerFrame decodes SteerFrame.
-func ParseSteerFrame(b []byte) (slots []uint8, since []int64, err error) {
+func ParseSteerFrame(b []byte) (slots []uint8, since, fresh []int64, err error) {
 	if len(b) < 2 || b[0] != FrameSteer {
-		return nil, nil, errors.New("steer frame: too short")
+		return nil, nil, nil, errors.New("steer frame: too short")
 	}
 	n := int(b[1])
-	if len(b) != 2+9*n {
-		return nil, nil, errors.New("steer frame: length does not match its count")
+	if len(b) != 2+17*n {
+		return nil, nil, nil, errors.New("steer frame: length does not match its count")
 	}
 	slots = append([]uint8(nil), b[2:2+n]...)
-	since = make([]int64, n)
-	for i := range since {
+	since, fresh = make([]int64, n), make([]int64, n)
+	for i := range n {
 		since[i] = int64(binary.BigEndian.Uint64(b[2+n+8*i:]))
+		fresh[i] = int64(binary.BigEndian.Uint64(b[2+9*n+8*i:]))
 	}
-	return slots, since, nil
+	return slots, since, fresh, nil
 }
 
 // A worker that reads a datagram it must not decide about (one of a call

@@ -80,11 +80,13 @@
 // counts its sessions by kind, and the sessions it admitted and refused, in
 // the page, which the supervisor sums; max_call_duration comes the other
 // way. A 'T'
-// frame tells it which slot has each bucket and since when; a message of a
-// Call-ID it does not know, in a bucket that became its own less than a
-// pending INVITE's lifetime ago, may belong to a call of the bucket's
-// previous worker and goes to the supervisor's door (DoorNote), which knows
-// the history. Messages the supervisor's door hands over ('M' frames) were
+// frame tells it which slot has each bucket, since when, and when another
+// last took a new session of it; a message of a Call-ID it does not know,
+// in a bucket that became its own less than a pending INVITE's lifetime
+// ago, may belong to a call of the bucket's previous worker, and a new
+// session less than a transaction's lifetime after another took one of its
+// bucket may be a retransmission: both go to the supervisor's door
+// (DoorNote), which knows the history. Messages the supervisor's door hands over ('M' frames) were
 // admitted there; the worker's door follows their sessions without asking
 // again.
 //
