@@ -86,9 +86,9 @@
 // ago, may belong to a call of the bucket's previous worker, and a new
 // session less than a transaction's lifetime after another took one of its
 // bucket may be a retransmission: both go to the supervisor's door
-// (DoorNote), which knows the history. Messages the supervisor's door hands over ('M' frames) were
-// admitted there; the worker's door follows their sessions without asking
-// again.
+// (DoorNote), which knows the history. Messages the supervisor's door
+// hands over ('M' frames) were admitted there; the worker's door follows
+// their sessions without asking again.
 //
 // # Profiles
 //
