@@ -192,23 +192,64 @@ func listenReusePort(ua *net.UDPAddr) (*net.UDPConn, error) {
 // group's sockets in the order they join and moves the last into the place
 // of one that closes, so a caller that keeps every member open for the
 // group's life knows each one's index: s is 0, the n-th joined is n.
+//
+// The socket is made with raw system calls and left blocking, so that the
+// file is not registered with the caller's network poller: the worker
+// reads it, and a poller here would wake at every datagram it gets.
 func JoinGroup(s *Socket) (*os.File, error) {
 	if s.UDP == nil {
 		return nil, fmt.Errorf("join %s: not a UDP socket", s.Name())
 	}
-	la := s.UDP.LocalAddr().(*net.UDPAddr)
-	c, err := listenReusePort(la)
+	fail := func(err error) (*os.File, error) { return nil, fmt.Errorf("join %s: %w", s.Name(), err) }
+	// The member is the first socket's twin: its family (a wildcard is an
+	// IPv6 socket that takes IPv4 too), the same v6-only flag, the same
+	// address.
+	rc, err := s.UDP.SyscallConn()
 	if err != nil {
-		return nil, fmt.Errorf("join %s: %w", s.Name(), err)
+		return fail(err)
 	}
-	_ = c.SetReadBuffer(ReadBuffer)
-	_ = c.SetWriteBuffer(ReadBuffer)
-	f, err := c.File()
-	c.Close()
+	var (
+		sa             unix.Sockaddr
+		family, v6only int
+		qerr           error
+	)
+	if err := rc.Control(func(fd uintptr) {
+		if sa, qerr = unix.Getsockname(int(fd)); qerr != nil {
+			return
+		}
+		if family, qerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DOMAIN); qerr != nil {
+			return
+		}
+		if family == unix.AF_INET6 {
+			v6only, qerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_V6ONLY)
+		}
+	}); err != nil {
+		return fail(err)
+	}
+	if qerr != nil {
+		return fail(qerr)
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
 	if err != nil {
-		return nil, fmt.Errorf("join %s: %w", s.Name(), err)
+		return fail(err)
 	}
-	return f, nil
+	opts := [][3]int{{unix.SOL_SOCKET, unix.SO_REUSEPORT, 1}}
+	if family == unix.AF_INET6 {
+		opts = append(opts, [3]int{unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, v6only})
+	}
+	for _, o := range opts {
+		if err := unix.SetsockoptInt(fd, o[0], o[1], o[2]); err != nil {
+			unix.Close(fd)
+			return fail(err)
+		}
+	}
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, ReadBuffer)
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, ReadBuffer)
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return fail(err)
+	}
+	return os.NewFile(uintptr(fd), "udp:"+s.Bound.String()), nil
 }
 
 func boundAddr(proto string, a net.Addr) Addr {

@@ -122,6 +122,26 @@ func TestUDPGroups(t *testing.T) {
 			t.Fatalf("groups=%v: a second bind of %s succeeded", groups, ss[0].Bound)
 		}
 	}
+	// A wildcard's group: the first socket is a dual-stack IPv6 one, and so
+	// is its member, or the two would be no group.
+	wild, err := BindUDPGroups([]Addr{{Proto: "udp", Host: "0.0.0.0", Port: 0}}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(wild)
+	wf, err := JoinGroup(wild[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wf.Close()
+	wc, err := net.FilePacketConn(wf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wc.Close()
+	if got, want := wc.LocalAddr().String(), wild[0].UDP.LocalAddr().String(); got != want {
+		t.Fatalf("wildcard member bound to %s, the group's first socket to %s", got, want)
+	}
 	if _, err := JoinGroup(&Socket{Addr: taken[0], Bound: taken[0]}); err == nil {
 		t.Fatal("JoinGroup of a socket with no UDP connection succeeded")
 	}

@@ -170,22 +170,29 @@ func (a *Admission) Admit(g *Gate, m *sipscan.Msg) Refusal {
 // threshold. Workers that read their own sockets admit by themselves while
 // it holds, within quotas that Room gives, and leave new sessions to the
 // door otherwise (udp_direct_reads).
-func (a *Admission) OpenToAll(g *Gate) bool {
-	if a.suspended.Load() || a.stopping.Load() {
-		return false
+func (a *Admission) OpenToAll(g *Gate) bool { return a.Closed(g) == "" }
+
+// Closed is why OpenToAll does not hold, "" when it does: suspended,
+// stopping, queue_admission, queue_delay or throttle.
+func (a *Admission) Closed(g *Gate) string {
+	switch {
+	case a.suspended.Load():
+		return "suspended"
+	case a.stopping.Load():
+		return "stopping"
 	}
 	if th := a.limits.QueueAdmission.Load(); th > 0 && 2*g.group.QueueUsage() > th {
-		return false
+		return "queue_admission"
 	}
 	if d := a.limits.QueueDelay.Load(); d > 0 && 2*g.QueueDelay() > time.Duration(d) {
-		return false
+		return "queue_delay"
 	}
 	if t := g.throttle.Load(); t != nil {
 		if t.Share() > 0 || 2*g.lastRTT.Load() > t.Config().Threshold {
-			return false
+			return "throttle"
 		}
 	}
-	return true
+	return ""
 }
 
 // Unlimited is Room's value for a kind no limit bounds.

@@ -43,10 +43,13 @@ type steering struct {
 	refreshMu sync.Mutex
 	mu        sync.Mutex
 	slots     []*slot // slot i is member i+1 of the port's group
-	table     steer.Table
-	since     [steer.Buckets]int64
-	prev      [steer.Buckets]prevOwner
-	direct    bool
+	// shadow is each bucket's worker; table is the program's, shadow while
+	// datagrams go to the workers and all the door's (0) otherwise.
+	shadow steer.Table
+	table  steer.Table
+	since  [steer.Buckets]int64
+	prev   [steer.Buckets]prevOwner
+	direct bool
 	// openSince is when the gate was last seen to open, 0 while it is
 	// closed: datagrams go to workers only after it has been open a while,
 	// so that a gate near a threshold does not move buckets back and forth.
@@ -60,6 +63,12 @@ type steering struct {
 	// fresh as the workers were last sent it.
 	fresh     [steer.Buckets]atomic.Int64
 	sentFresh [steer.Buckets]int64
+	// placed is, by bucket, when the door last placed a message of it on
+	// the bucket's worker, and directAt when datagrams last went to the
+	// workers (unix ns): a bucket that moves leaves calls behind only if
+	// either came after it was given to the worker it leaves.
+	placed   [steer.Buckets]atomic.Int64
+	directAt int64
 
 	view atomic.Pointer[steerView]
 	kick chan struct{}
@@ -103,6 +112,7 @@ type prevOwner struct {
 
 // steerView is what the door reads on its goroutine, swapped whole.
 type steerView struct {
+	gen    int
 	direct bool
 	owner  [steer.Buckets]*pool.Worker
 	prev   [steer.Buckets]prevOwner
@@ -120,6 +130,11 @@ func newSteering(s *Supervisor, gr *groupRun, sock *listeners.Socket, udpIndex i
 	st := &steering{s: s, gr: gr, sock: sock, udpIndex: udpIndex, sent: map[int]int{}, kick: make(chan struct{}, 1),
 		retired: map[int]uint64{}}
 	st.view.Store(&steerView{})
+	// Until the first refresh every datagram is the door's: without a
+	// program the kernel would spread them over the members by address.
+	if err := st.attach(steer.DoorProgram()); err != nil {
+		s.log.Warn("steering program not installed; the kernel spreads datagrams by address until it is", "group", gr.g.Name(), "error", err)
+	}
 	return st
 }
 
@@ -182,7 +197,8 @@ func (st *steering) refresh(now time.Time) {
 	st.refreshMu.Lock()
 	defer st.refreshMu.Unlock()
 	ws := gr.g.Workers()
-	open := s.ov.OpenToAll(gr.gate)
+	closed := s.ov.Closed(gr.gate)
+	open := closed == ""
 	probes, retry := s.ov.ProbeRefused()
 	if !probes {
 		retry = s.retryAfter()
@@ -222,45 +238,77 @@ func (st *steering) refresh(now time.Time) {
 	case st.openSince.IsZero():
 		st.openSince = now
 	}
-	direct := open && now.Sub(st.openSince) >= directAfter && gr.ramps.Len() == 0 && !s.ov.Stopping()
+	// The buckets' workers, whether datagrams go to them or to the door:
+	// the door places new sessions by the same table while no worker ramps,
+	// so that a call's worker is the same either way and a switch moves
+	// nothing.
 	var members []uint8
-	if direct {
-		for i, sl := range st.slots {
-			if sl.w != nil && sl.w.State() == pool.Ready {
-				members = append(members, uint8(i+1))
-			}
+	for i, sl := range st.slots {
+		if sl.w != nil && sl.w.State() == pool.Ready {
+			members = append(members, uint8(i+1))
 		}
 	}
-	table := assignBuckets(st.table, members)
-	if table != st.table {
-		prog := steer.DoorProgram()
-		if len(members) > 0 {
-			prog = steer.Program(&table)
-		}
-		if err := st.attach(prog); err != nil {
-			s.log.Warn("steering program not installed; datagrams keep their way", "group", gr.g.Name(), "error", err)
-			return
-		}
-		nowNs := now.UnixNano()
-		for b := range table {
-			if table[b] == st.table[b] {
+	nowNs := now.UnixNano()
+	if shadow := assignBuckets(st.shadow, members); shadow != st.shadow {
+		for b := range shadow {
+			if shadow[b] == st.shadow[b] {
 				continue
 			}
-			if old := st.table[b]; old != 0 {
+			// The worker that had the bucket holds calls of it only if
+			// datagrams went to it or the door placed some there.
+			if old := st.shadow[b]; old != 0 && (st.directAt >= st.since[b] || st.placed[b].Load() >= st.since[b]) {
 				st.prev[b] = prevOwner{w: st.slots[old-1].w, until: nowNs + int64(sessions.PendingInvite)}
 				st.fresh[b].Store(nowNs)
 			}
 			st.since[b] = nowNs
 		}
-		if (len(members) > 0) != st.direct {
-			s.log.Info("direct reads", "group", gr.g.Name(), "on", len(members) > 0, "workers", len(members))
-		}
-		st.table = table
-		st.direct = len(members) > 0
-		st.members.Store(int64(len(members)))
+		st.shadow = shadow
 		st.gen++
-		v := &steerView{direct: st.direct, prev: st.prev}
-		for b, m := range table {
+	}
+	why := closed
+	switch {
+	case why != "":
+	case len(members) == 0:
+		why = "no ready worker"
+	case gr.ramps.Len() > 0:
+		why = "slow start"
+	case now.Sub(st.openSince) < directAfter:
+		why = "admission just opened"
+	}
+	var table steer.Table
+	if why == "" {
+		table = st.shadow
+	}
+	if st.direct || why == "" {
+		st.directAt = nowNs
+	}
+	if table != st.table || st.view.Load().gen != st.gen {
+		if table != st.table {
+			prog := steer.DoorProgram()
+			if why == "" {
+				prog = steer.Program(&table)
+			}
+			if err := st.attach(prog); err != nil {
+				s.log.Warn("steering program not installed; datagrams keep their way", "group", gr.g.Name(), "error", err)
+				return
+			}
+			if direct := why == ""; direct != st.direct {
+				if direct {
+					s.log.Info("direct reads", "group", gr.g.Name(), "on", true, "workers", len(members))
+				} else {
+					s.log.Info("direct reads", "group", gr.g.Name(), "on", false, "reason", why)
+				}
+			}
+			st.table = table
+			st.direct = why == ""
+		}
+		n := 0
+		if st.direct {
+			n = len(members)
+		}
+		st.members.Store(int64(n))
+		v := &steerView{direct: st.direct, prev: st.prev, gen: st.gen}
+		for b, m := range st.shadow {
 			if m != 0 {
 				v.owner[b] = st.slots[m-1].w
 			}
@@ -283,7 +331,7 @@ func (st *steering) refresh(now time.Time) {
 			continue
 		}
 		if frame == nil {
-			frame = wire.SteerFrame(table[:], st.since[:], fresh[:])
+			frame = wire.SteerFrame(st.shadow[:], st.since[:], fresh[:])
 			st.sentFresh = fresh
 		}
 		if w.SendOwn(frame) == nil {
@@ -359,16 +407,18 @@ func (st *steering) pick(m *sipscan.Msg, newSession bool, now int64) *pool.Worke
 			return p.w
 		}
 	}
-	if v.direct {
-		if w := v.owner[b]; w != nil && w.State() == pool.Ready {
-			if newSession {
-				st.gr.ramps.Pick(w, st.gr.g.Routable, true, time.Unix(0, now))
-			}
-			return w
+	// A new session goes to the bucket's worker unless slow start shapes
+	// the pick, which weighs the workers' queues.
+	if w := v.owner[b]; w != nil && w.State() == pool.Ready && (!newSession || v.direct || st.gr.ramps.Len() == 0) {
+		st.placed[b].Store(now)
+		if newSession {
+			st.gr.ramps.Pick(w, st.gr.g.Routable, true, time.Unix(0, now))
 		}
+		return w
 	}
 	if newSession {
-		// The door places it as it would without direct reads.
+		// The door places it as it would without direct reads: elsewhere
+		// than its bucket's worker, maybe.
 		st.fresh[b].Store(now)
 	}
 	return nil

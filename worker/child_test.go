@@ -280,10 +280,11 @@ func TestDirectReads(t *testing.T) {
 		w.stats.Store(wire.OffQuota+8*k, 1000)
 	}
 	// An open gate: a new call is admitted and handled here, its replies
-	// leaving from the socket named.
+	// leaving from the worker's own socket of the port it read (in a real
+	// group, the same address and port as the supervisor's).
 	w.stats.Store(wire.OffGate, wire.Gate(true, false, 0))
 	cl.sendTo(t, w.direct, testkit.Invite("sip:bob@example.com", via, "open-1").Bytes())
-	cl.expect(t, w.sup[0], "handled INVITE")
+	cl.expect(t, w.direct, "handled INVITE")
 	testkit.WaitFor(t, childWait, "one call counted", func() bool { return stat(calls) == 1 })
 	if r, h := stat(wire.OffDirectRead), stat(wire.OffHandled); r != 1 || h != 2 {
 		t.Errorf("want 1 datagram read and no frame handled but the table and the echo, have %d and %d", r, h)
@@ -341,14 +342,14 @@ func TestDirectReads(t *testing.T) {
 	// The supervisor's door hands it back: this worker holds its call now,
 	// whatever its door remembered.
 	w.send(t, messageFrame(0, cl.addr, time.Now().UnixNano(), bye))
-	cl.expect(t, w.sup[0], "handled BYE")
+	cl.expect(t, w.direct, "handled BYE")
 	// Long its own: the worker handles it.
 	old := now - int64(sessions.PendingInvite) - int64(time.Minute)
 	w.send(t, wholeTable(slot, old))
 	// Read before the frame, the BYE would go by the table before it.
 	w.handled(t)
 	cl.sendTo(t, w.direct, testkit.Request{Method: "BYE", Via: via, CallID: "old-2", ToTag: "b"}.Bytes())
-	cl.expect(t, w.sup[0], "handled BYE")
+	cl.expect(t, w.direct, "handled BYE")
 
 	// A call the supervisor's door admitted and handed over: handled with
 	// no question at a closed gate, from the socket it came to, and

@@ -218,6 +218,15 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 			return fmt.Errorf("%s: the socket to read: %w", wire.EnvDirect, err)
 		}
 		w.direct = newDirect(w, fd, v6, sock, slot)
+		// Everything this worker sends from the port leaves from its own
+		// socket of it, same address and port: a send from the
+		// supervisor's socket would wake the supervisor's poller when its
+		// buffer frees, at every datagram.
+		own, err := newSendSocket(fd)
+		if err != nil {
+			return fmt.Errorf("%s: the socket to read: %w", wire.EnvDirect, err)
+		}
+		env.Sockets[sock] = own
 	}
 	env.Submit = w.submitFn
 	env.OpenReplySockets = w.openReplySockets
