@@ -5,7 +5,7 @@ LDFLAGS   := -X github.com/sipvisor/sipvisor/supervisor.Version=$(VERSION)
 PKGS      := ./...
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test-direct all build test test-short lint bench fuzz golden clean demo
+.PHONY: test-door all build test test-short lint bench fuzz golden clean demo
 
 all: lint test build
 
@@ -29,10 +29,10 @@ test:
 test-short:
 	$(GO) test -short -count=1 -timeout 120s $(PKGS)
 
-# The end-to-end tests again with every server's UDP workers reading the SIP
-# port themselves (udp_direct_reads = yes, unless a test's config says).
-test-direct:
-	SIPVISOR_E2E_DIRECT_READS=yes $(GO) test -race -count=1 -timeout 300s ./e2e/...
+# The end-to-end tests again with every datagram through the supervisor's
+# front door (udp_direct_reads = no, unless a test's config says).
+test-door:
+	SIPVISOR_E2E_DIRECT_READS=no $(GO) test -race -count=1 -timeout 300s ./e2e/...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
