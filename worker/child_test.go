@@ -313,16 +313,30 @@ func TestDirectReads(t *testing.T) {
 		t.Errorf("want Retry-After 7, have %q", r)
 	}
 
-	// Any wait in the socket is past a limit of 1 ns: refused without
-	// asking, with the gate's Retry-After. That it is refused proves the
-	// kernel's timestamp came with the datagram.
-	w.stats.Store(wire.OffGate, wire.Gate(false, false, 4))
+	// Any wait in the socket is past a limit of 1 ns: with another datagram
+	// waiting behind it, refused without asking, with the gate's
+	// Retry-After; the last one, alone in the socket, waited for the worker
+	// to be scheduled, not behind a backlog: handled. The worker is stopped
+	// while both arrive, so that they queue. That the first is refused
+	// proves the kernel's timestamp came with the datagram.
 	w.stats.Store(wire.OffQueueDelayLimit, 1)
+	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
 	cl.sendTo(t, w.direct, testkit.Invite("sip:bob@example.com", via, "late-1").Bytes())
-	if r := cl.expect(t, w.direct, "SIP/2.0 503"); !strings.Contains(r, "Retry-After: 4") {
-		t.Errorf("want Retry-After 4, have %q", r)
+	cl.sendTo(t, w.direct, testkit.Invite("sip:bob@example.com", via, "late-2").Bytes())
+	w.stats.Store(wire.OffGate, wire.Gate(true, false, 4))
+	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if r := cl.expect(t, w.direct, "SIP/2.0 503"); !strings.Contains(r, "Retry-After: 4") || !strings.Contains(r, "late-1") {
+		t.Errorf("want late-1 refused with Retry-After 4, have %q", r)
+	}
+	if r := cl.expect(t, w.direct, "handled INVITE"); !strings.Contains(r, "late-2") {
+		t.Errorf("want late-2 handled, have %q", r)
 	}
 	w.stats.Store(wire.OffQueueDelayLimit, 0)
+	w.stats.Store(wire.OffGate, wire.Gate(false, false, 4))
 
 	// A bucket newly this worker's: a BYE of a call it does not know goes
 	// to the supervisor's door, as read.
@@ -356,7 +370,7 @@ func TestDirectReads(t *testing.T) {
 	// followed by this worker's door.
 	w.send(t, messageFrame(1, cl.addr, time.Now().UnixNano(), testkit.Invite("sip:bob@example.com", via, "handed-1").Bytes()))
 	cl.expect(t, w.sup[1], "handled INVITE")
-	testkit.WaitFor(t, childWait, "two calls counted", func() bool { return stat(calls) == 2 })
+	testkit.WaitFor(t, childWait, "three calls counted (open-1, late-2, handed-1)", func() bool { return stat(calls) == 3 })
 	testkit.WaitFor(t, childWait, "eight frames handled (three tables, three echoes, two messages)", func() bool { return stat(wire.OffHandled) == 8 })
 
 	// Draining: a new session goes to the supervisor's door, without a
@@ -394,7 +408,7 @@ func TestDirectReads(t *testing.T) {
 			t.Fatalf("echoed %v, noted %v, drained %v after %v; worker's log: %s", echoed, noted, drained, childWait, w.stderr)
 		}
 	}
-	if n := stat(calls); n != 2 {
+	if n := stat(calls); n != 3 {
 		t.Errorf("want the call passed on left to the worker it goes to, have %d calls here", n)
 	}
 	w.end(t)

@@ -299,6 +299,12 @@ func (d *direct) admit(m *sipscan.Msg, now int64) (overload.Refusal, int) {
 	if d.arrived > 0 {
 		wait = now - d.arrived
 	}
+	// A long wait counts only with more waiting behind it: a datagram
+	// alone in the socket waited for the worker to be scheduled, not
+	// behind a backlog that the next ones would wait behind too.
+	if limit := int64(d.w.stats.Load(wire.OffQueueDelayLimit)); limit > 0 && wait > limit && !d.backlog() {
+		wait = 0
+	}
 	k := int(m.Kind())
 	inQuota := d.door.Stats.Admitted[k].Load() < d.w.stats.Load(wire.OffQuota+8*k)
 	r, retry, ask := admitLocal(gate, int64(d.w.stats.Load(wire.OffQueueDelayLimit)), wait, d.w.draining, inQuota)
@@ -323,6 +329,12 @@ func (d *direct) admit(m *sipscan.Msg, now int64) (overload.Refusal, int) {
 		return overload.RefuseSuspended, retry
 	}
 	return overload.Refusal(reason), retry
+}
+
+// backlog reports whether another datagram waits in the socket.
+func (d *direct) backlog() bool {
+	n, err := unix.IoctlGetInt(d.fd, unix.SIOCINQ)
+	return err == nil && n > 0
 }
 
 func (d *direct) probe(int64) (bool, int) {
