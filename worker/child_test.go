@@ -316,7 +316,8 @@ func TestDirectReads(t *testing.T) {
 	// Any wait in the socket is past a limit of 1 ns: with another datagram
 	// waiting behind it, refused without asking, with the gate's
 	// Retry-After; the last one, alone in the socket, waited for the worker
-	// to be scheduled, not behind a backlog: handled. The worker is stopped
+	// to be scheduled, not behind a backlog (nothing would wait behind it):
+	// handled. The worker is stopped
 	// while both arrive, so that they queue. That the first is refused
 	// proves the kernel's timestamp came with the datagram.
 	w.stats.Store(wire.OffQueueDelayLimit, 1)
@@ -326,6 +327,7 @@ func TestDirectReads(t *testing.T) {
 	cl.sendTo(t, w.direct, testkit.Invite("sip:bob@example.com", via, "late-1").Bytes())
 	cl.sendTo(t, w.direct, testkit.Invite("sip:bob@example.com", via, "late-2").Bytes())
 	w.stats.Store(wire.OffGate, wire.Gate(true, false, 4))
+	time.Sleep(30 * time.Millisecond) // the wait under test: past the 10 ms from which a wait is weighed against the backlog
 	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}

@@ -211,8 +211,15 @@ type direct struct {
 	// frame, or without a timestamp), and the frame the door gave this
 	// worker, if it did.
 	arrived int64
-	took    bool
-	frame   []byte
+	// wait is how long the datagram in hand counts as having waited: what
+	// it waited in the socket, but no longer than the backlog behind it
+	// takes to handle (waitFor).
+	wait int64
+	// cost and size are moving averages of the handling time (ns) and
+	// length of the datagrams read from the socket.
+	cost, size float64
+	took       bool
+	frame      []byte
 
 	seq      uint64
 	lastRead int64 // unix ns of the last datagram read from the socket
@@ -299,11 +306,8 @@ func (d *direct) admit(m *sipscan.Msg, now int64) (overload.Refusal, int) {
 	if d.arrived > 0 {
 		wait = now - d.arrived
 	}
-	// A long wait counts only with more waiting behind it: a datagram
-	// alone in the socket waited for the worker to be scheduled, not
-	// behind a backlog that the next ones would wait behind too.
-	if limit := int64(d.w.stats.Load(wire.OffQueueDelayLimit)); limit > 0 && wait > limit && !d.backlog() {
-		wait = 0
+	if d.arrived > 0 {
+		wait = d.wait
 	}
 	k := int(m.Kind())
 	inQuota := d.door.Stats.Admitted[k].Load() < d.w.stats.Load(wire.OffQuota+8*k)
@@ -331,10 +335,38 @@ func (d *direct) admit(m *sipscan.Msg, now int64) (overload.Refusal, int) {
 	return overload.Refusal(reason), retry
 }
 
-// backlog reports whether another datagram waits in the socket.
-func (d *direct) backlog() bool {
-	n, err := unix.IoctlGetInt(d.fd, unix.SIOCINQ)
-	return err == nil && n > 0
+// waitCheck is the wait in the socket from which waitFor checks it
+// against the backlog: below it, the wait counts as it is.
+const waitCheck = int64(10 * time.Millisecond)
+
+// skbOverhead is roughly what the kernel counts against a socket's buffer
+// for a datagram beyond its bytes.
+const skbOverhead = 768
+
+// waitFor is how long a datagram that waited measured ns in the socket
+// counts as having waited: no longer than the datagrams still in the
+// socket take to handle, at what each cost lately. A datagram that waited
+// while the worker was not scheduled at all (a busy machine) has no
+// backlog behind it, and its wait says nothing of the worker's load, as
+// the supervisor's door, which weighs queues, would not count it either;
+// behind a burst it counts in full.
+func (d *direct) waitFor(measured int64) int64 {
+	if measured <= waitCheck || d.cost == 0 {
+		return measured
+	}
+	// The next datagram's length, 0 with none: exact, where the buffer's
+	// count below lags, as UDP frees read datagrams in batches.
+	if next, err := unix.IoctlGetInt(d.fd, unix.SIOCINQ); err == nil && next == 0 {
+		return 0
+	}
+	var mi [9]uint32
+	n := uint32(unsafe.Sizeof(mi))
+	if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(d.fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
+		uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&n)), 0); e != 0 || n < 4 {
+		return measured
+	}
+	backlog := max(float64(mi[0])/(d.size+skbOverhead), 1) * d.cost
+	return min(measured, int64(backlog))
 }
 
 func (d *direct) probe(int64) (bool, int) {
@@ -371,9 +403,11 @@ func (d *direct) read(f []byte, from netip.AddrPort, oob []byte) {
 	d.lastRead, d.lastDoor = now, now
 	d.w.stats.Add(wire.OffDirectRead, 1)
 	if d.arrived > 0 {
-		d.peak.add(now, max(now-d.arrived, 0))
+		d.wait = d.waitFor(max(now-d.arrived, 0))
+		d.peak.add(now, d.wait)
 		d.showWait()
 	}
+	d.size += (float64(len(f)-wire.MsgHeaderLen) - d.size) / 16
 	d.door.Handle(f, from, now)
 	// The socket was the datagram's queue: its wait there counts against
 	// max_queue_wait as a frame's wait in the data channel does.
@@ -409,7 +443,9 @@ func (d *direct) take(sock int, from netip.AddrPort, at int64) {
 		d.w.stats.Add(wire.OffStale, 1)
 		return
 	}
+	start := time.Now().UnixNano()
 	d.w.busy(func() { d.w.h.HandleMessage(&m) })
+	d.cost += (float64(time.Now().UnixNano()-start) - d.cost) / 16
 }
 
 // setSteer takes a FrameSteer.
