@@ -164,16 +164,19 @@ func (a *Admission) Admit(g *Gate, m *sipscan.Msg) Refusal {
 }
 
 // OpenToAll reports whether Admit would admit any new session on g now
-// but for the session limits, with room to spare: no suspension, queue
-// usage and delay under half of their thresholds, and a throttle that
+// but for the session limits and the queue delay, with room to spare: no
+// suspension, queue usage under half its threshold, and a throttle that
 // refuses nothing and whose last echoes came back in under half its
 // threshold. Workers that read their own sockets admit by themselves while
-// it holds, within quotas that Room gives, and leave new sessions to the
-// door otherwise (udp_direct_reads).
+// it holds, within quotas that Room gives, refusing by queue delay what
+// waited too long in their own sockets, and leave new sessions to the
+// door otherwise (udp_direct_reads). Queue delay closes nothing: a worker
+// weighs its own wait better than the door could, and a door that took
+// every datagram back under load would add its hop to the load.
 func (a *Admission) OpenToAll(g *Gate) bool { return a.Closed(g) == "" }
 
 // Closed is why OpenToAll does not hold, "" when it does: suspended,
-// stopping, queue_admission, queue_delay or throttle.
+// stopping, queue_admission or throttle.
 func (a *Admission) Closed(g *Gate) string {
 	switch {
 	case a.suspended.Load():
@@ -183,9 +186,6 @@ func (a *Admission) Closed(g *Gate) string {
 	}
 	if th := a.limits.QueueAdmission.Load(); th > 0 && 2*g.group.QueueUsage() > th {
 		return "queue_admission"
-	}
-	if d := a.limits.QueueDelay.Load(); d > 0 && 2*g.QueueDelay() > time.Duration(d) {
-		return "queue_delay"
 	}
 	if t := g.throttle.Load(); t != nil {
 		if t.Share() > 0 || 2*g.lastRTT.Load() > t.Config().Threshold {

@@ -27,10 +27,13 @@ import (
 // workers' own doors read.
 //
 // Rule: the program spreads datagrams over the workers only while
-// admission is open to all (overload.Admission.OpenToAll) and no worker is
-// in slow start; otherwise every datagram goes to the supervisor's door as
-// without direct reads, so refusals, limits and ramps are decided where
-// they always were. A bucket that moves keeps a note of the worker that
+// admission is open to all but for the session limits
+// (overload.Admission.OpenToAll; the limits are kept by the quotas each
+// worker is given, Admission.Room) and no worker is in slow start;
+// otherwise every datagram goes to the supervisor's door as without direct
+// reads, so refusals and ramps are decided where they always were. The
+// door places new sessions by the same buckets while no worker ramps, so a
+// switch moves no call. A bucket that moves keeps a note of the worker that
 // had it for a pending INVITE's lifetime: a call of that worker's still
 // reaches it, through the door.
 type steering struct {
@@ -227,9 +230,11 @@ func (st *steering) refresh(now time.Time) {
 	for _, w := range ws {
 		byID[w.ID] = w
 	}
+	// A slot keeps its worker once it has it, gone or not, until exited
+	// frees it: the group's counters add up the workers' pages through it.
 	for _, sl := range st.slots {
-		if sl.id != 0 {
-			sl.w = byID[sl.id]
+		if w := byID[sl.id]; sl.id > 0 && w != nil {
+			sl.w = w
 		}
 	}
 	switch {
