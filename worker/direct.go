@@ -184,10 +184,10 @@ func timestamp(oob []byte) int64 {
 }
 
 // drainQuiet is how long a draining worker's socket must read nothing
-// before the worker says it drained: the supervisor took its buckets from
-// the kernel's program before the drain frame, so what is left is what the
-// socket had queued, read in the loop's next turns, and a datagram or two
-// the kernel placed meanwhile.
+// before the worker says it drained: the supervisor takes its buckets from
+// the kernel's program as the drain begins (within its refresh), so what
+// comes after is what the socket had queued, read in the loop's next turns,
+// and what the kernel placed until the program changed.
 const drainQuiet = 2 * tickEvery
 
 // sweepEvery is how often an idle worker expires its door's sessions: the
