@@ -9,8 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
+	"github.com/sipvisor/sipvisor/internal/rawio"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
@@ -470,13 +470,10 @@ func (st *steering) socketUsage() float64 {
 		}
 		// SO_MEMINFO: the bytes queued (SK_MEMINFO_RMEM_ALLOC) and the
 		// buffer (SK_MEMINFO_RCVBUF), as 32-bit words.
-		var mi [9]uint32
-		n := uint32(unsafe.Sizeof(mi))
-		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(sl.fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
-			uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&n)), 0); e != 0 || n < 8 {
+		queued, size, e := rawio.SocketMemory(sl.fd)
+		if e != 0 {
 			continue
 		}
-		queued, size := mi[0], mi[1]
 		if size > 0 {
 			u = max(u, 100*float64(queued)/float64(size))
 		}

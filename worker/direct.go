@@ -359,13 +359,11 @@ func (d *direct) waitFor(measured int64) int64 {
 	if next, err := unix.IoctlGetInt(d.fd, unix.SIOCINQ); err == nil && next == 0 {
 		return 0
 	}
-	var mi [9]uint32
-	n := uint32(unsafe.Sizeof(mi))
-	if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(d.fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
-		uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&n)), 0); e != 0 || n < 4 {
+	queued, _, e := rawio.SocketMemory(d.fd)
+	if e != 0 {
 		return measured
 	}
-	backlog := max(float64(mi[0])/(d.size+skbOverhead), 1) * d.cost
+	backlog := max(float64(queued)/(d.size+skbOverhead), 1) * d.cost
 	return min(measured, int64(backlog))
 }
 

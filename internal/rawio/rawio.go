@@ -167,6 +167,23 @@ func EpollPoll(epfd int, events []syscall.EpollEvent) (int, syscall.Errno) {
 
 // bufPtr is where b's bytes are; a valid pointer even for an empty b, as the
 // kernel reads nothing from it then.
+// SocketMemory is a socket's receive memory (SO_MEMINFO): the bytes its
+// queued datagrams take (SK_MEMINFO_RMEM_ALLOC, kernel overhead included)
+// and its receive buffer (SK_MEMINFO_RCVBUF).
+func SocketMemory(fd int) (queued, size uint32, e syscall.Errno) {
+	var mi [9]uint32 // SK_MEMINFO_VARS
+	n := uint32(unsafe.Sizeof(mi))
+	_, _, e = syscall.RawSyscall6(syscall.SYS_GETSOCKOPT, uintptr(fd), syscall.SOL_SOCKET, soMeminfo,
+		uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&n)), 0)
+	if e == 0 && n < 8 {
+		e = syscall.EINVAL
+	}
+	return mi[0], mi[1], e
+}
+
+// soMeminfo is SO_MEMINFO, which package syscall does not name.
+const soMeminfo = 55
+
 func bufPtr(b []byte) unsafe.Pointer {
 	if len(b) == 0 {
 		return unsafe.Pointer(&zero)

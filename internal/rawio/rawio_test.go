@@ -257,3 +257,27 @@ func TestRecvmsgFrom(t *testing.T) {
 		})
 	}
 }
+
+// SocketMemory counts a queued datagram against the buffer (UDP frees
+// read datagrams in batches, so what is read is not checked).
+func TestSocketMemory(t *testing.T) {
+	c, fd := udpFD(t, "udp4", "127.0.0.1:0")
+	queued, size, e := SocketMemory(fd)
+	if e != 0 || queued != 0 || size == 0 {
+		t.Fatalf("an empty socket: want 0 queued of a buffer, have %d of %d (%v)", queued, size, e)
+	}
+	if _, err := c.WriteToUDP(make([]byte, 100), c.LocalAddr().(*net.UDPAddr)); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 5*time.Second, "the datagram counted", func() bool {
+		queued, _, e = SocketMemory(fd)
+		return e != 0 || queued >= 100
+	})
+	if e != 0 {
+		t.Fatalf("SO_MEMINFO: %v", e)
+	}
+	recvWait(t, fd, make([]byte, 200))
+	if _, _, e := SocketMemory(-1); e == 0 {
+		t.Fatal("a bad descriptor: want an error")
+	}
+}
