@@ -321,12 +321,19 @@ func TestDirectReads(t *testing.T) {
 	// while both arrive, so that they queue. That the first is refused
 	// proves the kernel's timestamp came with the datagram.
 	w.stats.Store(wire.OffQueueDelayLimit, 1)
+	w.stats.Store(wire.OffGate, wire.Gate(true, false, 4))
 	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// The signal is sent, not yet taken: wait until the worker is stopped.
+	procStat := fmt.Sprintf("/proc/%d/stat", w.cmd.Process.Pid)
+	testkit.WaitFor(t, childWait, "the worker stopped", func() bool {
+		b, err := os.ReadFile(procStat)
+		i := bytes.LastIndexByte(b, ')')
+		return err == nil && i > 0 && i+2 < len(b) && b[i+2] == 'T'
+	})
 	cl.sendTo(t, w.direct, testkit.Invite("sip:bob@example.com", via, "late-1").Bytes())
 	cl.sendTo(t, w.direct, testkit.Invite("sip:bob@example.com", via, "late-2").Bytes())
-	w.stats.Store(wire.OffGate, wire.Gate(true, false, 4))
 	time.Sleep(30 * time.Millisecond) // the wait under test: past the 10 ms from which a wait is weighed against the backlog
 	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
