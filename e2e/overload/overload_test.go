@@ -364,7 +364,7 @@ func TestQueueAdmissionThreshold(t *testing.T) {
 	// 1% of the worker's queue is 41 frames. OPTIONS are not new sessions
 	// and are queued whatever the threshold; with Max-Forwards 0 the script
 	// answers them statelessly, so no transaction outlives the test.
-	// With direct reads (the default) the worker's queue is its socket,
+	// With direct reads (udp_direct_reads) the worker's queue is its socket,
 	// 1% of whose buffer takes more of them: they are sent until the
 	// threshold is passed, 3,000 at most.
 	// They come from a socket of their own, whose answers nobody reads: the

@@ -46,7 +46,7 @@ func TestSIPpCallsOverUDPWithReplySockets(t *testing.T) {
 	// Retransmissions may add a few; the UAS's 180, 200 and 200 to BYE
 	// would add 900.
 	// The SIP port's datagrams: the door's, and with direct reads
-	// (the default) those the workers read from the port themselves.
+	// (udp_direct_reads) those the workers read from the port themselves.
 	v := s.PortDatagrams()
 	if v < 900 || v > 1000 {
 		t.Errorf("want the SIP port to read the uac's 900 requests and at most a few retransmissions, have %v", v)
