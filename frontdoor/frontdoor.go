@@ -314,6 +314,15 @@ func (d *Door) handle(frame []byte, from netip.AddrPort, now int64) {
 		return
 	}
 	seq, err := w.SendSeq(frame, now)
+	if err != nil && err != wire.ErrQueueFull {
+		// The worker ended between the pick and the send (a draining one
+		// the pick still held calls for, which has just drained): whatever
+		// it held is over, so the message is work for the next pick.
+		if w2 := d.pick(m, newSession, now); w2 != nil && w2 != w {
+			w = w2
+			seq, err = w.SendSeq(frame, now)
+		}
+	}
 	if p, ok := w.(Passer); ok && err == nil && p.Passes() {
 		return
 	}
@@ -323,7 +332,11 @@ func (d *Door) handle(frame []byte, from netip.AddrPort, now int64) {
 			d.sendReply(dgram, 503, 5)
 			return
 		}
-		d.Stats.DroppedQueueFull.Add(1)
+		if err == wire.ErrQueueFull {
+			d.Stats.DroppedQueueFull.Add(1)
+		} else {
+			d.Stats.DroppedNoWorker.Add(1)
+		}
 		return
 	}
 	d.Stats.Forwarded.Add(1)

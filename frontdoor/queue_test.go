@@ -3,6 +3,8 @@ package frontdoor
 import (
 	"errors"
 	"sync"
+	"testing"
+	"time"
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/pool"
@@ -111,5 +113,41 @@ func (ws workers) received() uint64 {
 func (ws workers) take() {
 	for _, q := range ws {
 		q.take()
+	}
+}
+
+// A worker that ends between the door's pick and its send (a draining one
+// that has just drained) costs the message nothing: the door picks again.
+// Only when no other worker is left is the message dropped, and counted as
+// having had no worker, not as a full queue.
+func TestWorkerEndedAtThePick(t *testing.T) {
+	t.Parallel()
+	ws := newWorkers(2)
+	ws[0].ended = true
+	picks := 0
+	// The first pick still names the ended worker, as a pick made just
+	// before the end frame went out does.
+	pick := func(m *sipscan.Msg, newSession bool, now int64) Target {
+		picks++
+		if picks == 1 {
+			return ws[0]
+		}
+		return ws.pick(m, newSession, now)
+	}
+	d := New(0, pick, nil, nil)
+	now := time.Now().UnixNano()
+	d.Handle(frame(options("sip:bob@example.com", "t1")), src, now)
+	if ws[1].received() != 1 {
+		t.Fatalf("want the message on the worker still running, have %d there", ws[1].received())
+	}
+	if n := d.Stats.DroppedNoWorker.Load() + d.Stats.DroppedQueueFull.Load(); n != 0 {
+		t.Fatalf("want nothing dropped, have %d", n)
+	}
+	ws[1].ended = true
+	picks = 0
+	d.Handle(frame(options("sip:bob@example.com", "t2")), src, now+1)
+	if d.Stats.DroppedNoWorker.Load() != 1 || d.Stats.DroppedQueueFull.Load() != 0 {
+		t.Fatalf("want the message dropped for want of a worker, have no_worker=%d queue_full=%d",
+			d.Stats.DroppedNoWorker.Load(), d.Stats.DroppedQueueFull.Load())
 	}
 }

@@ -231,6 +231,14 @@ func (w *Worker) QueueDelay() time.Duration {
 	return max(w.QueueAge(time.Now().UnixNano()), time.Duration(int64(w.Queue())*w.frameNs.Load()))
 }
 
+// Ended reports whether the worker has been sent its end frame: Send fails
+// from then on, though the process may still be finishing what it had.
+func (w *Worker) Ended() bool {
+	w.sendMu.RLock()
+	defer w.sendMu.RUnlock()
+	return w.ended
+}
+
 // Waiting reports whether the frame with sequence number seq (SendSeq) is
 // still in the worker's queue. A worker that has ended has nothing queued.
 func (w *Worker) Waiting(seq uint64) bool {

@@ -16,21 +16,31 @@ import (
 // message sent — including those handed to workers that were draining — is
 // answered.
 //
+// Both ways a group's datagrams reach its workers: read by the workers
+// themselves, where a drained worker's buckets move to others while their
+// calls' messages still find it, and each through the supervisor's door.
+//
 // Not parallel: the group scales on its workers' measured load, which
 // other tests' load would blur.
 func TestGroupScalesUpAndDownLosingNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives real processes for several seconds")
 	}
+	t.Run("direct reads", func(t *testing.T) { scaleLosingNothing(t, "yes") })
+	t.Run("through the door", func(t *testing.T) { scaleLosingNothing(t, "no") })
+}
+
+func scaleLosingNothing(t *testing.T, direct string) {
 	st := startSupervisor(t, cfgf(`
 socket = udp:127.0.0.1:0
 http_listen = 127.0.0.1:0
+udp_direct_reads = %s
 auto_scaling_cycle = 0.2
 auto_scaling_cooldown = 5
 auto_scaling_profile = P scale up to 4 on 60%% for 2 cycles within 3 scale down to 2 on 20%% for 3 cycles
 udp_workers = 2 use_auto_scaling_profile P
 route { exit; }
-`), costWorker(2*time.Millisecond), nil)
+`, direct), costWorker(2*time.Millisecond), nil)
 	g := st.s.Groups()[0]
 	testkit.WaitFor(t, patience, "2 ready workers", func() bool { return len(g.Routable()) == 2 })
 
@@ -60,6 +70,7 @@ route { exit; }
 		}
 	}()
 	seq := 0
+	var sentAt []time.Time
 	// send paces datagrams at rate per second until stop says so.
 	send := func(rate int, stop func() bool, limit time.Duration) {
 		sentHere := 0
@@ -72,6 +83,7 @@ route { exit; }
 			due := int(time.Since(start).Seconds() * float64(rate))
 			for ; sentHere < due; sentHere++ {
 				client.WriteTo(numbered("OPTIONS", seq), dst)
+				sentAt = append(sentAt, time.Now())
 				seq++
 			}
 		}
@@ -90,6 +102,19 @@ route { exit; }
 		t.Fatalf("want the group back at 2 when idle, have %d", g.Live())
 	}
 	sent := seq
+	defer func() {
+		if !t.Failed() {
+			return
+		}
+		// When each lost message was sent, to set beside the log's events.
+		mu.Lock()
+		defer mu.Unlock()
+		for i := 0; i < sent; i++ {
+			if !got[i] {
+				t.Logf("message %d of %d, sent at %s, was not answered", i, sent, sentAt[i].UTC().Format("15:04:05.000"))
+			}
+		}
+	}()
 	testkit.WaitFor(t, patience, "every message answered", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -429,9 +429,11 @@ func (st *steering) pick(m *sipscan.Msg, newSession bool, now int64) *pool.Worke
 	return nil
 }
 
+// live reports whether w may still hold calls and take their messages: a
+// draining worker does until it has drained and been sent its end.
 func live(w *pool.Worker) bool {
 	s := w.State()
-	return s == pool.Ready || s == pool.Draining
+	return (s == pool.Ready || s == pool.Draining) && !w.Ended()
 }
 
 // sessions is the sessions in progress the group's workers follow, by kind.
