@@ -135,7 +135,7 @@ type WorkerSettings struct {
 	MemoryLimit int64 `json:"memory_limit"`
 	// ReplySockets: worker_reply_sockets (default no).
 	ReplySockets bool `json:"reply_sockets"`
-	// DirectReads: udp_direct_reads (default no).
+	// DirectReads: udp_direct_reads (default yes).
 	DirectReads bool `json:"direct_reads"`
 }
 

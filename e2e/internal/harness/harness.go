@@ -127,11 +127,11 @@ func Start(t testing.TB, cfg string, flags ...string) *Server {
 	return StartIn(t, t.TempDir(), cfg, flags...)
 }
 
-// DoorReads runs every server the tests start with udp_direct_reads = no
-// (unless its config says), so that the suite shows the guarantees hold
-// with every datagram through the supervisor's door too:
-// SIPVISOR_E2E_DIRECT_READS=no (make test-door).
-var DoorReads = os.Getenv("SIPVISOR_E2E_DIRECT_READS") == "no"
+// DirectReads, when set, is the udp_direct_reads every server the tests
+// start runs with (unless its config says), so that the suite shows the
+// guarantees hold both ways: SIPVISOR_E2E_DIRECT_READS=no (make test-door)
+// passes every datagram through the supervisor's door.
+var DirectReads = os.Getenv("SIPVISOR_E2E_DIRECT_READS")
 
 // StartIn is Start with the config file in dir, where the default location
 // store keeps its database: a server started again in the same dir finds
@@ -139,8 +139,8 @@ var DoorReads = os.Getenv("SIPVISOR_E2E_DIRECT_READS") == "no"
 func StartIn(t testing.TB, dir, cfg string, flags ...string) *Server {
 	t.Helper()
 	path := filepath.Join(dir, "sipvisor.cfg")
-	if DoorReads && !strings.Contains(cfg, "udp_direct_reads") {
-		cfg += "\nudp_direct_reads = no\n"
+	if DirectReads != "" && !strings.Contains(cfg, "udp_direct_reads") {
+		cfg += "\nudp_direct_reads = " + DirectReads + "\n"
 	}
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
