@@ -2,9 +2,11 @@ package pool
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -602,5 +604,39 @@ func TestExitedWorkerStillReadable(t *testing.T) {
 	_ = w.Sessions()
 	if _, _, ws := fx.g.Sample(time.Now()); len(ws) > 1 {
 		t.Errorf("want at most the replacement sampled, have %+v", ws)
+	}
+}
+
+// A UDP worker runs its loop on one P unless the environment says
+// otherwise; other kinds keep the runtime's default.
+func TestUDPWorkersRunOnOneProc(t *testing.T) {
+	t.Parallel()
+	if _, ok := os.LookupEnv("GOMAXPROCS"); ok {
+		t.Skip("GOMAXPROCS is set for the test, and so for its workers")
+	}
+	procs := func(kind Kind, env ...string) string {
+		cmd := testCommand(testworker.Procs, 0)
+		cmd.Env = append(cmd.Env, env...)
+		fx := newFixture(t, GroupOptions{Name: string(kind) + "0", Kind: kind, Initial: 1, Command: cmd})
+		testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(fx.g.Routable()) == 1 })
+		if err := fx.send(fx.g.Pick(), 0); err != nil {
+			t.Fatal(err)
+		}
+		fx.client.SetReadDeadline(time.Now().Add(patience))
+		n, _, err := fx.client.ReadFrom(fx.buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(fx.buf[:n])
+	}
+	if got := procs(KindUDP); got != "procs=1" {
+		t.Errorf("UDP worker: want procs=1, have %s", got)
+	}
+	if got := procs(KindUDP, "GOMAXPROCS=2"); got != "procs=2" {
+		t.Errorf("UDP worker with GOMAXPROCS=2 set: want procs=2, have %s", got)
+	}
+	want := fmt.Sprintf("procs=%d", runtime.GOMAXPROCS(0)) // the same default as this process
+	if got := procs(KindTCP); got != want {
+		t.Errorf("TCP worker: want %s, the runtime's default, have %s", want, got)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -47,6 +48,9 @@ const (
 	// SIGUSR1 (see Release), then echoes it: a worker busy for exactly as
 	// long as the test wants.
 	Hold Mode = "hold"
+	// Procs answers each message with the runtime's GOMAXPROCS, as
+	// "procs=N".
+	Procs Mode = "procs"
 )
 
 // ReleaseSignal lets a Hold worker's messages go, those held and those to
@@ -132,6 +136,8 @@ func (h *handler) HandleMessage(m *worker.Message) {
 			ans = []byte(err.Error())
 		}
 		data = ans
+	case Procs:
+		data = []byte("procs=" + strconv.Itoa(runtime.GOMAXPROCS(0)))
 	}
 	h.env.Sockets[m.Socket].WriteTo(data, net.UDPAddrFromAddrPort(m.From))
 }
