@@ -156,6 +156,13 @@ func StartIn(t testing.TB, dir, cfg string, flags ...string) *Server {
 		t.Fatal(err)
 	}
 	go func() { s.done <- s.Cmd.Wait() }()
+	// Registered first so that it runs last, with the log of the stop too:
+	// a failure in a run nobody watched keeps what the server said.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("sipvisor's log (its last %d lines):\n%s", logTail, lastLines(s.Log.String(), logTail))
+		}
+	})
 	t.Cleanup(func() { s.Stop() })
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -176,6 +183,18 @@ func StartIn(t testing.TB, dir, cfg string, flags ...string) *Server {
 		}
 		time.Sleep(20 * time.Millisecond) // polling the log, then /readyz, bounded by the deadline
 	}
+}
+
+// logTail is how much of a server's log a failed test shows.
+const logTail = 200
+
+// lastLines is the last n lines of text.
+func lastLines(text string, n int) string {
+	lines := strings.SplitAfter(text, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "")
 }
 
 // SIPAddr is the address bound for the config's first SIP socket of proto
