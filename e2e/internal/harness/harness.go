@@ -160,7 +160,7 @@ func StartIn(t testing.TB, dir, cfg string, flags ...string) *Server {
 	// a failure in a run nobody watched keeps what the server said.
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("sipvisor's log (its last %d lines):\n%s", logTail, lastLines(s.Log.String(), logTail))
+			t.Logf("sipvisor's log (its last %d lines):\n%s", logTail, Tail(s.Log.String(), logTail))
 		}
 	})
 	t.Cleanup(func() { s.Stop() })
@@ -187,15 +187,6 @@ func StartIn(t testing.TB, dir, cfg string, flags ...string) *Server {
 
 // logTail is how much of a server's log a failed test shows.
 const logTail = 200
-
-// lastLines is the last n lines of text.
-func lastLines(text string, n int) string {
-	lines := strings.SplitAfter(text, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "")
-}
 
 // SIPAddr is the address bound for the config's first SIP socket of proto
 // (udp, tcp, tls), IP:PORT; a server without one fails the test.
