@@ -14,6 +14,7 @@
 # a shared machine, unlike time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 BIN=${1:-bin/sipvisor}
 RATE=${2:-300}
 CALLS=${3:-3000}
@@ -27,18 +28,7 @@ http_listen = 127.0.0.1:$HTTP
 udp_workers = 2
 ${REPLY_SOCKETS:+worker_reply_sockets = yes}
 timer_workers = 1
-route {
-	if (has_totag()) {
-		if (!loose_route())
-			\$du = "sip:127.0.0.1:$UAS";
-		t_relay();
-		exit;
-	}
-	t_check_trans();
-	if (is_method("INVITE")) record_route();
-	\$du = "sip:127.0.0.1:$UAS";
-	t_relay();
-}
+$(relay_route $UAS)
 CFG
 "$BIN" -f "$work/ab.cfg" >"$work/sipvisor.log" 2>&1 &
 SV=$!

@@ -1,4 +1,5 @@
-# Functions shared by run.sh and capacity.sh; sourced, not run.
+# Functions shared by run.sh, capacity.sh and the quick A/B scripts
+# (perproc.sh, ctxsw.sh); sourced, not run.
 #
 # Everything listens on 127.0.0.1. Every process started here is recorded by
 # pid and ended by pid (with the process tree it forked) in bench_cleanup.
@@ -356,4 +357,23 @@ machine_info() {
 	echo "go runtime environment: GOGC=${GOGC:-} GOMAXPROCS=${GOMAXPROCS:-} GOMEMLIMIT=${GOMEMLIMIT:-} GODEBUG=${GODEBUG:-}"
 	echo "net.core.rmem_max: $(cat /proc/sys/net/core/rmem_max)"
 	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# relay_route UAS_PORT: the stateful relay script of perproc.sh and
+# ctxsw.sh, every call to the UAS on 127.0.0.1:UAS_PORT.
+relay_route() {
+	cat <<ROUTE
+route {
+	if (has_totag()) {
+		if (!loose_route())
+			\$du = "sip:127.0.0.1:$1";
+		t_relay();
+		exit;
+	}
+	t_check_trans();
+	if (is_method("INVITE")) record_route();
+	\$du = "sip:127.0.0.1:$1";
+	t_relay();
+}
+ROUTE
 }

@@ -10,6 +10,7 @@
 # 'udp_direct_reads = no' or 'worker_reply_sockets = yes'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 SETTING=${1:-} RATE=${2:-1000} SECS=${3:-10}
 SIP=47711 HTTP=47712 UAS=47721 UAC=47731
 [ -x bin/sipvisor ] || make -s build
@@ -24,18 +25,7 @@ udp_workers = 2
 timer_workers = 1
 log_level = error
 $SETTING
-route {
-	if (has_totag()) {
-		if (!loose_route())
-			\$du = "sip:127.0.0.1:$UAS";
-		t_relay();
-		exit;
-	}
-	t_check_trans();
-	if (is_method("INVITE")) record_route();
-	\$du = "sip:127.0.0.1:$UAS";
-	t_relay();
-}
+$(relay_route $UAS)
 CFG
 bin/sipvisor -f "$work/pp.cfg" >"$work/sipvisor.log" 2>&1 &
 SV=$!
