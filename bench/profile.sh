@@ -3,8 +3,9 @@
 # taken with perf (Debian linux-perf) at the kernel's view, so time spent in
 # system calls and in the Go runtime shows beside the SIP code.
 #
-#   bench/profile.sh [--server sipvisor|kamailio] [--rate 500] [--secs 20]
-#                    [--freq 999] [--children N] [--out DIR]
+#   bench/profile.sh [--server sipvisor|kamailio] [--kind call|register]
+#                    [--rate 500] [--secs 20] [--freq 999] [--children N]
+#                    [--out DIR]
 #
 # Writes DIR/perf.data, DIR/summary.txt (CPU and context switches per call,
 # for the tree and for each process),
@@ -15,18 +16,20 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 server=sipvisor
+kind=call
 rate=500
 secs=20
 freq=999
 CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/profile}
 
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
 	case $1 in -h | --help) usage ;; esac
 	[ $# -ge 2 ] || die "flag $1 needs a value"
 	case $1 in
 	--server) server=$2 ;;
+	--kind) kind=$2 ;;
 	--rate) rate=$2 ;;
 	--secs) secs=$2 ;;
 	--freq) freq=$2 ;;
@@ -39,6 +42,7 @@ done
 for v in rate secs freq CHILDREN; do
 	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v,,} must be a positive integer, have '${!v}'"
 done
+case $kind in call | register) ;; *) die "--kind must be call or register, have '$kind'" ;; esac
 command -v perf >/dev/null || die "perf not installed (apt-get install -y linux-perf)"
 command -v sipp >/dev/null || die "sipp not installed: run make bench-install"
 
@@ -65,7 +69,7 @@ mkdir -p "$work"
 start_uas "$work"
 start_server "$server" "$work"
 pids=$(tree_pids "$SERVER_PID" | paste -sd,)
-log "perf record on $server ($pids) while SIPp offers $rate calls/s for ${secs}s"
+log "perf record on $server ($pids) while SIPp offers $rate ${kind}s/s for ${secs}s"
 c0=$(tree_cpu "$SERVER_PID")
 x0=$(tree_ctxsw "$SERVER_PID")
 proc_snapshot "$SERVER_PID" >"$out/procs.before"
@@ -73,21 +77,26 @@ perf record -q -g -F "$freq" -p "$pids" -o "$out/perf.data" -- sleep $((secs + 2
 perf_pid=$!
 BG_PIDS+=("$perf_pid")
 sleep 1
-run_uac "$work/call" call "$rate" $((rate * secs)) "$UAC_PORT" -d 0
+# A REGISTER takes no call time; -d 0 is only for the call scenario.
+if [ "$kind" = call ]; then
+	run_uac "$work/$kind" "$kind" "$rate" $((rate * secs)) "$UAC_PORT" -d 0
+else
+	run_uac "$work/$kind" "$kind" "$rate" $((rate * secs)) "$UAC_PORT"
+fi
 wait "$perf_pid" || die "perf record failed: $(tail -3 "$out/perf-record.log")"
 BG_PIDS=()
 c1=$(tree_cpu "$SERVER_PID")
 x1=$(tree_ctxsw "$SERVER_PID")
 proc_snapshot "$SERVER_PID" >"$out/procs.after"
-ok=$(stat_last "$work/call" 'SuccessfulCall(C)')
-awk -v a="$c0" -v b="$c1" -v xa="$x0" -v xb="$x1" -v ok="$ok" -v s="$server" -v r="$rate" 'BEGIN {
-	printf "%s at %s calls/s: %d calls, %.2f CPU s (%.3f ms per call), %d context switches (%.1f per call)\n", s, r, ok, b - a, (b - a) / ok * 1000, xb - xa, (xb - xa) / ok
+ok=$(stat_last "$work/$kind" 'SuccessfulCall(C)')
+awk -v a="$c0" -v b="$c1" -v xa="$x0" -v xb="$x1" -v ok="$ok" -v s="$server" -v r="$rate" -v k="$kind" 'BEGIN {
+	printf "%s at %s %ss/s: %d %ss, %.2f CPU s (%.3f ms per %s), %d context switches (%.1f per %s)\n", s, r, k, ok, k, b - a, (b - a) / ok * 1000, k, xb - xa, (xb - xa) / ok, k
 }' | tee "$out/summary.txt" >&2
 # Per process: which one the CPU and the switches belong to.
-awk -v ok="$ok" -v hz="$CLK_TCK" '
+awk -v ok="$ok" -v hz="$CLK_TCK" -v k="$kind" '
 	NR == FNR { cpu[$1] = $3; sw[$1] = $4; next }
 	($1 in cpu) {
-		printf "%-8s %-28s %8.3f ms/call %6.1f switches/call\n", $1, $2, ($3 - cpu[$1]) / hz / ok * 1000, ($4 - sw[$1]) / ok
+		printf "%-8s %-28s %8.3f ms/%s %6.1f switches/%s\n", $1, $2, ($3 - cpu[$1]) / hz / ok * 1000, k, ($4 - sw[$1]) / ok, k
 	}' "$out/procs.before" "$out/procs.after" | tee -a "$out/summary.txt" >&2
 
 # Self time by symbol, and time including callees (what a function and

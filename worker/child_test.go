@@ -32,7 +32,11 @@ const envChild = "SIPVISOR_WORKER_TEST_CHILD"
 
 func TestMain(m *testing.M) {
 	if IsWorker() && os.Getenv(envChild) != "" {
-		if err := Run(context.Background(), nil, func(env *Env) (Handler, error) { return echo{env}, nil }); err != nil {
+		newHandler := func(env *Env) (Handler, error) { return echo{env}, nil }
+		if os.Getenv(envChild) == "batch" {
+			newHandler = func(env *Env) (Handler, error) { return &batcher{echo: echo{env}}, nil }
+		}
+		if err := Run(context.Background(), nil, newHandler); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
 			os.Exit(1)
 		}
@@ -52,6 +56,45 @@ func (echo) HandleJob(string)      {}
 func (echo) HandleConn(c net.Conn) { c.Close() }
 func (echo) Tick(time.Time)        {}
 func (echo) Held() int             { return 0 }
+
+// batcher holds messages as the registrar holds REGISTERs (TurnEnder),
+// with a gap long enough that a test's messages sent together fall in it
+// on any machine: a message after a quiet gap is answered at once; those
+// that follow within batchGap of that answer wait for its end, and are
+// answered together in one datagram when the loop wakes for it.
+type batcher struct {
+	echo
+	held  [][]byte
+	from  netip.AddrPort
+	since time.Time
+	last  time.Time
+}
+
+const batchGap = 2 * time.Second
+
+func (b *batcher) HandleMessage(m *Message) {
+	if len(b.held) == 0 {
+		b.since = time.Now()
+	}
+	b.held = append(b.held, append([]byte(nil), m.Data...))
+	b.from = m.From
+}
+
+func (b *batcher) Batched() (held bool, due, idle time.Time) {
+	if len(b.held) == 0 {
+		return false, time.Time{}, time.Time{}
+	}
+	return true, b.since.Add(time.Hour), b.last.Add(batchGap)
+}
+
+func (b *batcher) EndTurn() {
+	out := fmt.Appendf(nil, "batch of %d:", len(b.held))
+	for _, m := range b.held {
+		out = append(append(out, ' '), m...)
+	}
+	b.env.Sockets[0].WriteTo(out, net.UDPAddrFromAddrPort(b.from))
+	b.held, b.last = nil, time.Now()
+}
 
 // child is a worker process and the supervisor's ends of its channels.
 type child struct {
@@ -93,6 +136,13 @@ func pair(t *testing.T) (ours, theirs *os.File) {
 // It returns once the worker said ready, or, with ready false, at once.
 func startChild(t *testing.T, direct string, ready bool) *child {
 	t.Helper()
+	return startChildAs(t, "1", direct, ready)
+}
+
+// startChildAs is startChild with the handler named by mode: "1" echoes,
+// "batch" is a batcher.
+func startChildAs(t *testing.T, mode, direct string, ready bool) *child {
+	t.Helper()
 	ctlOurs, ctlTheirs := pair(t)
 	dataOurs, dataTheirs := pair(t)
 	statsFile, stats, err := wire.NewStatsFile("worker-test")
@@ -107,7 +157,7 @@ func startChild(t *testing.T, direct string, ready bool) *child {
 		files = append(files, f)
 		c.sup = append(c.sup, ap)
 	}
-	env := append(os.Environ(), envChild+"=1", wire.EnvCookie+"="+wire.Cookie, wire.EnvGroup+"=udp",
+	env := append(os.Environ(), envChild+"="+mode, wire.EnvCookie+"="+wire.Cookie, wire.EnvGroup+"=udp",
 		wire.EnvKind+"="+string(wire.KindUDP), wire.EnvWorkerID+"=1", wire.EnvSockets+"=udp:a,udp:b",
 		"GORACE=atexit_sleep_ms=0")
 	if direct != "" {
@@ -420,6 +470,25 @@ func TestDirectReads(t *testing.T) {
 	if n := stat(calls); n != 3 {
 		t.Errorf("want the call passed on left to the worker it goes to, have %d calls here", n)
 	}
+	w.end(t)
+}
+
+// A handler's held work is done when the loop finds nothing to read and
+// its idle time has come: at once after a quiet gap, else when the loop
+// wakes for it with nothing more arriving.
+func TestTurnEnderIdleTime(t *testing.T) {
+	t.Parallel()
+	w := startChildAs(t, "batch", "", true)
+	cl := newClient(t)
+	w.send(t, messageFrame(0, cl.addr, time.Now().UnixNano(), []byte("a")))
+	cl.expect(t, w.sup[0], "batch of 1: a")
+	// b and c come well within the gap after a's answer, c once b has
+	// been handled, in a read of its own: they wait for the gap's end,
+	// which no message marks, and leave together.
+	w.send(t, messageFrame(0, cl.addr, time.Now().UnixNano(), []byte("b")))
+	testkit.WaitFor(t, childWait, "b handled", func() bool { return w.stats.Load(wire.OffHandled) == 2 })
+	w.send(t, messageFrame(0, cl.addr, time.Now().UnixNano(), []byte("c")))
+	cl.expect(t, w.sup[0], "batch of 2: b c")
 	w.end(t)
 }
 

@@ -143,14 +143,16 @@ type Timed interface {
 
 // A TurnEnder handler holds work that the messages of one turn of the loop
 // share until the turn ends (the registrar's writes, done in one
-// transaction): the loop calls EndTurn when nothing more waits to be read,
-// when the held work is due, and before it returns. A turn is every
-// message read without waiting, so under load it holds many, and at a
-// trickle one.
+// transaction): the loop calls EndTurn when nothing more waits to be read
+// and the held work's idle time has come, when it is due, and before it
+// returns. A turn is every message read without waiting for more than the
+// idle time, so under load it holds many, and at a trickle one.
 type TurnEnder interface {
-	// Batched reports whether work is held, and whether it has waited
-	// long enough that the turn's end should not be waited for.
-	Batched() (held, due bool)
+	// Batched reports whether work is held, when it is due (done even
+	// while messages keep coming) and when it may be done if the loop
+	// finds nothing to read (idle, never after due): until then the loop
+	// waits for more messages.
+	Batched() (held bool, due, idle time.Time)
 	EndTurn()
 }
 
@@ -319,7 +321,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 	ender, _ := w.h.(TurnEnder)
 	if ender != nil {
 		defer func() {
-			if held, _ := ender.Batched(); held {
+			if held, _, _ := ender.Batched(); held {
 				w.busy(ender.EndTurn)
 			}
 		}()
@@ -402,9 +404,22 @@ func (w *workerLoop) run(ctx context.Context) error {
 			}
 			next = w.nextTick(now)
 		}
-		if !next.Equal(armed) {
-			wait.SetReadDeadline(next)
-			armed = next
+		// Held work whose idle time is before the tick moves the wake-up
+		// to it.
+		var (
+			held      bool
+			due, idle time.Time
+		)
+		if ender != nil {
+			held, due, idle = ender.Batched()
+		}
+		wake := next
+		if held && idle.Before(wake) {
+			wake = idle
+		}
+		if !wake.Equal(armed) {
+			wait.SetReadDeadline(wake)
+			armed = wake
 		}
 		// Work submitted after runSubmitted set its own deadline to now
 		// after ours, so it cannot wait for the tick.
@@ -413,16 +428,21 @@ func (w *workerLoop) run(ctx context.Context) error {
 			continue
 		}
 		read := false
-		if ender != nil {
-			if held, due := ender.Batched(); held {
+		if held {
+			if now := time.Now(); !now.Before(due) {
+				w.busy(ender.EndTurn)
+				continue
+			} else if !now.Before(idle) {
 				// A read that finds nothing ends the turn: the held work
 				// is done now, not after the wait for the next message.
-				if due || !recv(setFD) {
+				if !recv(setFD) {
 					w.busy(ender.EndTurn)
 					continue
 				}
 				read = true
 			}
+			// Before its idle time, the loop waits for more messages,
+			// or for the deadline at idle.
 		}
 		if !read {
 			if err := rc.Read(recv); err != nil {

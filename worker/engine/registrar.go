@@ -126,9 +126,36 @@ func (w *Worker) contactLoops(u *sip.Uri) bool {
 // how long the first of them waits for the others' handling.
 const maxBatch = 64
 
-// batchWait bounds how long a REGISTER's write waits for its loop turn to
-// end, when messages keep coming without a pause.
-const batchWait = 5 * time.Millisecond
+// batchWait bounds how long a REGISTER's write waits: for its loop turn to
+// end when messages keep coming without a pause, and for commitGap.
+const batchWait = 10 * time.Millisecond
+
+// commitGap paces a worker's group commits: a turn that ends less than
+// commitGap after the last commit holds its REGISTERs until the gap is
+// over, so that those arriving meanwhile share the transaction. Each
+// transaction costs the store's locks, its log write and their system
+// calls (most of a REGISTER's CPU at a few hundred a second per worker,
+// each in a turn of its own); a REGISTER that comes after a quiet gap is
+// written at once, so at low rates none waits.
+const commitGap = 10 * time.Millisecond
+
+// commitTimes is the group commit's policy, a pure function of the held
+// batch and the clock: n REGISTERs held since since, the last commit at
+// last. It returns due, when the batch is written even while messages keep
+// coming (full, or the first has waited batchWait), and idle, when it is
+// written if the loop finds nothing more to read (the end of the gap after
+// the last commit, never after due).
+func commitTimes(n int, since, last time.Time) (due, idle time.Time) {
+	if n >= maxBatch {
+		return since, since
+	}
+	due = since.Add(batchWait)
+	idle = last.Add(commitGap)
+	if idle.After(due) {
+		idle = due
+	}
+	return due, idle
+}
 
 // regBatch holds the REGISTERs of the loop's turn, whose writes are done
 // together at its end (Options.GroupCommit).
@@ -136,6 +163,8 @@ type regBatch struct {
 	changes []location.Change
 	reqs    []heldReg
 	since   time.Time
+	// last is when the last batch was written.
+	last time.Time
 }
 
 type heldReg struct {
@@ -181,13 +210,15 @@ func changeOp(ch location.Change) string {
 	return "save"
 }
 
-// Batched reports whether REGISTERs wait for the turn to end, and whether
-// the first has waited long enough not to wait for it (worker.TurnEnder).
-func (w *Worker) Batched() (held, due bool) {
-	if len(w.regs.changes) == 0 {
-		return false, false
+// Batched reports whether REGISTERs are held, and when they are to be
+// written (commitTimes; worker.TurnEnder).
+func (w *Worker) Batched() (held bool, due, idle time.Time) {
+	b := &w.regs
+	if len(b.changes) == 0 {
+		return false, time.Time{}, time.Time{}
 	}
-	return true, len(w.regs.changes) >= maxBatch || time.Since(w.regs.since) >= batchWait
+	due, idle = commitTimes(len(b.changes), b.since, b.last)
+	return true, due, idle
 }
 
 // EndTurn writes the REGISTERs held since the turn began, in one call to
@@ -198,6 +229,7 @@ func (w *Worker) EndTurn() {
 		return
 	}
 	out, err := location.Apply(w.opt.Store, b.changes)
+	b.last = time.Now()
 	for i, r := range b.reqs {
 		if i < len(out) {
 			w.replyRegistered(r.req, r.src, out[i])

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/location"
@@ -61,7 +62,7 @@ func TestGroupCommitAnswersAfterTheWrite(t *testing.T) {
 	for i := range 3 {
 		w.HandleMessage(&worker.Message{From: phone.addr(), Data: registerMsg(pa, phone.addr(), "u"+strconv.Itoa(i))})
 	}
-	if held, _ := w.Batched(); !held {
+	if held, _, _ := w.Batched(); !held {
 		t.Fatal("after three REGISTERs: want them held for the turn's end")
 	}
 	if bs, err := st.List(); err != nil || len(bs) != 0 {
@@ -80,7 +81,7 @@ func TestGroupCommitAnswersAfterTheWrite(t *testing.T) {
 			t.Fatalf("want the one binding listed, have:\n%s", raw)
 		}
 	}
-	if held, _ := w.Batched(); held {
+	if held, _, _ := w.Batched(); held {
 		t.Fatal("after the turn: want nothing held")
 	}
 }
@@ -136,4 +137,33 @@ Content-Length: 0
 	w.HandleMessage(&worker.Message{From: phone.addr(), Data: opt})
 	phone.recvResponse(200)
 	phone.recvResponse(299)
+}
+
+// commitTimes: a batch is due when full or when its first REGISTER has
+// waited batchWait, and done when the loop is idle once commitGap has
+// passed since the last commit; a REGISTER after a quiet gap is written
+// at once.
+func TestCommitTimes(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	for _, tc := range []struct {
+		name        string
+		n           int
+		since, last time.Time
+		due, idle   time.Time
+	}{
+		{"after a quiet gap: at once", 1, ms(100), ms(0), ms(110), ms(10)},
+		{"never committed: at once", 1, ms(100), time.Time{}, ms(110), time.Time{}.Add(commitGap)},
+		{"soon after a commit: the gap's end", 1, ms(3), ms(0), ms(13), ms(10)},
+		{"two held, a commit just before the first", 2, ms(5), ms(4), ms(15), ms(14)},
+		{"full: now", maxBatch, ms(5), ms(4), ms(5), ms(5)},
+	} {
+		due, idle := commitTimes(tc.n, tc.since, tc.last)
+		if !due.Equal(tc.due) || !idle.Equal(tc.idle) {
+			t.Errorf("%s: want due %v idle %v, have %v %v", tc.name, tc.due.Sub(t0), tc.idle.Sub(t0), due.Sub(t0), idle.Sub(t0))
+		}
+		if idle.After(due) {
+			t.Errorf("%s: idle %v after due %v", tc.name, idle, due)
+		}
+	}
 }
