@@ -53,9 +53,10 @@ type steering struct {
 	since  [steer.Buckets]int64
 	prev   [steer.Buckets]prevOwner
 	direct bool
-	// openSince is when the gate was last seen to open, 0 while it is
-	// closed: datagrams go to workers only after it has been open a while,
-	// so that a gate near a threshold does not move buckets back and forth.
+	// openSince is when the gate was last seen to open (or the group to be
+	// suspended), 0 while it is closed otherwise: datagrams go to workers
+	// only after it has been so a while, so that a gate near a threshold
+	// does not move buckets back and forth.
 	openSince time.Time
 	gen       int
 	sent      map[int]int // worker ID → the table generation it was sent
@@ -124,6 +125,27 @@ type steerView struct {
 // directAfter is how long the gate must stay open before datagrams go to
 // the workers again.
 const directAfter = time.Second
+
+// directBlocked is why datagrams go to the supervisor's door, not to the
+// workers, or "" if nothing keeps them from the workers: closed is why
+// admission is closed ("" if open), members the ready workers, ramps those
+// still in slow start, readableFor how long admission has been open or
+// suspended. A closed admission sends them to the door, which decides
+// each new session, but a suspension, which refuses every one: the workers
+// refuse them as the door would (wire.GateRefuseAll).
+func directBlocked(closed string, members, ramps int, readableFor time.Duration) string {
+	switch {
+	case closed != "" && closed != "suspended":
+		return closed
+	case members == 0:
+		return "no ready worker"
+	case ramps > 0:
+		return "slow start"
+	case readableFor < directAfter:
+		return "admission just opened"
+	}
+	return ""
+}
 
 // steerEvery is how often the gate is evaluated when nothing else asks:
 // the longest a worker admits by itself after a limit comes near.
@@ -207,6 +229,11 @@ func (st *steering) refresh(now time.Time) {
 		retry = s.retryAfter()
 	}
 	gate := wire.Gate(open, probes, retry)
+	if probes {
+		// Suspended or stopping: every new session is refused, and the
+		// workers need not ask to refuse one.
+		gate |= wire.GateRefuseAll
+	}
 	delayLimit := uint64(max(s.ov.Limits().QueueDelay.Load(), 0))
 	var maxCall uint64
 	if gr.door != nil {
@@ -237,8 +264,10 @@ func (st *steering) refresh(now time.Time) {
 			sl.w = w
 		}
 	}
-	switch {
-	case !open:
+	// A suspended group's workers read on: they refuse new sessions
+	// themselves (wire.GateRefuseAll), without the supervisor's hop.
+	switch readable := open || closed == "suspended"; {
+	case !readable:
 		st.openSince = time.Time{}
 	case st.openSince.IsZero():
 		st.openSince = now
@@ -270,16 +299,7 @@ func (st *steering) refresh(now time.Time) {
 		st.shadow = shadow
 		st.gen++
 	}
-	why := closed
-	switch {
-	case why != "":
-	case len(members) == 0:
-		why = "no ready worker"
-	case gr.ramps.Len() > 0:
-		why = "slow start"
-	case now.Sub(st.openSince) < directAfter:
-		why = "admission just opened"
-	}
+	why := directBlocked(closed, len(members), gr.ramps.Len(), now.Sub(st.openSince))
 	var table steer.Table
 	if why == "" {
 		table = st.shadow

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"testing"
+	"time"
 
 	"github.com/sipvisor/sipvisor/listeners/steer"
 )
@@ -67,5 +68,35 @@ func TestAssignBuckets(t *testing.T) {
 	// Stable: the same members leave the table as it is.
 	if again := assignBuckets(three, []uint8{1, 3, 5}); again != three {
 		t.Fatal("the same members moved buckets")
+	}
+}
+
+// Datagrams go straight to the workers unless admission is closed for a
+// reason the door must weigh per session, no worker is ready, one ramps, or
+// admission has just become so; a suspension keeps them with the workers,
+// which refuse every new session themselves.
+func TestDirectBlocked(t *testing.T) {
+	long := 2 * directAfter
+	for _, c := range []struct {
+		name           string
+		closed         string
+		members, ramps int
+		readableFor    time.Duration
+		want           string
+	}{
+		{"open a while", "", 2, 0, long, ""},
+		{"suspended a while: the workers refuse", "suspended", 2, 0, long, ""},
+		{"throttle: the door's share", "throttle", 2, 0, long, "throttle"},
+		{"queue admission", "queue_admission", 2, 0, long, "queue_admission"},
+		{"stopping", "stopping", 2, 0, long, "stopping"},
+		{"no ready worker", "", 0, 0, long, "no ready worker"},
+		{"suspended, no ready worker", "suspended", 0, 0, long, "no ready worker"},
+		{"a worker in slow start", "", 2, 1, long, "slow start"},
+		{"just opened", "", 2, 0, directAfter / 2, "admission just opened"},
+		{"just suspended from a throttle", "suspended", 2, 0, 0, "admission just opened"},
+	} {
+		if got := directBlocked(c.closed, c.members, c.ramps, c.readableFor); got != c.want {
+			t.Errorf("%s: want %q, have %q", c.name, c.want, got)
+		}
 	}
 }

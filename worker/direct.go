@@ -91,7 +91,10 @@ func toDoor(handed, draining, newSession bool, t *steerTable, slot uint8, callID
 }
 
 // admitLocal is what a worker decides about a new session it read, without
-// asking: a refusal when the datagram waited in its socket longer than the
+// asking: a refusal while the server refuses every new session
+// (wire.GateRefuseAll), unless it is a REGISTER, which the supervisor admits
+// if it refreshes a known registration; a refusal when the datagram waited
+// in its socket longer than the
 // group's queue_delay_admission (limit, ns; 0 for none), with the gate's
 // Retry-After, as the supervisor's admission refuses a group whose queue
 // waits that long; an admission when the gate is open, or when the worker
@@ -99,7 +102,10 @@ func toDoor(handed, draining, newSession bool, t *steerTable, slot uint8, callID
 // decides. The gate admits only within the worker's quota of the kind
 // (wire.OffQuota), which keeps the session limits exact. Otherwise ask: the
 // supervisor decides (wire.AdmitRequest).
-func admitLocal(gate uint64, limit, wait int64, draining, inQuota bool) (r overload.Refusal, retryAfter int, ask bool) {
+func admitLocal(gate uint64, limit, wait int64, draining, inQuota, register bool) (r overload.Refusal, retryAfter int, ask bool) {
+	if gate&wire.GateRefuseAll != 0 && !register && !draining {
+		return overload.RefuseSuspended, wire.GateRetryAfter(gate), false
+	}
 	if limit > 0 && wait > limit {
 		return overload.RefuseQueue, wire.GateRetryAfter(gate), false
 	}
@@ -311,7 +317,7 @@ func (d *direct) admit(m *sipscan.Msg, now int64) (overload.Refusal, int) {
 	}
 	k := int(m.Kind())
 	inQuota := d.door.Stats.Admitted[k].Load() < d.w.stats.Load(wire.OffQuota+8*k)
-	r, retry, ask := admitLocal(gate, int64(d.w.stats.Load(wire.OffQueueDelayLimit)), wait, d.w.draining, inQuota)
+	r, retry, ask := admitLocal(gate, int64(d.w.stats.Load(wire.OffQueueDelayLimit)), wait, d.w.draining, inQuota, m.Method == sipscan.Register)
 	if !ask {
 		return r, retry
 	}

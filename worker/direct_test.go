@@ -90,27 +90,32 @@ func TestAdmitLocal(t *testing.T) {
 		gate        uint64
 		limit, wait int64
 		draining    bool
+		register    bool
 		want        overload.Refusal
 		retry       int
 		ask         bool
 	}{
-		{"open gate admits", wire.Gate(true, false, 5), 0, 9 * ms, false, overload.RefuseNone, 0, false},
-		{"closed gate asks", wire.Gate(false, false, 5), 0, 0, false, overload.RefuseNone, 0, true},
-		{"waited past the limit: refused with the gate's Retry-After", wire.Gate(true, false, 7), 10 * ms, 11 * ms, false, overload.RefuseQueue, 7, false},
-		{"waited past the limit at a closed gate: refused without asking", wire.Gate(false, true, 3), 10 * ms, 11 * ms, false, overload.RefuseQueue, 3, false},
-		{"waited as long as the limit: admitted", wire.Gate(true, false, 7), 10 * ms, 10 * ms, false, overload.RefuseNone, 0, false},
-		{"no limit: any wait", wire.Gate(true, false, 7), 0, int64(time.Hour), false, overload.RefuseNone, 0, false},
-		{"probes refused does not close the gate", wire.Gate(true, true, 7), 0, 0, false, overload.RefuseNone, 0, false},
-		{"draining at a closed gate: the supervisor's door decides", wire.Gate(false, false, 5), 0, 0, true, overload.RefuseNone, 0, false},
-		{"draining, waited past the limit: refused", wire.Gate(false, false, 5), 10 * ms, 11 * ms, true, overload.RefuseQueue, 5, false},
+		{"open gate admits", wire.Gate(true, false, 5), 0, 9 * ms, false, false, overload.RefuseNone, 0, false},
+		{"closed gate asks", wire.Gate(false, false, 5), 0, 0, false, false, overload.RefuseNone, 0, true},
+		{"waited past the limit: refused with the gate's Retry-After", wire.Gate(true, false, 7), 10 * ms, 11 * ms, false, false, overload.RefuseQueue, 7, false},
+		{"waited past the limit at a closed gate: refused without asking", wire.Gate(false, true, 3), 10 * ms, 11 * ms, false, false, overload.RefuseQueue, 3, false},
+		{"waited as long as the limit: admitted", wire.Gate(true, false, 7), 10 * ms, 10 * ms, false, false, overload.RefuseNone, 0, false},
+		{"no limit: any wait", wire.Gate(true, false, 7), 0, int64(time.Hour), false, false, overload.RefuseNone, 0, false},
+		{"probes refused does not close the gate", wire.Gate(true, true, 7), 0, 0, false, false, overload.RefuseNone, 0, false},
+		{"draining at a closed gate: the supervisor's door decides", wire.Gate(false, false, 5), 0, 0, true, false, overload.RefuseNone, 0, false},
+		{"draining, waited past the limit: refused", wire.Gate(false, false, 5), 10 * ms, 11 * ms, true, false, overload.RefuseQueue, 5, false},
+		{"refusing all: refused with the gate's Retry-After, without asking", wire.Gate(false, true, 9) | wire.GateRefuseAll, 0, 0, false, false, overload.RefuseSuspended, 9, false},
+		{"refusing all, waited past the limit: suspended first, as the supervisor decides", wire.Gate(false, true, 9) | wire.GateRefuseAll, 10 * ms, 11 * ms, false, false, overload.RefuseSuspended, 9, false},
+		{"refusing all, a REGISTER: asks, it may refresh a known registration", wire.Gate(false, true, 9) | wire.GateRefuseAll, 0, 0, false, true, overload.RefuseNone, 0, true},
+		{"refusing all, draining: the supervisor's door decides", wire.Gate(false, true, 9) | wire.GateRefuseAll, 0, 0, true, false, overload.RefuseNone, 0, false},
 	} {
-		r, retry, ask := admitLocal(c.gate, c.limit, c.wait, c.draining, true)
+		r, retry, ask := admitLocal(c.gate, c.limit, c.wait, c.draining, true, c.register)
 		if r != c.want || retry != c.retry || ask != c.ask {
 			t.Errorf("%s: want %v %d ask %v, have %v %d ask %v", c.name, c.want, c.retry, c.ask, r, retry, ask)
 		}
 	}
 	// Past its quota an open gate asks.
-	if r, _, ask := admitLocal(wire.Gate(true, false, 5), 0, 0, false, false); r != overload.RefuseNone || !ask {
+	if r, _, ask := admitLocal(wire.Gate(true, false, 5), 0, 0, false, false, false); r != overload.RefuseNone || !ask {
 		t.Errorf("open gate, quota used up: want to ask, have %v ask %v", r, ask)
 	}
 }

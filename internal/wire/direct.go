@@ -94,6 +94,11 @@ const (
 	GateOpen = 1 << 0
 	// GateProbesRefused: a probe of the server itself is answered 503.
 	GateProbesRefused = 1 << 1
+	// GateRefuseAll: the server refuses every new session (suspended or
+	// stopping), so the worker refuses one itself, with the word's
+	// Retry-After, as the supervisor would; but a REGISTER, which it still
+	// asks about, as a known registration's refresh is admitted.
+	GateRefuseAll = 1 << 2
 )
 
 // WaitWindow is how long a worker's OffWait covers, in ns: long enough for
