@@ -61,6 +61,32 @@ type Store interface {
 	Close() error
 }
 
+// A CallIDLister goes through the Call-IDs of the live bindings without
+// making the bindings: what the supervisor's periodic count reads, which
+// List would make it pay for every column of every binding.
+type CallIDLister interface {
+	// EachCallID calls fn with the REGISTER Call-ID of each live binding
+	// ("" for none), in no order, and reports how many there were. The
+	// bytes are fn's only for the call.
+	EachCallID(fn func(callID []byte)) (int, error)
+}
+
+// EachCallID is st's EachCallID, or a walk over List for a store that has
+// none.
+func EachCallID(st Store, fn func(callID []byte)) (int, error) {
+	if l, ok := st.(CallIDLister); ok {
+		return l.EachCallID(fn)
+	}
+	bs, err := st.List()
+	if err != nil {
+		return 0, err
+	}
+	for _, b := range bs {
+		fn([]byte(b.CallID))
+	}
+	return len(bs), nil
+}
+
 // ErrEmptyAOR is returned for a save or remove without an AOR.
 var ErrEmptyAOR = errors.New("location: empty address of record")
 

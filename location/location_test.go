@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -355,4 +356,38 @@ func FuzzServe(f *testing.F) {
 			t.Fatalf("answer %q does not parse: %v", out, err)
 		}
 	})
+}
+
+// EachCallID goes through the Call-IDs of the live bindings, lapsed ones
+// left out, in every store: through its own walk or through List.
+func TestEachCallID(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	for name, open := range stores(&now) {
+		t.Run(name, func(t *testing.T) {
+			s := open(t)
+			for i, c := range []struct {
+				aor, callID string
+				life        time.Duration
+			}{
+				{"sip:a@example.com", "ca", time.Minute},
+				{"sip:b@example.com", "cb", time.Hour},
+				{"sip:b@example.com", "cb2", time.Hour},
+				{"sip:c@example.com", "cc", time.Second},
+			} {
+				if err := s.Save(c.aor, Binding{Contact: "sip:x@10.0.0." + strconv.Itoa(i+1), Expires: now.Add(c.life), CallID: c.callID}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			now = now.Add(2 * time.Second) // cc lapses
+			seen := map[string]bool{}
+			n, err := EachCallID(s, func(id []byte) { seen[string(id)] = true })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != 3 || len(seen) != 3 || !seen["ca"] || !seen["cb"] || !seen["cb2"] {
+				t.Fatalf("want ca, cb and cb2 (3), have %v (%d)", seen, n)
+			}
+		})
+	}
 }

@@ -210,6 +210,13 @@ func (g *guarded) List() ([]Binding, error) {
 	return bs, g.note(err)
 }
 
+// EachCallID implements CallIDLister, as List.
+func (g *guarded) EachCallID(fn func(callID []byte)) (int, error) {
+	n, err := EachCallID(g.Store, fn)
+	g.reset(err)
+	return n, g.note(err)
+}
+
 func (g *guarded) reset(err error) {
 	if err == nil {
 		g.mu.Lock()

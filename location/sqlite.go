@@ -29,7 +29,7 @@ type SQLite struct {
 	// loaded machine.
 	timeout time.Duration
 
-	upsert, del, delAll, lookup, list, expire *sql.Stmt
+	upsert, del, delAll, lookup, list, expire, callIDs *sql.Stmt
 
 	putUser, getUser, rmUser, listUsers, useNonce, expireNonces *sql.Stmt
 	secretMu                                                    sync.Mutex
@@ -153,6 +153,7 @@ func (s *SQLite) init() error {
 		prep(&s.lookup, lookupSQL),
 		prep(&s.list, `SELECT `+bindingCols+` FROM location WHERE expires > ? ORDER BY aor, contact`),
 		prep(&s.expire, `DELETE FROM location WHERE expires <= ?`),
+		prep(&s.callIDs, `SELECT call_id FROM location WHERE expires > ?`),
 		prep(&s.putUser, `INSERT INTO subscriber (name, realm, ha1_md5, ha1_sha256) VALUES (?, ?, ?, ?)
 			ON CONFLICT (name, realm) DO UPDATE SET ha1_md5 = excluded.ha1_md5, ha1_sha256 = excluded.ha1_sha256`),
 		prep(&s.getUser, `SELECT ha1_md5, ha1_sha256 FROM subscriber WHERE name = ? AND realm = ?`),
@@ -368,6 +369,27 @@ func (s *SQLite) List() ([]Binding, error) {
 	}
 	bs, err := scanBindings(rows)
 	return bs, s.fail("list", err)
+}
+
+// EachCallID implements CallIDLister: one column, read in place.
+func (s *SQLite) EachCallID(fn func(callID []byte)) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := s.callIDs.QueryContext(ctx, s.Now().UnixNano())
+	if err != nil {
+		return 0, s.fail("list", err)
+	}
+	defer rows.Close()
+	n := 0
+	var id sql.RawBytes
+	for rows.Next() {
+		if err := rows.Scan(&id); err != nil {
+			return n, s.fail("list", err)
+		}
+		fn(id)
+		n++
+	}
+	return n, s.fail("list", rows.Err())
 }
 
 // Close implements Store.

@@ -239,6 +239,25 @@ func BenchmarkSQLiteList10k(b *testing.B) {
 	}
 }
 
+// BenchmarkSQLiteCallIDs10k is the supervisor's periodic count over
+// 10,000 bindings, beside BenchmarkSQLiteList10k, which it replaced.
+func BenchmarkSQLiteCallIDs10k(b *testing.B) {
+	s, err := OpenSQLite(filepath.Join(b.TempDir(), "location.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; i < 10000; i++ {
+		s.Save("sip:user"+itoa(i)+"@example.com", Binding{Contact: "sip:u@10.0.0.1:5062", Expires: time.Now().Add(time.Hour), CallID: "call" + itoa(i)})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if n, err := s.EachCallID(func([]byte) {}); err != nil || n != 10000 {
+			b.Fatal(err, n)
+		}
+	}
+}
+
 // Every store that keeps users keeps their HA1s, refuses a nonce-count not
 // above the last one seen of its nonce, and gives every caller one secret.
 func TestUsers(t *testing.T) {

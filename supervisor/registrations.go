@@ -33,7 +33,8 @@ func (s *Supervisor) openStore(cfg *config.Config) error {
 const sweepEvery = 30 * time.Second
 
 // sharedCountEvery is how often the bindings of a shared store are
-// counted: the count reads every binding (27 ms for 10,000 in SQLite,
+// counted: the count reads the Call-ID of every binding (3.3 ms for 10,000
+// in SQLite, BenchmarkSQLiteCallIDs10k; 30 ms when it read them whole,
 // BenchmarkSQLiteList10k), too much to do each second.
 const sharedCountEvery = 5 * time.Second
 

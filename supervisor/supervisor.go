@@ -822,18 +822,17 @@ func (s *Supervisor) echoLoop(ctx context.Context) error {
 // refreshRegistrations recounts the bindings and their REGISTER Call-IDs.
 // A store out of reach keeps the last counts.
 func (s *Supervisor) refreshRegistrations() error {
-	bs, err := s.locations.List()
+	ids := make(map[uint64]struct{}, s.regCount.Load())
+	n, err := location.EachCallID(s.locations, func(id []byte) {
+		if len(id) > 0 {
+			ids[sipscan.CallIDHash(id)] = struct{}{}
+		}
+	})
 	if err != nil {
 		return err
 	}
-	ids := make(map[uint64]struct{}, len(bs))
-	for _, b := range bs {
-		if b.CallID != "" {
-			ids[sipscan.CallIDHash([]byte(b.CallID))] = struct{}{}
-		}
-	}
 	s.regIDs.Store(&ids)
-	s.regCount.Store(int64(len(bs)))
+	s.regCount.Store(int64(n))
 	return nil
 }
 
