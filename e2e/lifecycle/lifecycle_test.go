@@ -165,6 +165,56 @@ func TestKilledWorkerReplaced(t *testing.T) {
 	}
 }
 
+// A worker killed while it holds calls loses none of them, with direct
+// reads (the default): SIPp's calls are up on both workers when one is
+// killed, and each still ends with its BYE answered. The calls' later
+// messages reach the worker that takes the killed one's buckets, which
+// relays them by their Route and Via, as any worker would; a transaction
+// the killed worker held is retried by SIPp's retransmissions.
+func TestKilledWorkerUnderCallsLosesNoCall(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("SIPp calls across a worker's crash")
+	}
+	s := harness.Start(t, harness.ProxyCfg(harness.SIPpUAS(t).Port, "udp_workers = 2\ntcp_workers = 1"))
+	group := "udp:" + s.SIPAddr("udp")
+	// -m is more calls than the run places: it ends with Quit.
+	sipp := harness.StartSIPp(t, 120*time.Second, "-sn", "uac", s.SIPAddr("udp"), "-i", "127.0.0.1",
+		"-r", "20", "-m", "2000", "-d", "2000", "-timeout", "100", "-timeout_error", "-recv_timeout", "40000")
+	// About 40 calls up at once; the victim is the worker holding most.
+	s.AwaitMetricAtLeast(20, 60*time.Second, "sipvisor_frontdoor_sessions", `kind="call"`)
+	victim, held := 0, 0
+	for _, g := range s.PS() {
+		for _, w := range g.Workers {
+			if g.Name == group && w.State == "ready" && w.Sessions > held {
+				victim, held = w.Pid, w.Sessions
+			}
+		}
+	}
+	if victim == 0 {
+		t.Fatalf("want a worker of %s holding calls, have %+v", group, s.PS())
+	}
+	t.Logf("killing worker %d, which holds %d sessions", victim, held)
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	s.AwaitMetricAtLeast(1, 30*time.Second, "sipvisor_pool_worker_exits_total", `reason="crash"`)
+	s.WaitWorkers(group, 2, 30*time.Second)
+	// Calls placed after the replacement too.
+	at := s.Metric("sipvisor_frontdoor_admitted_sessions_total", `kind="call"`)
+	s.AwaitMetricAtLeast(at+40, 60*time.Second, "sipvisor_frontdoor_admitted_sessions_total", `kind="call"`)
+	sipp.Quit()
+	r := sipp.Wait()
+	t.Logf("%d calls placed across the crash", r.Created)
+	if float64(r.Created) < at+40 || r.Successful != r.Created || r.Failed != 0 {
+		t.Errorf("want every call placed across the crash (%v or more) successful and none failed, have %d placed, %d/%d (exit %d)\n%s\n%s",
+			at+40, r.Created, r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 60), harness.Tail(s.Log.String(), 40))
+	}
+	if v := s.Metric("sipvisor_pool_worker_exits_total", `reason="crash"`); v != 1 {
+		t.Errorf("want one crash, have %v", v)
+	}
+}
+
 // SIGTERM drains every group and exits 0, leaving no worker behind.
 func TestSIGTERMExitsCleanly(t *testing.T) {
 	t.Parallel()
