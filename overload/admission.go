@@ -170,17 +170,22 @@ func (a *Admission) Admit(g *Gate, m *sipscan.Msg) Refusal {
 // threshold. Workers that read their own sockets admit by themselves while
 // it holds, within quotas that Room gives, refusing by queue delay what
 // waited too long in their own sockets, and leave new sessions to the
-// door otherwise (udp_direct_reads). Queue delay closes nothing: a worker
+// door otherwise (udp_direct_reads), but while suspended (ClosedSuspended),
+// when they refuse every one themselves. Queue delay closes nothing: a worker
 // weighs its own wait better than the door could, and a door that took
 // every datagram back under load would add its hop to the load.
 func (a *Admission) OpenToAll(g *Gate) bool { return a.Closed(g) == "" }
+
+// ClosedSuspended is Closed's reason while the server is suspended: every
+// new session is refused, whoever asks, so a worker refuses one itself.
+const ClosedSuspended = "suspended"
 
 // Closed is why OpenToAll does not hold, "" when it does: suspended,
 // stopping, queue_admission or throttle.
 func (a *Admission) Closed(g *Gate) string {
 	switch {
 	case a.suspended.Load():
-		return "suspended"
+		return ClosedSuspended
 	case a.stopping.Load():
 		return "stopping"
 	}

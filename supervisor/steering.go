@@ -135,7 +135,7 @@ const directAfter = time.Second
 // refuse them as the door would (wire.GateRefuseAll).
 func directBlocked(closed string, members, ramps int, readableFor time.Duration) string {
 	switch {
-	case closed != "" && closed != "suspended":
+	case closed != "" && closed != overload.ClosedSuspended:
 		return closed
 	case members == 0:
 		return "no ready worker"
@@ -266,7 +266,7 @@ func (st *steering) refresh(now time.Time) {
 	}
 	// A suspended group's workers read on: they refuse new sessions
 	// themselves (wire.GateRefuseAll), without the supervisor's hop.
-	switch readable := open || closed == "suspended"; {
+	switch readable := open || closed == overload.ClosedSuspended; {
 	case !readable:
 		st.openSince = time.Time{}
 	case st.openSince.IsZero():
