@@ -152,6 +152,74 @@ func RecvmsgFrom(fd int, p, oob []byte) (n, oobn int, from netip.AddrPort, e sys
 	return int(r), int(msg.Controllen), addrPort(&sa), 0
 }
 
+// A Batch reads up to len(Bufs) datagrams in one recvmmsg, each into its
+// own buffer with its own control messages; its headers point at them once
+// made, so that a read allocates nothing.
+type Batch struct {
+	// Bufs and OOBs are where the datagrams and their control messages
+	// go; a datagram lands at Bufs[i][Skip:].
+	Bufs, OOBs [][]byte
+	Skip       int
+	// N, OOBN and From describe what the last Read put in each buffer.
+	N, OOBN []int
+	From    []netip.AddrPort
+	hdrs    []mmsghdr
+	iovs    []syscall.Iovec
+	names   []syscall.RawSockaddrAny
+}
+
+// mmsghdr is struct mmsghdr.
+type mmsghdr struct {
+	hdr syscall.Msghdr
+	len uint32
+	_   [4]byte
+}
+
+// NewBatch makes a Batch of n buffers of size bytes, each with oob bytes
+// of control space, the datagrams written after skip bytes.
+func NewBatch(n, size, oob, skip int) *Batch {
+	b := &Batch{Bufs: make([][]byte, n), OOBs: make([][]byte, n), Skip: skip, N: make([]int, n), OOBN: make([]int, n),
+		From: make([]netip.AddrPort, n), hdrs: make([]mmsghdr, n), iovs: make([]syscall.Iovec, n), names: make([]syscall.RawSockaddrAny, n)}
+	for i := range n {
+		b.Bufs[i] = make([]byte, size)
+		b.OOBs[i] = make([]byte, oob)
+		b.iovs[i].Base = &b.Bufs[i][skip]
+		b.iovs[i].SetLen(size - skip)
+		h := &b.hdrs[i].hdr
+		h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
+		h.Iov = &b.iovs[i]
+		h.Iovlen = 1
+		if oob > 0 {
+			h.Control = &b.OOBs[i][0]
+		}
+	}
+	return b
+}
+
+// Read reads the datagrams waiting on fd, up to the batch's size, without
+// waiting, and reports how many: fewer than the batch holds means fd had
+// no more at that moment.
+func (b *Batch) Read(fd int) (int, syscall.Errno) {
+	for i := range b.hdrs {
+		h := &b.hdrs[i].hdr
+		h.Namelen = uint32(unsafe.Sizeof(b.names[i]))
+		h.SetControllen(len(b.OOBs[i]))
+		h.Flags = 0
+	}
+	r, _, e := syscall.RawSyscall6(syscall.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(len(b.hdrs)),
+		syscall.MSG_DONTWAIT, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	n := int(r)
+	for i := range n {
+		b.N[i] = int(b.hdrs[i].len)
+		b.OOBN[i] = int(b.hdrs[i].hdr.Controllen)
+		b.From[i] = addrPort(&b.names[i])
+	}
+	return n, 0
+}
+
 // EpollPoll reports the ready descriptors of an epoll set without waiting.
 // It also clears the set's list of descriptors that were ready and no longer
 // are, without which a set inside another poller would look readable
