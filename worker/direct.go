@@ -207,9 +207,7 @@ type direct struct {
 	v6     bool
 	socket int   // index of the socket among Env.Sockets
 	slot   uint8 // the worker's slot in the port's group
-	// behind is how many datagrams the loop read in the same batch after
-	// the one being handled: out of the socket, but waiting all the same.
-	behind int
+	oob    []byte
 	door   *frontdoor.Door
 	self   selfTarget
 	pass   passTarget
@@ -246,7 +244,7 @@ type direct struct {
 }
 
 func newDirect(w *workerLoop, fd int, v6 bool, socket int, slot uint8) *direct {
-	d := &direct{w: w, fd: fd, v6: v6, socket: socket, slot: slot}
+	d := &direct{w: w, fd: fd, v6: v6, socket: socket, slot: slot, oob: make([]byte, 64)}
 	d.self.d, d.pass.d = d, d
 	d.door = frontdoor.New(socket, d.pick, d.admit, d.reply)
 	d.door.Probe = d.probe
@@ -343,10 +341,6 @@ func (d *direct) admit(m *sipscan.Msg, now int64) (overload.Refusal, int) {
 	return overload.Refusal(reason), retry
 }
 
-// oobLen is the room for a datagram's control messages: its receive
-// timestamp (SO_TIMESTAMPNS) and nothing else asked for.
-const oobLen = 64
-
 // waitCheck is the wait in the socket from which waitFor checks it
 // against the backlog: below it, the wait counts as it is.
 const waitCheck = int64(10 * time.Millisecond)
@@ -357,8 +351,7 @@ const skbOverhead = 768
 
 // waitFor is how long a datagram that waited measured ns in the socket
 // counts as having waited: no longer than the datagrams still in the
-// socket, and those read with it in its batch, take to handle, at what
-// each cost lately. A datagram that waited
+// socket take to handle, at what each cost lately. A datagram that waited
 // while the worker was not scheduled at all (a busy machine) has no
 // backlog behind it, and its wait says nothing of the worker's load, as
 // the supervisor's door, which weighs queues, would not count it either;
@@ -369,14 +362,14 @@ func (d *direct) waitFor(measured int64) int64 {
 	}
 	// The next datagram's length, 0 with none: exact, where the buffer's
 	// count below lags, as UDP frees read datagrams in batches.
-	if next, err := unix.IoctlGetInt(d.fd, unix.SIOCINQ); err == nil && next == 0 && d.behind == 0 {
+	if next, err := unix.IoctlGetInt(d.fd, unix.SIOCINQ); err == nil && next == 0 {
 		return 0
 	}
 	queued, _, e := rawio.SocketMemory(d.fd)
 	if e != 0 {
 		return measured
 	}
-	backlog := max(float64(queued)/(d.size+skbOverhead)+float64(d.behind), 1) * d.cost
+	backlog := max(float64(queued)/(d.size+skbOverhead), 1) * d.cost
 	return min(measured, int64(backlog))
 }
 

@@ -285,11 +285,6 @@ type frame struct {
 	fd  int // a passed descriptor, or -1
 }
 
-// directBatch is the most messages the loop takes from one source before
-// it visits the next: the direct socket's datagrams read in one recvmmsg,
-// or the data channel's frames read one by one.
-const directBatch = 8
-
 // run is the worker's one loop: it handles frames, submitted work and the
 // handler's timers, and counts the time it spends on them as busy.
 func (w *workerLoop) run(ctx context.Context) error {
@@ -338,129 +333,53 @@ func (w *workerLoop) run(ctx context.Context) error {
 		rerr    error
 		// -1: the data channel; else the reply socket read, or the direct
 		// socket after them.
-		src  int
-		from netip.AddrPort
-		turn int
-		// The direct socket's datagram handed out: its buffer, its control
-		// messages, and how many of its batch follow it.
-		dirBuf, dirOOB []byte
-		behind         int
+		src    int
+		from   netip.AddrPort
+		turn   int
+		dirOOB []byte // the direct socket's control messages
 	)
 	// The sources read in turn: the data channel, the reply sockets, the
 	// direct socket.
 	sources := 1 + len(w.replies)
 	if w.direct != nil {
 		sources++
+		dirOOB = w.direct.oob
 	}
-	// fds are the sources' descriptors, by source + 1.
-	fds := []int{w.dataFD}
-	for _, r := range w.replies {
-		fds = append(fds, r.fd)
-	}
-	var batch *rawio.Batch
-	if w.direct != nil {
-		fds = append(fds, w.direct.fd)
-		batch = rawio.NewBatch(directBatch, wire.MaxFrame, oobLen, wire.MsgHeaderLen)
-	}
-	ready := make([]syscall.EpollEvent, sources)
-	var (
-		// mask holds the sources (bit source+1) the set said were ready
-		// when last polled and not yet visited in this round; taken counts
-		// the frames read from the one being visited.
-		mask  uint64
-		taken int
-		// The direct socket's datagrams read in one batch: bn of them, bi
-		// the next to hand out.
-		bn, bi int
-	)
-	// poll asks the set which sources have something to read. It also
-	// empties the set's list of what was ready, without which the poller
-	// waiting on the set would never be told of new data.
-	poll := func(set uintptr) bool {
-		k, _ := rawio.EpollPoll(int(set), ready)
-		mask = 0
-		for _, ev := range ready[:max(k, 0)] {
-			for j, fd := range fds {
-				if int(ev.Fd) == fd {
-					mask |= 1 << j
-				}
-			}
-		}
-		return mask != 0
-	}
-	// recv hands out the next message: the set says which sources are
-	// ready, and each is visited in turn, so that none starves another,
-	// taking up to directBatch of its messages. A datagram of the direct
-	// socket comes from a batch read in one recvmmsg; a batch short of
-	// full means the socket was empty, so no read that finds nothing is
-	// spent to learn it. At a trickle a wake-up costs the poll that finds
-	// the ready socket, the read, and the poll that finds nothing more.
+	var ready [4]syscall.EpollEvent
+	// recv reads from the data channel and the sockets in turn, so that
+	// none can starve another.
 	recv := func(set uintptr) bool {
 		var e syscall.Errno
-		if sources == 1 {
-			n, oobn, e = rawio.Recvmsg(w.dataFD, buf, oob)
-			src, rerr = -1, nil
-			if e != 0 {
-				rerr = e
-			}
-			return e != rawio.EAGAIN && e != rawio.EINTR
-		}
-		for {
-			if bi < bn {
-				src, n, oobn, from = len(w.replies), batch.N[bi], batch.OOBN[bi], batch.From[bi]
-				dirBuf, dirOOB, behind = batch.Bufs[bi], batch.OOBs[bi], bn-bi-1
-				bi++
-				rerr = nil
-				return true
-			}
-			if mask == 0 && !poll(set) {
-				rerr = nil
-				return false
-			}
-			k := 0
-			for j := range sources {
-				if k = (turn + j) % sources; mask&(1<<k) != 0 {
-					break
-				}
-			}
-			i := k - 1
+	again:
+		for k := 0; k < sources; k++ {
+			i := (turn+k)%sources - 1
 			switch {
 			case i < 0:
 				n, oobn, e = rawio.Recvmsg(w.dataFD, buf, oob)
 			case i < len(w.replies):
 				n, from, e = rawio.Recvfrom(w.replies[i].fd, buf[wire.MsgHeaderLen:])
 			default:
-				var c int
-				if c, e = batch.Read(w.direct.fd); e == 0 {
-					// Visited: a full batch's socket may hold more, which
-					// the next poll finds.
-					mask &^= 1 << k
-					turn = k + 1
-					bn, bi = c, 0
-					continue
-				}
+				n, oobn, from, e = rawio.RecvmsgFrom(w.direct.fd, buf[wire.MsgHeaderLen:], dirOOB)
 			}
-			switch {
-			case e == rawio.EAGAIN:
-				mask &^= 1 << k
-				taken = 0
-				turn = k + 1
-				continue
-			case e == rawio.EINTR:
-				continue
+			if e != rawio.EAGAIN {
+				src = i
+				turn++
+				break
 			}
-			src = i
-			if taken++; taken >= directBatch || e != 0 {
-				mask &^= 1 << k
-				taken = 0
-				turn = k + 1
-			}
-			rerr = nil
-			if e != 0 {
-				rerr = e
-			}
-			return true
 		}
+		// All empty: before the poller waits on the set, the set must be
+		// emptied of what was ready, or it never signals again; whatever
+		// arrived meanwhile is read now.
+		if e == rawio.EAGAIN && sources > 1 {
+			if k, _ := rawio.EpollPoll(int(set), ready[:]); k > 0 {
+				goto again
+			}
+		}
+		rerr = nil
+		if e != 0 {
+			rerr = e
+		}
+		return e != rawio.EAGAIN && e != rawio.EINTR
 	}
 	// armed is the read deadline in force, so that it is set only when it
 	// moves: every change of a timer that may be the earliest wakes another
@@ -536,8 +455,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 		}
 		if src >= len(w.replies) {
 			if rerr == nil {
-				w.direct.behind = behind
-				w.direct.read(dirBuf[:wire.MsgHeaderLen+n], from, dirOOB[:oobn])
+				w.direct.read(buf[:wire.MsgHeaderLen+n], from, dirOOB[:oobn])
 				w.checkDrained()
 				// The wait the datagram showed falls at a tick.
 				if t := w.direct.due(); t != 0 && t < next.UnixNano() {

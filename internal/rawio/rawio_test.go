@@ -167,14 +167,11 @@ func TestNoAllocations(t *testing.T) {
 	buf := make([]byte, 64)
 	x, y := seqpacket(t)
 	oob := make([]byte, 32)
-	batch := NewBatch(4, 64, 32, 4)
 	allocs := testing.AllocsPerRun(100, func() {
 		Sendto(afd, []byte("x"), &sa)
 		Recvfrom(afd, buf)
 		Sendto(afd, []byte("x"), &sa)
 		RecvmsgFrom(afd, buf, oob)
-		Sendto(afd, []byte("x"), &sa)
-		batch.Read(afd)
 		Write(x, buf[:4])
 		Recvmsg(y, buf, oob)
 	})
@@ -282,65 +279,5 @@ func TestSocketMemory(t *testing.T) {
 	recvWait(t, fd, make([]byte, 200))
 	if _, _, e := SocketMemory(-1); e == 0 {
 		t.Fatal("a bad descriptor: want an error")
-	}
-}
-
-// A Batch reads what waits, up to its size, each datagram into its own
-// buffer after the skipped bytes with its sender and control messages; a
-// short read means the socket was empty.
-func TestBatchRead(t *testing.T) {
-	t.Parallel()
-	b, bfd := udpFD(t, "udp4", "127.0.0.1:0")
-	if err := syscall.SetsockoptInt(bfd, syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1); err != nil {
-		t.Fatal(err)
-	}
-	a, afd := udpFD(t, "udp4", "127.0.0.1:0")
-	sa := MakeSockaddr(b.LocalAddr().(*net.UDPAddr).AddrPort(), false)
-	for _, m := range []string{"INVITE", "ACK", "BYE"} {
-		if _, e := Sendto(afd, []byte(m), &sa); e != 0 {
-			t.Fatal(e)
-		}
-	}
-	batch := NewBatch(2, 64, 64, 4)
-	var got []string
-	for len(got) < 2 {
-		n, e := batch.Read(bfd)
-		if e == EAGAIN {
-			time.Sleep(time.Millisecond) // the loopback delivers within it; bounded by the test's timeout
-			continue
-		}
-		if e != 0 {
-			t.Fatal(e)
-		}
-		for i := range n {
-			got = append(got, string(batch.Bufs[i][batch.Skip:batch.Skip+batch.N[i]]))
-			if want := a.LocalAddr().(*net.UDPAddr).AddrPort(); batch.From[i] != want {
-				t.Errorf("datagram %d: want from %v, have %v", i, want, batch.From[i])
-			}
-			if batch.OOBN[i] == 0 {
-				t.Errorf("datagram %d: want its timestamp, have no control message", i)
-			}
-		}
-	}
-	// All three were sent before the first read: INVITE and ACK fill the
-	// batch (or INVITE alone came first), what is left comes next, short.
-	for len(got) < 3 {
-		n, e := batch.Read(bfd)
-		if e == EAGAIN {
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		if n >= 2 {
-			t.Fatalf("want a short read of what was left, have %d", n)
-		}
-		for i := range n {
-			got = append(got, string(batch.Bufs[i][batch.Skip:batch.Skip+batch.N[i]]))
-		}
-	}
-	if got[0] != "INVITE" || got[1] != "ACK" || got[2] != "BYE" {
-		t.Errorf("want INVITE, ACK, BYE in order, have %q", got)
-	}
-	if n, e := batch.Read(bfd); e != EAGAIN || n != 0 {
-		t.Errorf("empty socket: want EAGAIN, have %d, %v", n, e)
 	}
 }
