@@ -223,14 +223,7 @@ func BenchmarkRedisRegister(b *testing.B) {
 
 // BenchmarkSQLiteList10k is the supervisor's count of 10,000 bindings.
 func BenchmarkSQLiteList10k(b *testing.B) {
-	s, err := OpenSQLite(filepath.Join(b.TempDir(), "location.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	for i := 0; i < 10000; i++ {
-		s.Save("sip:user"+itoa(i)+"@example.com", Binding{Contact: "sip:u@10.0.0.1:5062", Expires: time.Now().Add(time.Hour), CallID: "call" + itoa(i)})
-	}
+	s := sqlite10k(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		if bs, err := s.List(); err != nil || len(bs) != 10000 {
@@ -239,17 +232,24 @@ func BenchmarkSQLiteList10k(b *testing.B) {
 	}
 }
 
-// BenchmarkSQLiteCallIDs10k is the supervisor's periodic count over
-// 10,000 bindings, beside BenchmarkSQLiteList10k, which it replaced.
-func BenchmarkSQLiteCallIDs10k(b *testing.B) {
+// sqlite10k is an SQLite store holding 10,000 bindings, each of its own
+// AOR, closed when the benchmark ends.
+func sqlite10k(b *testing.B) *SQLite {
 	s, err := OpenSQLite(filepath.Join(b.TempDir(), "location.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	b.Cleanup(func() { s.Close() })
 	for i := 0; i < 10000; i++ {
 		s.Save("sip:user"+itoa(i)+"@example.com", Binding{Contact: "sip:u@10.0.0.1:5062", Expires: time.Now().Add(time.Hour), CallID: "call" + itoa(i)})
 	}
+	return s
+}
+
+// BenchmarkSQLiteCallIDs10k is the supervisor's periodic count over
+// 10,000 bindings, beside BenchmarkSQLiteList10k, which it replaced.
+func BenchmarkSQLiteCallIDs10k(b *testing.B) {
+	s := sqlite10k(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		if n, err := s.EachCallID(func([]byte) {}); err != nil || n != 10000 {
