@@ -3,9 +3,12 @@
 # taken with perf (Debian linux-perf) at the kernel's view, so time spent in
 # system calls and in the Go runtime shows beside the SIP code.
 #
-#   bench/profile.sh [--server sipvisor|kamailio] [--kind call|register]
+#   bench/profile.sh [--server sipvisor|kamailio] [--kind call|register|idle]
 #                    [--rate 500] [--secs 20] [--freq 999] [--children N]
 #                    [--out DIR]
+#
+# --kind idle offers nothing and counts per second instead of per call: what
+# the server costs waiting (its timers, its supervisor's rounds).
 #
 # Writes DIR/perf.data, DIR/summary.txt (CPU and context switches per call,
 # for the tree and for each process),
@@ -23,7 +26,7 @@ freq=999
 CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/profile}
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
 	case $1 in -h | --help) usage ;; esac
 	[ $# -ge 2 ] || die "flag $1 needs a value"
@@ -42,19 +45,21 @@ done
 for v in rate secs freq CHILDREN; do
 	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v,,} must be a positive integer, have '${!v}'"
 done
-case $kind in call | register) ;; *) die "--kind must be call or register, have '$kind'" ;; esac
+case $kind in call | register | idle) ;; *) die "--kind must be call, register or idle, have '$kind'" ;; esac
 command -v perf >/dev/null || die "perf not installed (apt-get install -y linux-perf)"
 command -v sipp >/dev/null || die "sipp not installed: run make bench-install"
 
-# proc_snapshot PID: one line per process of the tree: pid, role, CPU ticks
-# (utime+stime), context switches of all its threads.
+# proc_snapshot PID: one line per process of the tree: pid, role, CPU
+# nanoseconds of all its threads (schedstat: exact where utime+stime counts
+# in ticks of 10 ms, which an idle process spends few of), context switches
+# of all its threads.
 proc_snapshot() {
 	local p role
 	for p in $(tree_pids "$1"); do
 		role=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^SIPVISOR_GROUP=//p' || true)
 		[ -n "$role" ] || { [ "$p" = "$1" ] && role=main || role=child; }
 		printf '%s %s %s %s\n' "$p" "$role" \
-			"$(awk '{ i = length($0); while (i > 0 && substr($0, i, 1) != ")") i--; split(substr($0, i + 2), f, " "); print f[12] + f[13] }' "/proc/$p/stat" 2>/dev/null || echo 0)" \
+			"$(cat /proc/"$p"/task/*/schedstat 2>/dev/null | awk '{ n += $1 } END { printf "%d", n }')" \
 			"$(cat /proc/"$p"/task/*/status 2>/dev/null | awk '/^(voluntary|nonvoluntary)_ctxt_switches:/ { n += $2 } END { print n + 0 }')"
 	done
 }
@@ -68,8 +73,15 @@ work=$out/$server
 mkdir -p "$work"
 start_uas "$work"
 start_server "$server" "$work"
+# An idle server is measured once its start is over: the workers' first
+# reports, the supervisor's first cycles.
+[ "$kind" != idle ] || sleep 10
 pids=$(tree_pids "$SERVER_PID" | paste -sd,)
-log "perf record on $server ($pids) while SIPp offers $rate ${kind}s/s for ${secs}s"
+if [ "$kind" = idle ]; then
+	log "perf record on $server ($pids) while idle for ${secs}s"
+else
+	log "perf record on $server ($pids) while SIPp offers $rate ${kind}s/s for ${secs}s"
+fi
 c0=$(tree_cpu "$SERVER_PID")
 x0=$(tree_ctxsw "$SERVER_PID")
 proc_snapshot "$SERVER_PID" >"$out/procs.before"
@@ -78,25 +90,38 @@ perf_pid=$!
 BG_PIDS+=("$perf_pid")
 sleep 1
 # A REGISTER takes no call time; -d 0 is only for the call scenario.
-if [ "$kind" = call ]; then
-	run_uac "$work/$kind" "$kind" "$rate" $((rate * secs)) "$UAC_PORT" -d 0
-else
-	run_uac "$work/$kind" "$kind" "$rate" $((rate * secs)) "$UAC_PORT"
-fi
+case $kind in
+call) run_uac "$work/$kind" "$kind" "$rate" $((rate * secs)) "$UAC_PORT" -d 0 ;;
+register) run_uac "$work/$kind" "$kind" "$rate" $((rate * secs)) "$UAC_PORT" ;;
+idle) sleep "$secs" ;;
+esac
 wait "$perf_pid" || die "perf record failed: $(tail -3 "$out/perf-record.log")"
 BG_PIDS=()
 c1=$(tree_cpu "$SERVER_PID")
 x1=$(tree_ctxsw "$SERVER_PID")
 proc_snapshot "$SERVER_PID" >"$out/procs.after"
-ok=$(stat_last "$work/$kind" 'SuccessfulCall(C)')
-awk -v a="$c0" -v b="$c1" -v xa="$x0" -v xb="$x1" -v ok="$ok" -v s="$server" -v r="$rate" -v k="$kind" 'BEGIN {
-	printf "%s at %s %ss/s: %d %ss, %.2f CPU s (%.3f ms per %s), %d context switches (%.1f per %s)\n", s, r, k, ok, k, b - a, (b - a) / ok * 1000, k, xb - xa, (xb - xa) / ok, k
-}' | tee "$out/summary.txt" >&2
+# Idle figures are per second: ok counts seconds, unit names them.
+unit=$kind
+if [ "$kind" = idle ]; then
+	# The record spans secs+2; the counters, the same.
+	# The total from the processes' exact counters, not the ticks.
+	ok=$((secs + 2)) unit=s
+	awk -v n="$ok" -v s="$server" '
+		NR == FNR { cpu[$1] = $3; sw[$1] = $4; next }
+		($1 in cpu) { c += $3 - cpu[$1]; x += $4 - sw[$1] }
+		END { printf "%s idle for %d s: %.4f CPU s (%.2f ms per s), %d context switches (%.1f per s)\n", s, n, c / 1e9, c / 1e6 / n, x, x / n }
+	' "$out/procs.before" "$out/procs.after" | tee "$out/summary.txt" >&2
+else
+	ok=$(stat_last "$work/$kind" 'SuccessfulCall(C)')
+	awk -v a="$c0" -v b="$c1" -v xa="$x0" -v xb="$x1" -v ok="$ok" -v s="$server" -v r="$rate" -v k="$kind" 'BEGIN {
+		printf "%s at %s %ss/s: %d %ss, %.2f CPU s (%.3f ms per %s), %d context switches (%.1f per %s)\n", s, r, k, ok, k, b - a, (b - a) / ok * 1000, k, xb - xa, (xb - xa) / ok, k
+	}' | tee "$out/summary.txt" >&2
+fi
 # Per process: which one the CPU and the switches belong to.
-awk -v ok="$ok" -v hz="$CLK_TCK" -v k="$kind" '
+awk -v ok="$ok" -v k="$unit" '
 	NR == FNR { cpu[$1] = $3; sw[$1] = $4; next }
 	($1 in cpu) {
-		printf "%-8s %-28s %8.3f ms/%s %6.1f switches/%s\n", $1, $2, ($3 - cpu[$1]) / hz / ok * 1000, k, ($4 - sw[$1]) / ok, k
+		printf "%-8s %-28s %8.3f ms/%s %6.1f switches/%s\n", $1, $2, ($3 - cpu[$1]) / 1e6 / ok, k, ($4 - sw[$1]) / ok, k
 	}' "$out/procs.before" "$out/procs.after" | tee -a "$out/summary.txt" >&2
 
 # Self time by symbol, and time including callees (what a function and
