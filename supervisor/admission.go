@@ -190,6 +190,10 @@ func (s *Supervisor) echoTick(now time.Time) {
 			gr.gate.Echoed(gr.steer.longestWait())
 		}
 		s.ov.EchoTick(gr.gate, pending, now)
+		if gr.steer != nil {
+			// The throttle opens and closes here, not by an event.
+			gr.steer.noteClosed(s.ov.Closed(gr.gate))
+		}
 		gr.g.Echo(now)
 	}
 }

@@ -76,6 +76,12 @@ type steering struct {
 
 	view atomic.Pointer[steerView]
 	kick chan struct{}
+	// closed is admission's closed state as the last refresh found it,
+	// changedAt when it, the table or the freshness last changed, and pace
+	// the time to the next refresh the loop makes unasked (steerPace).
+	closed    atomic.Pointer[string]
+	changedAt time.Time
+	pace      atomic.Int64
 	// members is how many workers the program places datagrams on.
 	members atomic.Int64
 	// retired is the counters of workers that exited, by page offset
@@ -147,14 +153,39 @@ func directBlocked(closed string, members, ramps int, readableFor time.Duration)
 	return ""
 }
 
-// steerEvery is how often the gate is evaluated when nothing else asks:
-// the longest a worker admits by itself after a limit comes near.
+// steerEvery is how often the gate is evaluated when nothing else asks
+// while it may change by itself: the longest a worker admits by itself
+// after a limit comes near.
 const steerEvery = 100 * time.Millisecond
+
+// steerQuiet is how often it is evaluated while nothing in it changes but
+// by an event that asks for a refresh at once (a worker's state, admission
+// opening or closing, a setting, the throttle at its echo): an idle
+// server's supervisor then wakes a few times a second rather than ten.
+const steerQuiet = time.Second
+
+// steerSettle is how long after the last change of the table, the gate or
+// the buckets' freshness the refresh keeps to steerEvery.
+const steerSettle = 5 * time.Second
+
+// steerPace is the time to the next refresh no event asks for: closed is
+// why admission is closed ("" if open), limited whether a session limit or
+// queue admission is set (the quotas and the queues' fill move with every
+// session), direct whether datagrams go to the workers (until they do,
+// directAfter or a ramp runs out by the clock), sinceChange the time since
+// the table, the gate or the freshness last changed.
+func steerPace(closed string, limited, direct bool, sinceChange time.Duration) time.Duration {
+	if closed != "" || limited || !direct || sinceChange < steerSettle {
+		return steerEvery
+	}
+	return steerQuiet
+}
 
 func newSteering(s *Supervisor, gr *groupRun, sock *listeners.Socket, udpIndex int) *steering {
 	st := &steering{s: s, gr: gr, sock: sock, udpIndex: udpIndex, sent: map[int]int{}, kick: make(chan struct{}, 1),
 		retired: map[int]uint64{}}
 	st.view.Store(&steerView{})
+	st.pace.Store(int64(steerEvery))
 	// Until the first refresh every datagram is the door's: without a
 	// program the kernel would spread them over the members by address.
 	if err := st.attach(steer.DoorProgram()); err != nil {
@@ -196,9 +227,10 @@ func (st *steering) poke() {
 	}
 }
 
-// loop refreshes on every change of the group and every steerEvery.
+// loop refreshes on every change of the group and at the pace the last
+// refresh set (steerPace).
 func (st *steering) loop(ctx context.Context) error {
-	t := time.NewTicker(steerEvery)
+	t := time.NewTimer(steerEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -208,6 +240,15 @@ func (st *steering) loop(ctx context.Context) error {
 		case <-st.kick:
 		}
 		st.refresh(time.Now())
+		t.Reset(untilTick(time.Now(), time.Duration(st.pace.Load())))
+	}
+}
+
+// noteClosed asks for a refresh if admission's closed state is no longer
+// the one the last refresh wrote (the throttle, which moves at its echo).
+func (st *steering) noteClosed(closed string) {
+	if p := st.closed.Load(); p == nil || *p != closed {
+		st.poke()
 	}
 }
 
@@ -223,6 +264,10 @@ func (st *steering) refresh(now time.Time) {
 	defer st.refreshMu.Unlock()
 	ws := gr.g.Workers()
 	closed := s.ov.Closed(gr.gate)
+	if p := st.closed.Load(); p == nil || *p != closed {
+		st.closed.Store(&closed)
+		st.changedAt = now
+	}
 	open := closed == ""
 	probes, retry := s.ov.ProbeRefused()
 	if !probes {
@@ -240,6 +285,18 @@ func (st *steering) refresh(now time.Time) {
 		maxCall = uint64(gr.door.Sessions.MaxCallDuration.Load())
 	}
 	room := s.ov.Room(gr.gate)
+	limited := s.ov.Limits().QueueAdmission.Load() > 0
+	for _, r := range room {
+		limited = limited || r != overload.Unlimited
+	}
+	// A refresh from elsewhere than the loop may find the pace should
+	// quicken: the loop, asleep for steerQuiet, is told.
+	defer func() {
+		pace := steerPace(closed, limited, st.direct, now.Sub(st.changedAt))
+		if old := time.Duration(st.pace.Swap(int64(pace))); pace < old {
+			st.poke()
+		}
+	}()
 	for _, w := range ws {
 		p := w.Page()
 		p.Store(wire.OffQueueDelayLimit, delayLimit)
@@ -298,6 +355,7 @@ func (st *steering) refresh(now time.Time) {
 		}
 		st.shadow = shadow
 		st.gen++
+		st.changedAt = now
 	}
 	why := directBlocked(closed, len(members), gr.ramps.Len(), now.Sub(st.openSince))
 	var table steer.Table
@@ -326,6 +384,7 @@ func (st *steering) refresh(now time.Time) {
 			}
 			st.table = table
 			st.direct = why == ""
+			st.changedAt = now
 		}
 		n := 0
 		if st.direct {
@@ -347,6 +406,7 @@ func (st *steering) refresh(now time.Time) {
 	// Workers read the buckets' freshness only while datagrams go to them.
 	if st.direct && fresh != st.sentFresh {
 		st.gen++
+		st.changedAt = now
 	}
 	// Every worker learns the table once per change, a new one at its
 	// first refresh.
@@ -428,7 +488,7 @@ func (st *steering) pick(m *sipscan.Msg, newSession bool, now int64) *pool.Worke
 			return p.w
 		}
 		if now < p.until-int64(sessions.PendingInvite-sessions.TransactionLifetime) {
-			st.fresh[b].Store(now)
+			st.markFresh(b, now)
 			return p.w
 		}
 	}
@@ -444,9 +504,20 @@ func (st *steering) pick(m *sipscan.Msg, newSession bool, now int64) *pool.Worke
 	if newSession {
 		// The door places it as it would without direct reads: elsewhere
 		// than its bucket's worker, maybe.
-		st.fresh[b].Store(now)
+		st.markFresh(b, now)
 	}
 	return nil
+}
+
+// markFresh notes that the door placed a new session of bucket b on
+// another worker than the bucket's: the workers must learn it within
+// steerEvery, as a worker that is sent it later may take a retransmission
+// of that session as a new one.
+func (st *steering) markFresh(b int, now int64) {
+	st.fresh[b].Store(now)
+	if time.Duration(st.pace.Load()) > steerEvery {
+		st.poke()
+	}
 }
 
 // live reports whether w may still hold calls and take their messages: a

@@ -100,3 +100,28 @@ func TestDirectBlocked(t *testing.T) {
 		}
 	}
 }
+
+func TestSteerPace(t *testing.T) {
+	settled := 2 * steerSettle
+	for _, c := range []struct {
+		name        string
+		closed      string
+		limited     bool
+		direct      bool
+		sinceChange time.Duration
+		want        time.Duration
+	}{
+		{"open, unlimited, direct, settled: quiet", "", false, true, settled, steerQuiet},
+		{"a session limit or queue admission set", "", true, true, settled, steerEvery},
+		{"throttled: the door decides", "throttle", false, false, settled, steerEvery},
+		{"suspended, workers refusing", "suspended", false, true, settled, steerEvery},
+		{"datagrams through the door", "", false, false, settled, steerEvery},
+		{"a change just now", "", false, true, 0, steerEvery},
+		{"a change just within the settling time", "", false, true, steerSettle - time.Nanosecond, steerEvery},
+		{"settled at the settling time", "", false, true, steerSettle, steerQuiet},
+	} {
+		if got := steerPace(c.closed, c.limited, c.direct, c.sinceChange); got != c.want {
+			t.Errorf("%s: want %v, have %v", c.name, c.want, got)
+		}
+	}
+}
