@@ -48,7 +48,7 @@ func (s *Supervisor) registrationsLoop(ctx context.Context) error {
 	if s.storeSpec.Shared() {
 		every = max(every, sharedCountEvery)
 	}
-	t := time.NewTimer(untilTick(time.Now(), every))
+	t := newTicks(every)
 	defer t.Stop()
 	var lastSweep time.Time
 	for {
@@ -56,7 +56,7 @@ func (s *Supervisor) registrationsLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case now := <-t.C:
-			t.Reset(untilTick(time.Now(), every))
+			t.arm(every, true)
 			err := s.refreshRegistrations()
 			if err == nil && (!s.storeSpec.Shared() || now.Sub(lastSweep) >= sweepEvery) {
 				_, err = s.locations.Expire(now)

@@ -156,32 +156,3 @@ func seqOf(b []byte) (int, bool) {
 	v, err := strconv.Atoi(string(rest[:end]))
 	return v, err == nil
 }
-
-func TestUntilTick(t *testing.T) {
-	sec := time.Unix(1_700_000_000, 0)
-	for _, c := range []struct {
-		name   string
-		now    time.Time
-		period time.Duration
-		want   time.Duration
-	}{
-		{"on a whole second: the next one", sec, time.Second, time.Second},
-		{"just after one", sec.Add(time.Microsecond), time.Second, time.Second - time.Microsecond},
-		{"just before one", sec.Add(-time.Millisecond), time.Second, time.Millisecond},
-		{"a tenth: the next tenth", sec.Add(250 * time.Millisecond), 100 * time.Millisecond, 50 * time.Millisecond},
-		{"5 s: the next multiple of 5 s since the epoch", sec.Add(2 * time.Second), 5 * time.Second, 3 * time.Second},
-		{"no period", sec.Add(time.Millisecond), 0, 0},
-	} {
-		if got := untilTick(c.now, c.period); got != c.want {
-			t.Errorf("%s: want %v, have %v", c.name, c.want, got)
-		}
-	}
-	// Periods that divide one another meet: the next whole second is also
-	// the next tenth's tick from just before it, so the loops at their
-	// defaults wake together.
-	now := sec.Add(937 * time.Millisecond)
-	at := now.Add(untilTick(now, time.Second))
-	if d := untilTick(at.Add(-time.Nanosecond), 100*time.Millisecond); d != time.Nanosecond {
-		t.Errorf("the second's tick %v is not a tenth's: a tenth's is %v after", at, d-time.Nanosecond)
-	}
-}

@@ -230,17 +230,19 @@ func (st *steering) poke() {
 // loop refreshes on every change of the group and at the pace the last
 // refresh set (steerPace).
 func (st *steering) loop(ctx context.Context) error {
-	t := time.NewTimer(steerEvery)
+	t := newTicks(steerEvery)
 	defer t.Stop()
 	for {
+		fired := false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			fired = true
 		case <-st.kick:
 		}
 		st.refresh(time.Now())
-		t.Reset(untilTick(time.Now(), time.Duration(st.pace.Load())))
+		t.arm(time.Duration(st.pace.Load()), fired)
 	}
 }
 

@@ -609,11 +609,11 @@ func (s *Supervisor) workerExited(group string, w *pool.Worker, reason string) {
 }
 
 // cycleLoop samples every group once per cycle and acts on the decision.
-// Cycles begin at whole multiples of the cycle (untilTick), which keeps a
+// Cycles begin at whole multiples of the cycle (ticks), which keeps a
 // steady period: a slow cycle does not push the next one later (OpenSIPS's
 // timer drifts to 1.2–1.33 s per 1 s cycle).
 func (s *Supervisor) cycleLoop(ctx context.Context) error {
-	t := time.NewTimer(untilTick(time.Now(), s.config().AutoScalingCycle))
+	t := newTicks(s.config().AutoScalingCycle)
 	defer t.Stop()
 	for {
 		select {
@@ -621,23 +621,11 @@ func (s *Supervisor) cycleLoop(ctx context.Context) error {
 			return ctx.Err()
 		case now := <-t.C:
 			s.runCycle(now)
+			t.arm(s.config().AutoScalingCycle, true)
 		case <-s.cycleChanged:
+			t.arm(s.config().AutoScalingCycle, false)
 		}
-		t.Reset(untilTick(time.Now(), s.config().AutoScalingCycle))
 	}
-}
-
-// untilTick is the time from now to the next whole multiple of period
-// since the epoch. The supervisor's periodic loops wake at these, so that
-// loops whose periods divide one another (the cycle, the echoes, the
-// steering, at their defaults) wake together: an idle server's runtime
-// then wakes once for all of them, and each wake-up of a Go process costs
-// its scheduler and monitor thread more than the work it runs.
-func untilTick(now time.Time, period time.Duration) time.Duration {
-	if period <= 0 {
-		return 0
-	}
-	return period - time.Duration(now.UnixNano()%int64(period))
 }
 
 // runCycle is one cycle: sample, decide, act, for every group independently.
@@ -819,7 +807,7 @@ func (s *Supervisor) groupOf(w *pool.Worker) *groupRun {
 
 // echoLoop sends the echoes of the RTT throttle every echo interval.
 func (s *Supervisor) echoLoop(ctx context.Context) error {
-	t := time.NewTimer(untilTick(time.Now(), s.config().Throttle.EchoInterval))
+	t := newTicks(s.config().Throttle.EchoInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -827,9 +815,10 @@ func (s *Supervisor) echoLoop(ctx context.Context) error {
 			return ctx.Err()
 		case now := <-t.C:
 			s.echoTick(now)
+			t.arm(s.config().Throttle.EchoInterval, true)
 		case <-s.echoChanged:
+			t.arm(s.config().Throttle.EchoInterval, false)
 		}
-		t.Reset(untilTick(time.Now(), s.config().Throttle.EchoInterval))
 	}
 }
 
