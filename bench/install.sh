@@ -2,8 +2,9 @@
 # Installs what the benchmarks need from Debian: Kamailio (the server
 # sipvisor is compared with), its TLS module (bench/tls.sh), its SQLite
 # module (run.sh --kamailio-store sqlite-wt|sqlite-wb: registrations written
-# to a file, as sipvisor writes them) and SIPp (sip-tester). Does nothing for
-# a package that is already there.
+# to a file, as sipvisor writes them), SIPp (sip-tester), and perf and strace
+# for profile.sh and syscalls.sh. Does nothing for a package that is already
+# there.
 set -euo pipefail
 
 need=()
@@ -11,6 +12,9 @@ command -v kamailio >/dev/null 2>&1 || need+=(kamailio)
 command -v sipp >/dev/null 2>&1 || need+=(sip-tester)
 # run.sh creates the SQLite store's tables with the sqlite3 shell.
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
+# profile.sh records with perf, syscalls.sh counts with strace.
+command -v perf >/dev/null 2>&1 || need+=(linux-perf)
+command -v strace >/dev/null 2>&1 || need+=(strace)
 # The module is a file, not a command: ask dpkg. (Read into a variable, as
 # below, so that pipefail does not trip on grep closing the pipe.)
 for mod in kamailio-tls-modules kamailio-sqlite-modules; do
@@ -18,7 +22,7 @@ for mod in kamailio-tls-modules kamailio-sqlite-modules; do
 	[ "$status" = "install ok installed" ] || need+=("$mod")
 done
 if [ ${#need[@]} -eq 0 ]; then
-	echo "kamailio, its tls and sqlite modules, sqlite3 and sipp already installed"
+	echo "kamailio, its tls and sqlite modules, sqlite3, sipp, perf and strace already installed"
 	exit 0
 fi
 
