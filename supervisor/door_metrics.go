@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
@@ -12,12 +14,12 @@ import (
 // doorCollector exports the front doors' counters. The doors count with
 // atomics on their hot path; the collector reads them only when scraped.
 type doorCollector struct {
-	s                                            *Supervisor
-	received, forwarded, keepalives, replied     *prometheus.Desc
-	ownAcks                                      *prometheus.Desc
-	malformed, refused, admitted, dropped, aff   *prometheus.Desc
-	sessions, absorbed, stale, staleRefused      *prometheus.Desc
-	probesRefused, direct, directWorkers, passed *prometheus.Desc
+	s                                                     *Supervisor
+	received, forwarded, keepalives, replied              *prometheus.Desc
+	ownAcks                                               *prometheus.Desc
+	malformed, refused, admitted, dropped, aff            *prometheus.Desc
+	sessions, absorbed, stale, staleRefused               *prometheus.Desc
+	probesRefused, direct, directWorkers, passed, refresh *prometheus.Desc
 }
 
 func newDoorCollector(s *Supervisor) *doorCollector {
@@ -42,6 +44,7 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 		staleRefused: prometheus.NewDesc("sipvisor_pool_stale_requests_refused_total",
 			"Requests read from a connection that a worker refused with 503 for having waited longer than max_queue_wait.", []string{"group"}, nil),
 		passed:        d("datagrams_passed_total", "Datagrams the group's workers read from their own sockets (udp_direct_reads) and passed to this door to decide: calls whose worker may be another."),
+		refresh:       d("direct_refresh_seconds", "How often the supervisor writes admission into the workers' pages when nothing asks sooner (udp_direct_reads): 0.1 while a limit is set, admission is closed or something just changed, 1 while nothing can change but by an event that refreshes at once."),
 		directWorkers: d("direct_workers", "Workers the kernel program places the socket's datagrams on (udp_direct_reads); 0 while every datagram comes through this door."),
 		direct:        d("direct_datagrams_total", "Datagrams the group's workers read from their own sockets of the port (udp_direct_reads), past this door."),
 		probesRefused: d("probes_refused_total", "OPTIONS probes of the server itself answered 503 while it refused every new session (suspended or stopping)."),
@@ -49,7 +52,7 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 }
 
 func (c *doorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale, c.staleRefused, c.probesRefused, c.direct, c.directWorkers, c.passed} {
+	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale, c.staleRefused, c.probesRefused, c.direct, c.directWorkers, c.passed, c.refresh} {
 		ch <- d
 	}
 }
@@ -86,6 +89,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.direct, gr.steer.counter(wire.OffDirectRead))
 			counter(c.passed, st.Passed.Load())
 			ch <- prometheus.MustNewConstMetric(c.directWorkers, prometheus.GaugeValue, float64(gr.steer.members.Load()), g)
+			ch <- prometheus.MustNewConstMetric(c.refresh, prometheus.GaugeValue, time.Duration(gr.steer.pace.Load()).Seconds(), g)
 			for k := range admitted {
 				admitted[k] = gr.steer.counter(wire.OffDoorAdmitted + 8*k)
 			}

@@ -111,3 +111,35 @@ func TestDirectReadsFollowAdmission(t *testing.T) {
 		t.Errorf("after resume: want the call's INVITE, ACK and BYE read by a worker, have %v more datagrams read directly", after-before)
 	}
 }
+
+// A quiet server's supervisor writes admission into the workers' pages
+// once a second, not ten times; a session limit set then binds the
+// workers at once, and the writes keep to a tenth of a second while it is
+// set, since every session moves the quotas.
+func TestLimitSetOnAQuietServer(t *testing.T) {
+	t.Parallel()
+	s := directServer(t, harness.SIPpUAS(t).Port, "")
+	const refresh = "sipvisor_frontdoor_direct_refresh_seconds"
+	s.AwaitMetric(1, refresh)
+	ua := harness.NewUA(t, s.SIPPort("udp"))
+	s.Set("limits/max_calls", "1")
+	if v := s.Metric(refresh, ""); v != 0.1 {
+		t.Errorf("with max_calls set: want a refresh every 0.1 s, have %v", v)
+	}
+	m, call := ua.Dial()
+	if m.Code != 200 {
+		t.Fatalf("the first call under max_calls = 1: want 200, have %d\n%s", m.Code, m.Raw)
+	}
+	harness.WantRefused(t, "a second call over max_calls = 1", ua.Invite())
+	if v := s.Metric("sipvisor_frontdoor_refused_sessions_total", `reason="limit"`); v != 1 {
+		t.Errorf("refused_sessions_total{reason=limit}: want 1, have %v", v)
+	}
+	if bye := ua.HangUp(call); bye.Code != 200 {
+		t.Fatalf("BYE: want 200, have %d\n%s", bye.Code, bye.Raw)
+	}
+	s.Set("limits/max_calls", "0")
+	s.AwaitMetric(1, refresh)
+	if m := ua.Invite(); m.Code != 200 {
+		t.Errorf("a call with the limit lifted: want 200, have %d\n%s", m.Code, m.Raw)
+	}
+}
