@@ -165,8 +165,6 @@ func EpollPoll(epfd int, events []syscall.EpollEvent) (int, syscall.Errno) {
 	return int(n), e
 }
 
-// bufPtr is where b's bytes are; a valid pointer even for an empty b, as the
-// kernel reads nothing from it then.
 // SocketMemory is a socket's receive memory (SO_MEMINFO): the bytes its
 // queued datagrams take (SK_MEMINFO_RMEM_ALLOC, kernel overhead included)
 // and its receive buffer (SK_MEMINFO_RCVBUF).
@@ -184,6 +182,8 @@ func SocketMemory(fd int) (queued, size uint32, e syscall.Errno) {
 // soMeminfo is SO_MEMINFO, which package syscall does not name.
 const soMeminfo = 55
 
+// bufPtr is where b's bytes are; a valid pointer even for an empty b, as the
+// kernel reads nothing from it then.
 func bufPtr(b []byte) unsafe.Pointer {
 	if len(b) == 0 {
 		return unsafe.Pointer(&zero)
