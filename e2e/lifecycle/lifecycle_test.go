@@ -215,6 +215,63 @@ func TestKilledWorkerUnderCallsLosesNoCall(t *testing.T) {
 	}
 }
 
+// A callee's answer to an INVITE whose worker was killed after relaying
+// it still reaches the caller: the answer comes to another worker, which
+// has no transaction for it and whose branch names a worker that is gone,
+// and it is forwarded by its Via, statelessly, as RFC 3261 (16.7) asks of
+// a proxy for a response no transaction awaits. Before, it was passed to
+// the branch's worker, found none, and was dropped with every
+// retransmission: the caller, which had its 100 Trying, never learnt of the
+// answer.
+func TestAnswerAfterRelayingWorkerKilled(t *testing.T) {
+	t.Parallel()
+	caller, callee := harness.NewPeer(t), harness.NewPeer(t)
+	s := harness.Start(t, harness.ProxyCfg(callee.Port(), "udp_workers = 2\ntcp_workers = 1"))
+	group := "udp:" + s.SIPAddr("udp")
+	proxy := harness.Local(s.SIPPort("udp"))
+	invite := fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
+		"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-kill-%[3]d\r\n"+
+		"Max-Forwards: 70\r\n"+
+		"From: <sip:alice@127.0.0.1:%[1]d>;tag=caller%[3]d\r\n"+
+		"To: <sip:bob@127.0.0.1:%[2]d>\r\n"+
+		"Call-ID: kill-%[3]d@127.0.0.1\r\n"+
+		"CSeq: 1 INVITE\r\n"+
+		"Contact: <sip:alice@127.0.0.1:%[1]d>\r\n"+
+		"Content-Length: 0\r\n\r\n", caller.Port(), callee.Port(), time.Now().UnixNano())
+	caller.Send(proxy, invite)
+	caller.Expect(5*time.Second, "100 Trying", harness.IsStatus(100))
+	inv, _ := callee.Expect(5*time.Second, "the INVITE at the callee", harness.IsMethod("INVITE"))
+	// The relaying worker's pid is in its branch: z9hG4bK, 8 hex digits,
+	// '-', the pid in base 36, '.'.
+	branch := inv.Header("Via")
+	_, branch, _ = strings.Cut(branch, "branch=z9hG4bK")
+	pid36, _, _ := strings.Cut(branch[min(9, len(branch)):], ".")
+	pid, err := strconv.ParseInt(pid36, 36, 32)
+	if err != nil || len(branch) < 9 {
+		t.Fatalf("want the relaying worker's pid in the branch, have Via %q", inv.Header("Via"))
+	}
+	if err := syscall.Kill(int(pid), syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the relaying worker %d: %v", pid, err)
+	}
+	s.AwaitMetricAtLeast(1, 30*time.Second, "sipvisor_pool_worker_exits_total", `reason="crash"`)
+	s.WaitWorkers(group, 2, 30*time.Second)
+	// The callee answers, and retransmits its 200 as a UAS does until
+	// the caller has it.
+	callee.Send(inv.From, harness.ReplyTo(inv, 180, "Ringing", "callee1"))
+	ok := harness.ReplyTo(inv, 200, "OK", "callee1")
+	for i := 0; ; i++ {
+		callee.Send(inv.From, ok)
+		if m, got := caller.Recv(500 * time.Millisecond); got && m.Status() == 200 {
+			break
+		} else if got && m.Status() != 180 {
+			t.Errorf("want 180 and 200 at the caller, have %s", m)
+		}
+		if i == 8 {
+			t.Fatalf("the callee's 200 never reached the caller after the relaying worker died\n%s", harness.Tail(s.Log.String(), 30))
+		}
+	}
+}
+
 // SIGTERM drains every group and exits 0, leaving no worker behind.
 func TestSIGTERMExitsCleanly(t *testing.T) {
 	t.Parallel()

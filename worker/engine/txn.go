@@ -11,6 +11,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"golang.org/x/sys/unix"
 )
 
 // txState is where a transaction is in its RFC 3261 17 life.
@@ -967,6 +968,18 @@ func (w *Worker) forwardResponse(res *sip.Response) {
 	w.send(&d, serialize(res))
 }
 
+// processAlive reports whether process pid exists. The worker a branch
+// names may have died since it relayed the request (a crash): a response
+// of its branch is then forwarded by its Via, statelessly, as RFC 3261
+// (16.7) asks of a proxy for a response no transaction awaits, rather than
+// passed to nobody and dropped with every retransmission. A dead worker
+// its supervisor has not reaped yet still exists; the retransmission of
+// the response finds it gone.
+func processAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || err == unix.EPERM
+}
+
 // branchOwner reads the pid of the worker that made a branch of ours
 // (z9hG4bK, 8 hex digits, '-', the pid in base 36, '.').
 func branchOwner(branch []byte) (int, bool) {
@@ -1009,7 +1022,7 @@ func (w *Worker) passResponse(data []byte, src source) bool {
 		return false
 	}
 	pid, ok := branchOwner(m.Branch)
-	if !ok || pid == w.pid {
+	if !ok || pid == w.pid || !processAlive(pid) {
 		return false
 	}
 	w.Stats.PassedResponses++
