@@ -64,6 +64,18 @@ tree_pids() {
 		}'
 }
 
+# tree_cpu_exact PID is the CPU seconds of PID's process tree summed from its
+# threads' schedstat (ns): exact where tree_cpu counts 10 ms ticks, which an
+# idle tree spends few of. It counts live threads only, so it is for spans
+# in which no process or thread of the tree ends.
+tree_cpu_exact() {
+	local p pids
+	pids=$(tree_pids "$1" | tr '\n' ' ')
+	[ -n "$pids" ] || { echo 0; return; }
+	(for p in $pids; do cat /proc/"$p"/task/*/schedstat 2>/dev/null || true; done) |
+		awk '{ n += $1 } END { printf "%.4f\n", n / 1e9 }'
+}
+
 # tree_cpu PID prints the CPU seconds (user + system) of PID's whole process
 # tree: utime+stime of every live process in it, plus cutime+cstime, which
 # hold the time of children already reaped.

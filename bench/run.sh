@@ -138,11 +138,14 @@ for ((rep = 1; rep <= reps; rep++)); do
 		mkdir -p "$work"
 		start_uas "$work"
 		start_server "$server" "$work"
-		# What the idle server costs, for reading the rows below.
-		c0=$(tree_cpu "$SERVER_PID")
+		# What the idle server costs, for reading the rows below: once
+		# its start has settled (its first reports, its supervisor's
+		# first seconds), and exactly, as an idle tree spends few ticks.
 		sleep "$settle"
-		c1=$(tree_cpu "$SERVER_PID")
-		echo "$server,idle,0,$rep,0,0,0,0,NA,NA,$settle,$(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.2f", b-a}'),NA" >>"$csv"
+		c0=$(tree_cpu_exact "$SERVER_PID")
+		sleep "$settle"
+		c1=$(tree_cpu_exact "$SERVER_PID")
+		echo "$server,idle,0,$rep,0,0,0,0,NA,NA,$settle,$(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.4f", b-a}'),NA" >>"$csv"
 		for kind in call register refuse; do
 			case $kind in
 			call) list=$rates d=$secs ;;
