@@ -229,15 +229,7 @@ func TestAnswerAfterRelayingWorkerKilled(t *testing.T) {
 	s := harness.Start(t, harness.ProxyCfg(callee.Port(), "udp_workers = 2\ntcp_workers = 1"))
 	group := "udp:" + s.SIPAddr("udp")
 	proxy := harness.Local(s.SIPPort("udp"))
-	invite := fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
-		"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-kill-%[3]d\r\n"+
-		"Max-Forwards: 70\r\n"+
-		"From: <sip:alice@127.0.0.1:%[1]d>;tag=caller%[3]d\r\n"+
-		"To: <sip:bob@127.0.0.1:%[2]d>\r\n"+
-		"Call-ID: kill-%[3]d@127.0.0.1\r\n"+
-		"CSeq: 1 INVITE\r\n"+
-		"Contact: <sip:alice@127.0.0.1:%[1]d>\r\n"+
-		"Content-Length: 0\r\n\r\n", caller.Port(), callee.Port(), time.Now().UnixNano())
+	invite := harness.Invite(caller, callee, fmt.Sprintf("kill-%d", time.Now().UnixNano()), "", 70)
 	caller.Send(proxy, invite)
 	caller.Expect(5*time.Second, "100 Trying", harness.IsStatus(100))
 	inv, _ := callee.Expect(5*time.Second, "the INVITE at the callee", harness.IsMethod("INVITE"))
@@ -300,15 +292,7 @@ func TestSIGTERMFinishesCallInProgress(t *testing.T) {
 	caller, callee := harness.NewPeer(t), harness.NewPeer(t)
 	s := harness.Start(t, harness.ProxyCfg(callee.Port(), "udp_workers = 1\ntcp_workers = 1"))
 	proxy := harness.Local(s.SIPPort("udp"))
-	invite := fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
-		"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-term-%[3]d\r\n"+
-		"Max-Forwards: 70\r\n"+
-		"From: <sip:alice@127.0.0.1:%[1]d>;tag=caller%[3]d\r\n"+
-		"To: <sip:bob@127.0.0.1:%[2]d>\r\n"+
-		"Call-ID: term-%[3]d@127.0.0.1\r\n"+
-		"CSeq: 1 INVITE\r\n"+
-		"Contact: <sip:alice@127.0.0.1:%[1]d>\r\n"+
-		"Content-Length: 0\r\n\r\n", caller.Port(), callee.Port(), time.Now().UnixNano())
+	invite := harness.Invite(caller, callee, fmt.Sprintf("term-%d", time.Now().UnixNano()), "", 70)
 	caller.Send(proxy, invite)
 	inv, _ := callee.Expect(5*time.Second, "the INVITE at the callee", harness.IsMethod("INVITE"))
 	callee.Send(inv.From, harness.ReplyTo(inv, 180, "Ringing", "callee1"))

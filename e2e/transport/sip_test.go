@@ -40,15 +40,7 @@ func testRetransmissionsAbsorbed(t *testing.T, replySockets bool) {
 	sip := s.SIPPort("udp")
 	proxy := harness.Local(sip)
 
-	invite := fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
-		"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-retrans-%[3]d\r\n"+
-		"Max-Forwards: 70\r\n"+
-		"From: <sip:alice@127.0.0.1:%[1]d>;tag=caller%[3]d\r\n"+
-		"To: <sip:bob@127.0.0.1:%[2]d>\r\n"+
-		"Call-ID: retrans-%[3]d@127.0.0.1\r\n"+
-		"CSeq: 1 INVITE\r\n"+
-		"Contact: <sip:alice@127.0.0.1:%[1]d>\r\n"+
-		"Content-Length: 0\r\n\r\n", caller.Port(), callee.Port(), time.Now().UnixNano())
+	invite := harness.Invite(caller, callee, fmt.Sprintf("retrans-%d", time.Now().UnixNano()), "", 70)
 
 	caller.Send(proxy, invite)
 	caller.Expect(5*time.Second, "100 Trying", harness.IsStatus(100))
@@ -261,7 +253,7 @@ func TestReplySocketTakesNoNewSession(t *testing.T) {
 	defer s.StopDrained()
 	sip := s.SIPPort("udp")
 	proxy := harness.Local(sip)
-	invite := func(id, to string) string { return testInvite(caller, callee, id, to, 70) }
+	invite := func(id, to string) string { return harness.Invite(caller, callee, id, to, 70) }
 
 	caller.Send(proxy, invite("direct-first", ""))
 	inv, _ := callee.Expect(5*time.Second, "the INVITE at the callee", harness.IsMethod("INVITE"))
@@ -300,20 +292,6 @@ func TestReplySocketTakesNoNewSession(t *testing.T) {
 	caller.Expect(5*time.Second, "200 OK to the BYE", harness.IsStatus(200))
 }
 
-// testInvite is an INVITE from caller to callee, its Call-ID and branch
-// made of id, its To given a tag when to is ";tag=...".
-func testInvite(caller, callee *harness.Peer, id, to string, maxForwards int) string {
-	return fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
-		"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-%[3]s\r\n"+
-		"Max-Forwards: %[5]d\r\n"+
-		"From: <sip:alice@127.0.0.1:%[1]d>;tag=caller\r\n"+
-		"To: <sip:bob@127.0.0.1:%[2]d>%[4]s\r\n"+
-		"Call-ID: %[3]s@127.0.0.1\r\n"+
-		"CSeq: 1 INVITE\r\n"+
-		"Contact: <sip:alice@127.0.0.1:%[1]d>\r\n"+
-		"Content-Length: 0\r\n\r\n", caller.Port(), callee.Port(), id, to, maxForwards)
-}
-
 // ackFor is the ACK of a non-2xx final response to invite: same branch and
 // From, the response's To (with its tag), CSeq method ACK.
 func ackFor(invite string, resp harness.Msg) string {
@@ -341,7 +319,7 @@ func TestAckOfStatelessReplyEndsAtWorker(t *testing.T) {
 	defer s.Stop()
 	proxy := harness.Local(s.SIPPort("udp"))
 	// Max-Forwards 0: the script answers 483 with sl_send_reply.
-	inv483 := testInvite(caller, callee, "sl-483", "", 0)
+	inv483 := harness.Invite(caller, callee, "sl-483", "", 0)
 	caller.Send(proxy, inv483)
 	r, _ := caller.Expect(5*time.Second, "483 Too Many Hops", harness.IsStatus(483))
 	// An ACK with someone else's tag is in-dialog for the script, which

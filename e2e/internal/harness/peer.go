@@ -168,6 +168,22 @@ func ReplyTo(req Msg, code int, reason, toTag string) string {
 	return b.String()
 }
 
+// Invite is an INVITE from caller to bob at callee, both on 127.0.0.1: id
+// is its Call-ID's local part and its branch's tail, to is added to the To
+// header (";tag=x" for an in-dialog one, or ""), as a Go test's caller
+// sends it through the proxy.
+func Invite(caller, callee *Peer, id, to string, maxForwards int) string {
+	return fmt.Sprintf("INVITE sip:bob@127.0.0.1:%[2]d SIP/2.0\r\n"+
+		"Via: SIP/2.0/UDP 127.0.0.1:%[1]d;branch=z9hG4bK-%[3]s\r\n"+
+		"Max-Forwards: %[5]d\r\n"+
+		"From: <sip:alice@127.0.0.1:%[1]d>;tag=caller\r\n"+
+		"To: <sip:bob@127.0.0.1:%[2]d>%[4]s\r\n"+
+		"Call-ID: %[3]s@127.0.0.1\r\n"+
+		"CSeq: 1 INVITE\r\n"+
+		"Contact: <sip:alice@127.0.0.1:%[1]d>\r\n"+
+		"Content-Length: 0\r\n\r\n", caller.Port(), callee.Port(), id, to, maxForwards)
+}
+
 // Options is an OPTIONS from 127.0.0.1:port with callID as its Call-ID and
 // branch, and extra header lines (each ending in CRLF).
 func Options(port int, callID string, extra string) string {
