@@ -33,7 +33,8 @@
 # after its start, so that a long run (--secs 150 --warmup 60, say) measures
 # the servers at their steady state, after their heaps have levelled off,
 # rather than while they grow. The per-1,000 figure is then the CPU from S
-# on over the calls completed from S on.
+# on over the calls completed from S on. REGISTER runs longer than S
+# (--reg-secs) are counted the same way; shorter ones whole.
 #
 # Writes DIR/results.csv, DIR/summary.md and DIR/machine.txt.
 set -euo pipefail
@@ -161,7 +162,7 @@ for ((rep = 1; rep <= reps; rep++)); do
 				log "rep $rep/$reps $server $kind $rate/s for ${d}s"
 				c0=$(tree_cpu "$SERVER_PID")
 				ok0=0
-				if [ "$kind" = call ] && ((warmup > 0)); then
+				if [ "$kind" != refuse ] && ((warmup > 0 && warmup < d)); then
 					run_uac "$dir" $kind "$rate" $((rate * d)) "$UAC_PORT" -d 0 &
 					uac=$!
 					BG_PIDS+=("$uac")
