@@ -79,7 +79,7 @@ for v in reps secs reg_secs CHILDREN; do
 done
 [[ $settle =~ ^[0-9]+$ ]] || die "--settle must be a whole number of seconds, have '$settle'"
 [[ $warmup =~ ^[0-9]+$ ]] || die "--warmup must be a whole number of seconds, have '$warmup'"
-((warmup < secs)) || die "--warmup ($warmup) must be shorter than --secs ($secs)"
+[ -z "$rates" ] || ((warmup < secs)) || die "--warmup ($warmup) must be shorter than --secs ($secs)"
 for r in ${rates//,/ } ${reg_rates//,/ } ${refuse_rates//,/ }; do
 	[[ $r =~ ^[0-9]+$ ]] && ((r > 0)) || die "rates must be positive integers, have '$r'"
 done
