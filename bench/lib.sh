@@ -246,15 +246,16 @@ start_server() {
 		kamailio-sqlite-wb) defs=(-A USRLOC_DB_MODE=2 -A "USRLOC_TIMER_INTERVAL=$KAMAILIO_WB_TIMER") ;;
 		esac
 		# usrloc loads the file's bindings at start, and db_sqlite reads a
-		# whole result into private memory: 24,000 bindings overran 16 MB.
+		# whole result into private memory: 24,000 bindings overran 16 MB,
+		# 144,000 (a repetition of 2-minute REGISTER runs) 128 MB.
 		pkg=16
-		[ ${#defs[@]} -eq 0 ] || { kamailio_location_db "$KAMAILIO_DB"; pkg=128; }
+		[ ${#defs[@]} -eq 0 ] || { kamailio_location_db "$KAMAILIO_DB"; pkg=1024; }
 		[ -z "${KAMAILIO_TLS_CFG:-}" ] || render "$KAMAILIO_TLS_CFG" "$cfg.run/tls.cfg"
 		# TLSF for both private (-x) and shared (-X) memory, as its users
 		# run it under load. 1 GB shared: with 256 MB, transactions held
 		# through their wait timer at 2,700 calls/s ran it out of memory and
-		# every new INVITE got a 500; 16 MB private per process (128 with an
-		# SQLite store).
+		# every new INVITE got a 500; 16 MB private per process (1 GB with
+		# an SQLite store, see above).
 		kamailio -f "$cfg" -DD -E -x tlsf -X tlsf -m 1024 -M "$pkg" "${defs[@]}" >"$work/kamailio.log" 2>&1 &
 		SERVER_PID=$!
 		for ((i = 0; i < 300; i++)); do
