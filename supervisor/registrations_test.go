@@ -112,3 +112,22 @@ route { exit; }
 		t.Fatalf("reload keeping the store: %v", err)
 	}
 }
+
+func TestCountEvery(t *testing.T) {
+	for _, c := range []struct {
+		took time.Duration
+		want time.Duration
+	}{
+		{0, 5 * time.Second},
+		{3 * time.Millisecond, 5 * time.Second},   // 10,000 bindings in SQLite
+		{25 * time.Millisecond, 5 * time.Second},  // exactly 1/200 of 5 s
+		{26 * time.Millisecond, 10 * time.Second}, // a whole multiple, so that it keeps to the ticks
+		{100 * time.Millisecond, 20 * time.Second},
+		{time.Second, 2 * time.Minute}, // at most
+		{time.Hour, 2 * time.Minute},
+	} {
+		if got := countEvery(c.took); got != c.want {
+			t.Errorf("countEvery(%v) = %v, want %v", c.took, got, c.want)
+		}
+	}
+}
