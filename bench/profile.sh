@@ -4,11 +4,15 @@
 # system calls and in the Go runtime shows beside the SIP code.
 #
 #   bench/profile.sh [--server sipvisor|kamailio] [--kind call|register|idle]
-#                    [--rate 500] [--secs 20] [--freq 999] [--children N]
-#                    [--out DIR]
+#                    [--rate 500] [--secs 20] [--warmup 0] [--freq 999]
+#                    [--children N] [--out DIR]
 #
 # --kind idle offers nothing and counts per second instead of per call: what
 # the server costs waiting (its timers, its supervisor's rounds).
+#
+# --warmup S offers the load S seconds before the recording and the counts
+# start, so that they see the server at its steady state: Kamailio's first
+# 30 s at 1,000 calls/s cost it twice its steady CPU per call.
 #
 # Writes DIR/perf.data, DIR/summary.txt (CPU and context switches per call,
 # for the tree and for each process),
@@ -22,6 +26,7 @@ server=sipvisor
 kind=call
 rate=500
 secs=20
+warmup=0
 freq=999
 CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/profile}
@@ -35,6 +40,7 @@ while [ $# -gt 0 ]; do
 	--kind) kind=$2 ;;
 	--rate) rate=$2 ;;
 	--secs) secs=$2 ;;
+	--warmup) warmup=$2 ;;
 	--freq) freq=$2 ;;
 	--children) CHILDREN=$2 ;;
 	--out) out=$2 ;;
@@ -42,6 +48,7 @@ while [ $# -gt 0 ]; do
 	esac
 	shift 2
 done
+[[ $warmup =~ ^[0-9]+$ ]] || die "--warmup must be a whole number of seconds, have '$warmup'"
 for v in rate secs freq CHILDREN; do
 	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v,,} must be a positive integer, have '${!v}'"
 done
@@ -59,7 +66,7 @@ proc_snapshot() {
 		role=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^SIPVISOR_GROUP=//p' || true)
 		[ -n "$role" ] || { [ "$p" = "$1" ] && role=main || role=child; }
 		printf '%s %s %s %s\n' "$p" "$role" \
-			"$(cat /proc/"$p"/task/*/schedstat 2>/dev/null | awk '{ n += $1 } END { printf "%d", n }')" \
+			"$(cat /proc/"$p"/task/*/schedstat 2>/dev/null | awk '{ n += $1 } END { printf "%.0f", n }')" \
 			"$(cat /proc/"$p"/task/*/status 2>/dev/null | awk '/^(voluntary|nonvoluntary)_ctxt_switches:/ { n += $2 } END { print n + 0 }')"
 	done
 }
@@ -77,6 +84,20 @@ start_server "$server" "$work"
 # reports, the supervisor's first cycles.
 [ "$kind" != idle ] || sleep 10
 pids=$(tree_pids "$SERVER_PID" | paste -sd,)
+# With a warm-up the load starts first, for the warm-up and the recording,
+# and the calls counted are those completed from the end of the warm-up on.
+ok0=0 uac=
+if [ "$kind" != idle ] && ((warmup > 0)); then
+	log "SIPp offers $rate ${kind}s/s to $server; the recording starts in ${warmup}s"
+	extra=()
+	[ "$kind" != call ] || extra=(-d 0)
+	run_uac "$work/$kind" "$kind" "$rate" $((rate * (warmup + secs))) "$UAC_PORT" "${extra[@]}" &
+	uac=$!
+	BG_PIDS+=("$uac")
+	sleep "$warmup"
+	ok0=$(stat_last "$work/$kind" 'SuccessfulCall(C)')
+	[[ $ok0 =~ ^[0-9]+$ ]] || ok0=0
+fi
 if [ "$kind" = idle ]; then
 	log "perf record on $server ($pids) while idle for ${secs}s"
 else
@@ -89,12 +110,16 @@ perf record -q -g -F "$freq" -p "$pids" -o "$out/perf.data" -- sleep $((secs + 2
 perf_pid=$!
 BG_PIDS+=("$perf_pid")
 sleep 1
-# A REGISTER takes no call time; -d 0 is only for the call scenario.
-case $kind in
-call) run_uac "$work/$kind" "$kind" "$rate" $((rate * secs)) "$UAC_PORT" -d 0 ;;
-register) run_uac "$work/$kind" "$kind" "$rate" $((rate * secs)) "$UAC_PORT" ;;
-idle) sleep "$secs" ;;
-esac
+if [ -n "$uac" ]; then
+	wait "$uac" || true
+else
+	# A REGISTER takes no call time; -d 0 is only for the call scenario.
+	case $kind in
+	call) run_uac "$work/$kind" "$kind" "$rate" $((rate * secs)) "$UAC_PORT" -d 0 ;;
+	register) run_uac "$work/$kind" "$kind" "$rate" $((rate * secs)) "$UAC_PORT" ;;
+	idle) sleep "$secs" ;;
+	esac
+fi
 wait "$perf_pid" || die "perf record failed: $(tail -3 "$out/perf-record.log")"
 BG_PIDS=()
 c1=$(tree_cpu "$SERVER_PID")
@@ -112,7 +137,7 @@ if [ "$kind" = idle ]; then
 		END { printf "%s idle for %d s: %.4f CPU s (%.2f ms per s), %d context switches (%.1f per s)\n", s, n, c / 1e9, c / 1e6 / n, x, x / n }
 	' "$out/procs.before" "$out/procs.after" | tee "$out/summary.txt" >&2
 else
-	ok=$(stat_last "$work/$kind" 'SuccessfulCall(C)')
+	ok=$(($(stat_last "$work/$kind" 'SuccessfulCall(C)') - ok0))
 	awk -v a="$c0" -v b="$c1" -v xa="$x0" -v xb="$x1" -v ok="$ok" -v s="$server" -v r="$rate" -v k="$kind" 'BEGIN {
 		printf "%s at %s %ss/s: %d %ss, %.2f CPU s (%.3f ms per %s), %d context switches (%.1f per %s)\n", s, r, k, ok, k, b - a, (b - a) / ok * 1000, k, xb - xa, (xb - xa) / ok, k
 	}' | tee "$out/summary.txt" >&2
