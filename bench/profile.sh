@@ -156,14 +156,16 @@ perf report -i "$out/perf.data" --no-children --stdio --sort sym -g none --perce
 perf report -i "$out/perf.data" --children --stdio --sort sym -g none --percent-limit 2 2>/dev/null |
 	grep -v '^#' | grep -v '^$' >"$out/children.txt"
 # Self time split three ways: the kernel ([k] symbols), the Go runtime or
-# libc, and everything else (the program's own code).
+# libc, and everything else (the program's own code). Go's runtime is also
+# its internal/runtime packages, the syscall package's entry, and the
+# assembly helpers it names without a package (aeshashbody, memeqbody).
 perf report -i "$out/perf.data" --no-children --stdio --sort comm,sym -g none 2>/dev/null |
 	awk '
 		/^ *[0-9.]+%/ {
 			p = $1; sub("%", "", p)
 			comm = $2
 			if ($0 ~ /\[k\]/) where = "kernel"
-			else if ($0 ~ /runtime\.|\[\.\] (__|_dl|malloc|free|mem|str|pthread|epoll|futex)/) where = "runtime/libc"
+			else if ($0 ~ /runtime\.|internal\/runtime\/|\[\.\] syscall\.|\[\.\] [a-z]+body$|\[\.\] (__|_dl|malloc|free|mem|str|pthread|epoll|futex)/) where = "runtime/libc"
 			else where = "program"
 			by[comm "\t" where] += p; tot[where] += p; all += p
 		}
