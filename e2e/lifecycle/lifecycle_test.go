@@ -176,12 +176,22 @@ func TestKilledWorkerUnderCallsLosesNoCall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SIPp calls across a worker's crash")
 	}
-	s := harness.Start(t, harness.ProxyCfg(harness.SIPpUAS(t).Port, "udp_workers = 2\ntcp_workers = 1"))
+	crashUnderCalls(t, harness.SIPpUAS(t).Port, "-d", "2000")
+}
+
+// crashUnderCalls runs SIPp's UAC in its default mode at 20 calls/s, with
+// extra flags, through a server of two UDP workers to a callee on port
+// uasPort. Once 20 calls or more are in progress it kills the worker that
+// holds the most, waits for its replacement and for 40 more calls
+// admitted, ends SIPp, and fails the test unless every call it placed
+// succeeded and there was the one crash.
+func crashUnderCalls(t *testing.T, uasPort int, extra ...string) {
+	t.Helper()
+	s := harness.Start(t, harness.ProxyCfg(uasPort, "udp_workers = 2\ntcp_workers = 1"))
 	group := "udp:" + s.SIPAddr("udp")
 	// -m is more calls than the run places: it ends with Quit.
-	sipp := harness.StartSIPp(t, 120*time.Second, "-sn", "uac", s.SIPAddr("udp"), "-i", "127.0.0.1",
-		"-r", "20", "-m", "2000", "-d", "2000", "-timeout", "100", "-timeout_error", "-recv_timeout", "40000")
-	// About 40 calls up at once; the victim is the worker holding most.
+	sipp := harness.StartSIPp(t, 120*time.Second, append([]string{"-sn", "uac", s.SIPAddr("udp"), "-i", "127.0.0.1",
+		"-r", "20", "-m", "2000", "-timeout", "100", "-timeout_error", "-recv_timeout", "40000"}, extra...)...)
 	s.AwaitMetricAtLeast(20, 60*time.Second, "sipvisor_frontdoor_sessions", `kind="call"`)
 	victim, held := 0, 0
 	for _, g := range s.PS() {
@@ -228,39 +238,7 @@ func TestKilledWorkerWithPendingAnswersLosesNoCall(t *testing.T) {
 		t.Skip("SIPp calls across a worker's crash")
 	}
 	uas := harness.SIPpServe(t, "-sf", harness.Testdata("uas_slow_answer.xml"), "-i", "127.0.0.1")
-	s := harness.Start(t, harness.ProxyCfg(uas.Port, "udp_workers = 2\ntcp_workers = 1"))
-	group := "udp:" + s.SIPAddr("udp")
-	// -m is more calls than the run places: it ends with Quit.
-	sipp := harness.StartSIPp(t, 120*time.Second, "-sn", "uac", s.SIPAddr("udp"), "-i", "127.0.0.1",
-		"-r", "20", "-m", "2000", "-d", "0", "-timeout", "100", "-timeout_error", "-recv_timeout", "40000")
-	// About 30 INVITEs wait for their answers at any time.
-	s.AwaitMetricAtLeast(20, 60*time.Second, "sipvisor_frontdoor_sessions", `kind="call"`)
-	victim, held := 0, 0
-	for _, g := range s.PS() {
-		for _, w := range g.Workers {
-			if g.Name == group && w.State == "ready" && w.Sessions > held {
-				victim, held = w.Pid, w.Sessions
-			}
-		}
-	}
-	if victim == 0 {
-		t.Fatalf("want a worker of %s holding calls, have %+v", group, s.PS())
-	}
-	t.Logf("killing worker %d, which holds %d sessions", victim, held)
-	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	s.AwaitMetricAtLeast(1, 30*time.Second, "sipvisor_pool_worker_exits_total", `reason="crash"`)
-	s.WaitWorkers(group, 2, 30*time.Second)
-	at := s.Metric("sipvisor_frontdoor_admitted_sessions_total", `kind="call"`)
-	s.AwaitMetricAtLeast(at+40, 60*time.Second, "sipvisor_frontdoor_admitted_sessions_total", `kind="call"`)
-	sipp.Quit()
-	r := sipp.Wait()
-	t.Logf("%d calls placed across the crash", r.Created)
-	if float64(r.Created) < at+40 || r.Successful != r.Created || r.Failed != 0 {
-		t.Errorf("want every call placed across the crash (%v or more) successful and none failed, have %d placed, %d/%d (exit %d)\n%s\n%s",
-			at+40, r.Created, r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 60), harness.Tail(s.Log.String(), 40))
-	}
+	crashUnderCalls(t, uas.Port, "-d", "0")
 }
 
 // A callee's answer to an INVITE whose worker was killed after relaying
