@@ -82,7 +82,10 @@ func (s *Supervisor) registrationsLoop(ctx context.Context) error {
 		case now := <-t.C:
 			start := time.Now()
 			err := s.refreshRegistrations()
-			if s.storeSpec.Shared() {
+			// A count that failed (the store unreachable, waiting out its
+			// timeout) says nothing of the store's size: the next comes at
+			// the base pace, so that its return is seen as soon as before.
+			if every = base; err == nil && s.storeSpec.Shared() {
 				every = max(base, countEvery(time.Since(start)))
 			}
 			t.arm(every, true)
