@@ -5,10 +5,14 @@
 #
 #   bench/profile.sh [--server sipvisor|kamailio] [--kind call|register|idle]
 #                    [--rate 500] [--secs 20] [--warmup 0] [--freq 999]
-#                    [--children N] [--out DIR]
+#                    [--bindings 0] [--children N] [--out DIR]
 #
 # --kind idle offers nothing and counts per second instead of per call: what
 # the server costs waiting (its timers, its supervisor's rounds).
+#
+# --bindings N (with --kind idle, sipvisor) fills its location store with N
+# live bindings before the idle count: what a registrar of that size costs
+# doing nothing.
 #
 # --warmup S offers the load S seconds before the recording and the counts
 # start, so that they see the server at its steady state: Kamailio's first
@@ -27,6 +31,7 @@ kind=call
 rate=500
 secs=20
 warmup=0
+bindings=0
 freq=999
 CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/profile}
@@ -41,6 +46,7 @@ while [ $# -gt 0 ]; do
 	--rate) rate=$2 ;;
 	--secs) secs=$2 ;;
 	--warmup) warmup=$2 ;;
+	--bindings) bindings=$2 ;;
 	--freq) freq=$2 ;;
 	--children) CHILDREN=$2 ;;
 	--out) out=$2 ;;
@@ -49,6 +55,8 @@ while [ $# -gt 0 ]; do
 	shift 2
 done
 [[ $warmup =~ ^[0-9]+$ ]] || die "--warmup must be a whole number of seconds, have '$warmup'"
+[[ $bindings =~ ^[0-9]+$ ]] || die "--bindings must be a whole number, have '$bindings'"
+((bindings == 0)) || { [ "$kind" = idle ] && [ "$server" = sipvisor ]; } || die "--bindings is for --kind idle with sipvisor"
 for v in rate secs freq CHILDREN; do
 	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v,,} must be a positive integer, have '${!v}'"
 done
@@ -82,6 +90,15 @@ start_uas "$work"
 start_server "$server" "$work"
 # An idle server is measured once its start is over: the workers' first
 # reports, the supervisor's first cycles.
+if ((bindings > 0)); then
+	# The server made the table at start; each binding lives an hour.
+	log "adding $bindings bindings to $work/location.db"
+	sqlite3 "$work/location.db" ".timeout 10000" "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $bindings)
+		INSERT INTO location (aor, contact, expires, call_id, cseq, received, proto, user_agent)
+		SELECT 'sip:u' || i || '@127.0.0.1', '<sip:u' || i || '@127.0.0.1:5060>', (unixepoch() + 3600) * 1000000000,
+			'idle-' || i, 1, '', 'udp', 'profile.sh' FROM n;" >/dev/null ||
+		die "could not add the bindings to $work/location.db"
+fi
 [ "$kind" != idle ] || sleep 10
 pids=$(tree_pids "$SERVER_PID" | paste -sd,)
 # With a warm-up the load starts first, for the warm-up and the recording,

@@ -41,8 +41,9 @@ const sharedCountEvery = 5 * time.Second
 // countShare bounds the processor a count of a shared store's bindings
 // takes: the next count waits countShare times as long as the last took.
 // A count reads every binding, so its cost grows with the registrations:
-// 144,000 bindings in SQLite made an idle supervisor take 27 ms of CPU a
-// second when counted every sharedCountEvery.
+// 288,000 bindings in SQLite made an idle server take 61 ms of CPU a
+// second when counted every sharedCountEvery, and 10 ms paced so
+// (bench/profile.sh --kind idle --bindings 288000).
 const countShare = 200
 
 // countEvery is how long after a count that took took the next one comes:
