@@ -59,40 +59,12 @@ out=${BENCH_OUT:-/tmp/sipvisor-bench/burst}
 RECV_TIMEOUT_S=32
 
 usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-while [ $# -gt 0 ]; do
-	case $1 in
-	-h | --help) usage ;;
-	--measure-capacity) measure=yes; shift; continue ;;
-	esac
-	[ $# -ge 2 ] || die "flag $1 needs a value (see --help)"
-	case $1 in
-	--servers) servers=$2 ;;
-	--children) CHILDREN=$2 ;;
-	--cost-us) cost_us=$2 ;;
-	--secs) secs=$2 ;;
-	--steady-share) steady_share=$2 ;;
-	--burst-factor) burst_factor=$2 ;;
-	--burst-at) burst_at=$2 ;;
-	--burst-secs) burst_secs=$2 ;;
-	--probe-rate) probe_rate=$2 ;;
-	--probe-secs) probe_secs=$2 ;;
-	--probe-gap) probe_gap=$2 ;;
-	--cap-step-secs) cap_step_secs=$2 ;;
-	--max-rt) max_rt=$2 ;;
-	--settle) settle=$2 ;;
-	--kamailio-maxbuffer) kamailio_maxbuffer=$2 ;;
-	--out) out=$2 ;;
-	*) echo "burst.sh: unknown flag $1" >&2; usage ;;
-	esac
-	shift 2
-done
-for v in CHILDREN cost_us secs burst_secs probe_rate probe_secs cap_step_secs max_rt; do
-	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--$(echo "${v,,}" | tr _ -) must be a positive integer, have '${!v}'"
-done
+FLAGS=(servers children=CHILDREN cost-us secs steady-share burst-factor burst-at burst-secs probe-rate probe-secs probe-gap cap-step-secs max-rt settle kamailio-maxbuffer out)
+SWITCHES=(measure-capacity=measure)
+parse_flags "$@"
+need_positive CHILDREN cost_us secs burst_secs probe_rate probe_secs cap_step_secs max_rt
 [[ $kamailio_maxbuffer =~ ^[0-9]+$ ]] || die "--kamailio-maxbuffer must be bytes, a whole number (0: Kamailio's default), have '$kamailio_maxbuffer'"
-for v in burst_at probe_gap settle; do
-	[[ ${!v} =~ ^[0-9]+$ ]] || die "--$(echo "$v" | tr _ -) must be a whole number of seconds, have '${!v}'"
-done
+need_whole seconds burst_at probe_gap settle
 for v in steady_share burst_factor; do
 	[[ ${!v} =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v x="${!v}" 'BEGIN { exit !(x > 0) }' ||
 		die "--$(echo "$v" | tr _ -) must be a positive number like 0.75, have '${!v}'"
@@ -138,26 +110,10 @@ start_burst_server() {
 	fi
 	case $name in
 	sipvisor)
-		"$SIPVISOR_BIN" -f "$cfg" >"$work/sipvisor.log" 2>&1 &
-		SERVER_PID=$!
-		for ((i = 0; i < 300; i++)); do
-			curl -sf -o /dev/null "http://127.0.0.1:$HTTP_PORT/readyz" && break
-			kill -0 "$SERVER_PID" 2>/dev/null || die "sipvisor exited: $(tail -5 "$work/sipvisor.log")"
-			sleep 0.1
-		done
-		((i < 300)) || die "sipvisor not ready in 30 s"
+		run_sipvisor "$cfg" "$work"
 		;;
 	kamailio)
-		mkdir -p "$cfg.run"
-		kamailio -f "$cfg" -DD -E -x tlsf -X tlsf -m 1024 -M 16 >"$work/kamailio.log" 2>&1 &
-		SERVER_PID=$!
-		for ((i = 0; i < 300; i++)); do
-			kill -0 "$SERVER_PID" 2>/dev/null || die "kamailio exited: $(tail -5 "$work/kamailio.log")"
-			if ! port_free "$SIP_PORT" && (($(tree_count "$SERVER_PID") > CHILDREN)); then break; fi
-			sleep 0.1
-		done
-		((i < 300)) || die "kamailio not ready in 30 s"
-		sleep 1
+		run_kamailio "$cfg" "$work" 16
 		;;
 	esac
 	log "$name serving on 127.0.0.1:$SIP_PORT, pid $SERVER_PID, $(tree_count "$SERVER_PID") processes"

@@ -41,31 +41,10 @@ CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/capacity}
 
 usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-while [ $# -gt 0 ]; do
-	case $1 in -h | --help) usage ;; esac
-	[ $# -ge 2 ] || die "flag $1 needs a value"
-	case $1 in
-	--servers) servers=$2 ;;
-	--start) start=$2 ;;
-	--step) step=$2 ;;
-	--max) max=$2 ;;
-	--step-secs) step_secs=$2 ;;
-	--factors) factors=$2 ;;
-	--overload-secs) overload_secs=$2 ;;
-	--long-calls) long_calls=$2 ;;
-	--settle) settle=$2 ;;
-	--children) CHILDREN=$2 ;;
-	--slow) SLOW_US=$2 ;;
-	--max-rt) max_rt=$2 ;;
-	--out) out=$2 ;;
-	*) echo "capacity.sh: unknown flag $1" >&2; usage ;;
-	esac
-	shift 2
-done
-for v in start step max step_secs overload_secs long_calls max_rt CHILDREN; do
-	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v//_/-} must be a positive integer, have '${!v}'"
-done
-[[ $settle =~ ^[0-9]+$ ]] || die "--settle must be a whole number of seconds, have '$settle'"
+FLAGS=(servers start step max step-secs factors overload-secs long-calls settle children=CHILDREN slow=SLOW_US max-rt out)
+parse_flags "$@"
+need_positive start step max step_secs overload_secs long_calls max_rt CHILDREN
+need_whole seconds settle
 [[ ${SLOW_US:-0} =~ ^[0-9]+$ ]] || die "--slow must be microseconds, a whole number, have '$SLOW_US'"
 [ "${SLOW_US:-0}" = 0 ] && SLOW_US=""
 export SLOW_US

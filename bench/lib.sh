@@ -1,5 +1,6 @@
-# Functions shared by run.sh, capacity.sh and the quick A/B scripts
-# (perproc.sh, ctxsw.sh); sourced, not run.
+# Functions shared by the benchmark scripts (run.sh, capacity.sh, burst.sh,
+# tls.sh, soak.sh, profile.sh, ...): flags, ports, starting and ending the
+# servers, reading their CPU; sourced, not run.
 #
 # Everything listens on 127.0.0.1. Every process started here is recorded by
 # pid and ended by pid (with the process tree it forked) in bench_cleanup.
@@ -41,6 +42,74 @@ BG_PIDS=()
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+
+# Flags. A script lists the flags it takes and the variable each sets, then
+# calls parse_flags "$@" after setting their defaults:
+#
+#   FLAGS=(servers rates reg-rates children=CHILDREN)   # --name VALUE
+#   SWITCHES=(measure-capacity=measure)                 # --name, sets yes
+#
+# A flag's variable is its name with - as _, unless named after =. -h and
+# --help, an unknown flag and a missing value go to the script's usage().
+FLAGS=()
+SWITCHES=()
+# flag_spec LIST NAME prints the entry of NAME in the array named LIST.
+flag_spec() {
+	local -n list=$1
+	local spec
+	for spec in "${list[@]}"; do
+		[ "${spec%%=*}" = "$2" ] && { printf '%s' "$spec"; return 0; }
+	done
+	return 1
+}
+# flag_var SPEC prints the variable a flag entry sets.
+flag_var() {
+	local v=${1#*=}
+	[ "$v" != "$1" ] || v=${1//-/_}
+	printf '%s' "$v"
+}
+parse_flags() {
+	local spec
+	while [ $# -gt 0 ]; do
+		case $1 in -h | --help) usage ;; esac
+		if [ "${1#--}" != "$1" ] && spec=$(flag_spec SWITCHES "${1#--}"); then
+			printf -v "$(flag_var "$spec")" '%s' yes
+			shift
+			continue
+		fi
+		if [ "${1#--}" = "$1" ] || ! spec=$(flag_spec FLAGS "${1#--}"); then
+			echo "$(basename "$0"): unknown flag $1" >&2
+			usage
+		fi
+		[ $# -ge 2 ] || die "flag $1 needs a value (see --help)"
+		printf -v "$(flag_var "$spec")" '%s' "$2"
+		shift 2
+	done
+}
+# flag_of VAR prints the flag that sets VAR, as --name.
+flag_of() {
+	local spec
+	for spec in "${FLAGS[@]}"; do
+		[ "$(flag_var "$spec")" = "$1" ] && { printf -- '--%s' "${spec%%=*}"; return; }
+	done
+	printf -- '--%s' "${1//_/-}"
+}
+# need_positive VAR... dies unless each is a positive integer.
+need_positive() {
+	local v
+	for v in "$@"; do
+		[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "$(flag_of "$v") must be a positive integer, have '${!v}'"
+	done
+}
+# need_whole WHAT VAR... dies unless each is a whole number; WHAT names its
+# unit in the message ("seconds", "bytes, a whole number (0: the default)").
+need_whole() {
+	local what=$1 v
+	shift
+	for v in "$@"; do
+		[[ ${!v} =~ ^[0-9]+$ ]] || die "$(flag_of "$v") must be a whole number of $what, have '${!v}'"
+	done
+}
 
 # tree_pids PID prints PID and every descendant, read from /proc/*/stat.
 tree_pids() {
@@ -213,6 +282,43 @@ kamailio_db_file() { # NAME WORKDIR
 		echo "$2/kamailio.cfg.run/location.db"
 	fi
 }
+# run_sipvisor CFG WORK starts sipvisor on CFG, logging to WORK, and waits
+# until its /readyz answers; SERVER_PID is its pid.
+run_sipvisor() {
+	local cfg=$1 work=$2 i
+	"$SIPVISOR_BIN" -f "$cfg" >"$work/sipvisor.log" 2>&1 &
+	SERVER_PID=$!
+	for ((i = 0; i < 300; i++)); do
+		curl -sf -o /dev/null "http://127.0.0.1:$HTTP_PORT/readyz" && break
+		kill -0 "$SERVER_PID" 2>/dev/null || die "sipvisor exited: $(tail -5 "$work/sipvisor.log")"
+		sleep 0.1
+	done
+	((i < 300)) || die "sipvisor not ready in 30 s"
+}
+
+# run_kamailio CFG WORK PKG_MB [-A DEF...] starts Kamailio on CFG, logging to
+# WORK, and waits until it has bound the SIP port and forked its children;
+# SERVER_PID is its pid.
+run_kamailio() {
+	local cfg=$1 work=$2 pkg=$3 i
+	shift 3
+	mkdir -p "$cfg.run"
+	# TLSF for both private (-x) and shared (-X) memory, as its users
+	# run it under load. 1 GB shared: with 256 MB, transactions held
+	# through their wait timer at 2,700 calls/s ran it out of memory and
+	# every new INVITE got a 500.
+	kamailio -f "$cfg" -DD -E -x tlsf -X tlsf -m 1024 -M "$pkg" "$@" >"$work/kamailio.log" 2>&1 &
+	SERVER_PID=$!
+	for ((i = 0; i < 300; i++)); do
+		kill -0 "$SERVER_PID" 2>/dev/null || die "kamailio exited: $(tail -5 "$work/kamailio.log")"
+		# Bound socket and every child forked (main + children + timers).
+		if ! port_free "$SIP_PORT" && (($(tree_count "$SERVER_PID") > CHILDREN)); then break; fi
+		sleep 0.1
+	done
+	((i < 300)) || die "kamailio not ready in 30 s"
+	sleep 1
+}
+
 start_server() {
 	local name=$1 work=$2 cfg i pkg defs=()
 	# Only this start's config and readiness check see the change.
@@ -225,14 +331,7 @@ start_server() {
 		# BENCH_SIPVISOR_SET adds global settings, one per line
 		# ("queue_admission_threshold = 2"), to try one without editing.
 		[ -z "${BENCH_SIPVISOR_SET:-}" ] || printf '%s\n' "$BENCH_SIPVISOR_SET" >>"$cfg"
-		"$SIPVISOR_BIN" -f "$cfg" >"$work/sipvisor.log" 2>&1 &
-		SERVER_PID=$!
-		for ((i = 0; i < 300; i++)); do
-			curl -sf -o /dev/null "http://127.0.0.1:$HTTP_PORT/readyz" && break
-			kill -0 "$SERVER_PID" 2>/dev/null || die "sipvisor exited: $(tail -5 "$work/sipvisor.log")"
-			sleep 0.1
-		done
-		((i < 300)) || die "sipvisor not ready in 30 s"
+		run_sipvisor "$cfg" "$work"
 		;;
 	kamailio | kamailio-sqlite-wt | kamailio-sqlite-wt1 | kamailio-sqlite-wb)
 		# Absolute, as kamailio.cfg names the database file under RUNDIR.
@@ -251,21 +350,9 @@ start_server() {
 		pkg=16
 		[ ${#defs[@]} -eq 0 ] || { kamailio_location_db "$KAMAILIO_DB"; pkg=1024; }
 		[ -z "${KAMAILIO_TLS_CFG:-}" ] || render "$KAMAILIO_TLS_CFG" "$cfg.run/tls.cfg"
-		# TLSF for both private (-x) and shared (-X) memory, as its users
-		# run it under load. 1 GB shared: with 256 MB, transactions held
-		# through their wait timer at 2,700 calls/s ran it out of memory and
-		# every new INVITE got a 500; 16 MB private per process (1 GB with
-		# an SQLite store, see above).
-		kamailio -f "$cfg" -DD -E -x tlsf -X tlsf -m 1024 -M "$pkg" "${defs[@]}" >"$work/kamailio.log" 2>&1 &
-		SERVER_PID=$!
-		for ((i = 0; i < 300; i++)); do
-			kill -0 "$SERVER_PID" 2>/dev/null || die "kamailio exited: $(tail -5 "$work/kamailio.log")"
-			# Bound socket and every child forked (main + children + timers).
-			if ! port_free "$SIP_PORT" && (($(tree_count "$SERVER_PID") > CHILDREN)); then break; fi
-			sleep 0.1
-		done
-		((i < 300)) || die "kamailio not ready in 30 s"
-		sleep 1
+		# 16 MB private memory per process (1 GB with an SQLite store,
+		# see above).
+		run_kamailio "$cfg" "$work" "$pkg" "${defs[@]}"
 		;;
 	*) die "unknown server $name" ;;
 	esac

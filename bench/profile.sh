@@ -37,29 +37,12 @@ CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/profile}
 
 usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-while [ $# -gt 0 ]; do
-	case $1 in -h | --help) usage ;; esac
-	[ $# -ge 2 ] || die "flag $1 needs a value"
-	case $1 in
-	--server) server=$2 ;;
-	--kind) kind=$2 ;;
-	--rate) rate=$2 ;;
-	--secs) secs=$2 ;;
-	--warmup) warmup=$2 ;;
-	--bindings) bindings=$2 ;;
-	--freq) freq=$2 ;;
-	--children) CHILDREN=$2 ;;
-	--out) out=$2 ;;
-	*) echo "profile.sh: unknown flag $1" >&2; usage ;;
-	esac
-	shift 2
-done
-[[ $warmup =~ ^[0-9]+$ ]] || die "--warmup must be a whole number of seconds, have '$warmup'"
+FLAGS=(server kind rate secs warmup bindings freq children=CHILDREN out)
+parse_flags "$@"
+need_whole seconds warmup
 [[ $bindings =~ ^[0-9]+$ ]] || die "--bindings must be a whole number, have '$bindings'"
 ((bindings == 0)) || { [ "$kind" = idle ] && [ "$server" = sipvisor ]; } || die "--bindings is for --kind idle with sipvisor"
-for v in rate secs freq CHILDREN; do
-	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v,,} must be a positive integer, have '${!v}'"
-done
+need_positive rate secs freq CHILDREN
 case $kind in call | register | idle) ;; *) die "--kind must be call, register or idle, have '$kind'" ;; esac
 command -v perf >/dev/null || die "perf not installed (apt-get install -y linux-perf)"
 command -v sipp >/dev/null || die "sipp not installed: run make bench-install"

@@ -26,22 +26,9 @@ out=${BENCH_OUT:-/tmp/sipvisor-bench/refusal-perf}
 CHILDREN=$(nproc)
 
 usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-while [ $# -gt 0 ]; do
-	case $1 in -h | --help) usage ;; esac
-	[ $# -ge 2 ] || die "flag $1 needs a value"
-	case $1 in
-	--server) server=$2 ;;
-	--rate) rate=$2 ;;
-	--secs) secs=$2 ;;
-	--record) record=$2 ;;
-	--out) out=$2 ;;
-	*) echo "refusal-perf.sh: unknown flag $1" >&2; usage ;;
-	esac
-	shift 2
-done
-for v in rate secs; do
-	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--$v must be a positive integer, have '${!v}'"
-done
+FLAGS=(server rate secs record out)
+parse_flags "$@"
+need_positive rate secs
 case $record in yes | no) ;; *) die "--record must be yes or no, have '$record'" ;; esac
 case $server in sipvisor | kamailio) ;; *) die "--server must be sipvisor or kamailio, have '$server'" ;; esac
 command -v sipp >/dev/null || die "sipp not installed: run make bench-install"

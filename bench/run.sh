@@ -54,31 +54,11 @@ kamailio_store=memory
 out=${BENCH_OUT:-/tmp/sipvisor-bench/compare}
 
 usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-while [ $# -gt 0 ]; do
-	case $1 in -h | --help) usage ;; esac
-	[ $# -ge 2 ] || die "flag $1 needs a value"
-	case $1 in
-	--servers) servers=$2 ;;
-	--rates) rates=$2 ;;
-	--reg-rates) reg_rates=$2 ;;
-	--refuse-rates) refuse_rates=$2 ;;
-	--reps) reps=$2 ;;
-	--secs) secs=$2 ;;
-	--reg-secs) reg_secs=$2 ;;
-	--settle) settle=$2 ;;
-	--warmup) warmup=$2 ;;
-	--children) CHILDREN=$2 ;;
-	--kamailio-store) kamailio_store=$2 ;;
-	--out) out=$2 ;;
-	*) echo "run.sh: unknown flag $1" >&2; usage ;;
-	esac
-	shift 2
-done
-for v in reps secs reg_secs CHILDREN; do
-	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v,,} must be a positive integer, have '${!v}'"
-done
-[[ $settle =~ ^[0-9]+$ ]] || die "--settle must be a whole number of seconds, have '$settle'"
-[[ $warmup =~ ^[0-9]+$ ]] || die "--warmup must be a whole number of seconds, have '$warmup'"
+FLAGS=(servers rates reg-rates refuse-rates reps secs reg-secs settle warmup children=CHILDREN kamailio-store out)
+parse_flags "$@"
+need_positive reps secs reg_secs CHILDREN
+need_whole seconds settle
+need_whole seconds warmup
 [ -z "$rates" ] || ((warmup < secs)) || die "--warmup ($warmup) must be shorter than --secs ($secs)"
 for r in ${rates//,/ } ${reg_rates//,/ } ${refuse_rates//,/ }; do
 	[[ $r =~ ^[0-9]+$ ]] && ((r > 0)) || die "rates must be positive integers, have '$r'"

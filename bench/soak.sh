@@ -75,24 +75,9 @@ out=$BENCH_DIR/results
 tag=
 
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-while [ $# -gt 0 ]; do
-	case $1 in -h | --help) usage ;; esac
-	[ $# -ge 2 ] || die "flag $1 needs a value"
-	case $1 in
-	--rate) rate=$2 ;;
-	--secs) secs=$2 ;;
-	--children) CHILDREN=$2 ;;
-	--servers) servers=$2 ;;
-	--every) every=$2 ;;
-	--out) out=$2 ;;
-	--tag) tag=$2 ;;
-	*) echo "soak.sh: unknown flag $1" >&2; usage ;;
-	esac
-	shift 2
-done
-for v in rate secs CHILDREN every; do
-	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v,,} must be a positive integer, have '${!v}'"
-done
+FLAGS=(rate secs children=CHILDREN servers every out tag)
+parse_flags "$@"
+need_positive rate secs CHILDREN every
 ((secs >= 10)) || die "--secs must be at least 10, have $secs"
 ((every * 2 <= secs)) || die "--every ($every) must be at most half of --secs ($secs)"
 servers=${servers//,/ }

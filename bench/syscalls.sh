@@ -22,23 +22,9 @@ CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/syscalls}
 
 usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-while [ $# -gt 0 ]; do
-	case $1 in -h | --help) usage ;; esac
-	[ $# -ge 2 ] || die "flag $1 needs a value"
-	case $1 in
-	--server) server=$2 ;;
-	--kind) kind=$2 ;;
-	--rate) rate=$2 ;;
-	--secs) secs=$2 ;;
-	--children) CHILDREN=$2 ;;
-	--out) out=$2 ;;
-	*) echo "syscalls.sh: unknown flag $1" >&2; usage ;;
-	esac
-	shift 2
-done
-for v in rate secs CHILDREN; do
-	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v,,} must be a positive integer, have '${!v}'"
-done
+FLAGS=(server kind rate secs children=CHILDREN out)
+parse_flags "$@"
+need_positive rate secs CHILDREN
 case $kind in call | register) ;; *) die "--kind must be call or register, have '$kind'" ;; esac
 command -v strace >/dev/null || die "strace not installed (apt-get install -y strace)"
 command -v sipp >/dev/null || die "sipp not installed: run make bench-install"

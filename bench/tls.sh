@@ -46,34 +46,10 @@ CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/tls}
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-while [ $# -gt 0 ]; do
-	case $1 in -h | --help) usage ;; esac
-	[ $# -ge 2 ] || die "flag $1 needs a value"
-	case $1 in
-	--servers) servers=$2 ;;
-	--hs-rates) hs_rates=$2 ;;
-	--hs-secs) hs_secs=$2 ;;
-	--hs-max-secs) hs_max_secs=$2 ;;
-	--hs-inflight) hs_inflight=$2 ;;
-	--rates) rates=$2 ;;
-	--secs) secs=$2 ;;
-	--warmup) warmup=$2 ;;
-	--conns) conns=$2 ;;
-	--tls) tls_version=$2 ;;
-	--reps) reps=$2 ;;
-	--settle) settle=$2 ;;
-	--children) CHILDREN=$2 ;;
-	--out) out=$2 ;;
-	*) echo "tls.sh: unknown flag $1" >&2; usage ;;
-	esac
-	shift 2
-done
-for v in reps secs hs_secs hs_inflight conns CHILDREN; do
-	[[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0)) || die "--${v//_/-} must be a positive integer, have '${!v}'"
-done
-for v in settle warmup hs_max_secs; do
-	[[ ${!v} =~ ^[0-9]+$ ]] || die "--${v//_/-} must be a whole number of seconds, have '${!v}'"
-done
+FLAGS=(servers hs-rates hs-secs hs-max-secs hs-inflight rates secs warmup conns tls=tls_version reps settle children=CHILDREN out)
+parse_flags "$@"
+need_positive reps secs hs_secs hs_inflight conns CHILDREN
+need_whole seconds settle warmup hs_max_secs
 ((warmup < secs)) || die "--warmup ($warmup) must be shorter than --secs ($secs)"
 for r in ${rates//,/ } ${hs_rates//,/ }; do
 	[[ $r =~ ^[0-9]+$ ]] && ((r > 0)) || die "rates must be positive integers, have '$r'"
