@@ -190,7 +190,8 @@ func TestRetransmissionAbsorbed(t *testing.T) {
 // TestDoorMemory measures what a call in progress costs the front door
 // (its affinity entry, its session, its requests while queued), and what a
 // finished one leaves once they have lapsed: nothing beyond the maps' room,
-// which Go does not give back and a first wave of calls has grown. The figures are in docs/PERFORMANCE.md.
+// which Go does not give back and a first wave of calls has grown. The
+// figures are in docs/PERFORMANCE.md, "Memory under sustained load".
 //
 // Not parallel: it measures the process's heap.
 func TestDoorMemory(t *testing.T) {

@@ -7,10 +7,13 @@
 // the environment variable SIPVISOR_WORKER set to a cookie; started by hand it
 // says so in one sentence and exits 2.
 //
-// # Why work goes through the supervisor
+// # How work reaches a worker
 //
-// The supervisor reads every datagram and hands it to one worker, so every
-// message of a transaction reaches the process that holds it (see DESIGN.md).
+// Every message of a transaction must reach the process that holds it: the
+// supervisor's front door hands each datagram it reads to one worker by its
+// call, and with direct reads the kernel's steering program places the
+// others the same way (docs/DESIGN.md, "How a datagram travels").
+//
 // Echo frames travel behind real work in the same queue, so their round trip
 // measures queueing delay. A drain is a frame too: everything handed to a
 // worker before its 'Z' is handled before it exits, which is why draining

@@ -125,7 +125,8 @@ func heapInUse() int64 {
 // transactions live, and what it leaves once their timers have ended:
 // nothing. The second wave of calls runs after the first has grown the
 // worker's maps to their size, so what remains after it is only what
-// finished calls would keep. The figures are in docs/PERFORMANCE.md.
+// finished calls would keep. The figures are in docs/PERFORMANCE.md,
+// "Memory under sustained load".
 // Not parallel: it measures the process's allocations.
 func TestCallMemory(t *testing.T) {
 	const n = 2000

@@ -19,9 +19,10 @@
 // transaction (~4 KB) for 32 s after it ends: at 8,000 calls/s that is
 // ≈740 MB of heap, and the time a handler appears busy then measures
 // goroutine scheduling rather than work (662 µs measured against 55 µs of
-// CPU; see DESIGN.md). A worker's load must mean what OpenSIPS's does, the
-// share of wall time spent handling messages in one loop, and a draining
-// worker must be able to tell when it holds nothing. So the worker keeps a
+// CPU; see docs/DESIGN.md, "Why it is built this way"). A worker's load
+// must mean what OpenSIPS's does, the share of wall time spent handling
+// messages in one loop, and a draining worker must be able to tell when it
+// holds nothing. So the worker keeps a
 // compact table of its own, driven from the loop (HandleMessage and Tick):
 // no goroutine per message or transaction, one heap of deadlines in which
 // each transaction has at most one entry (moved in place, removed when the

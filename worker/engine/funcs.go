@@ -22,9 +22,10 @@ import (
 
 // storeFor picks where registrations live. A shared store (an SQLite file,
 // Redis) the worker opens itself: a call to it costs less than the round
-// trip through the supervisor did (docs/PERFORMANCE.md). The memory store
-// is the supervisor's, reached over the control channel. A worker run
-// without a supervisor (as in tests) keeps them in this process.
+// trip through the supervisor did (docs/DESIGN.md, "Why it is built this
+// way"). The memory store is the supervisor's, reached over the control
+// channel. A worker run without a supervisor (as in tests) keeps them in
+// this process.
 func storeFor(env *worker.Env, cfg *config.Config, logger *slog.Logger) (location.Store, error) {
 	if env.Call == nil {
 		logger.Warn("no supervisor to keep registrations; they live in this worker only")

@@ -15,9 +15,9 @@ import (
 // and every URI's parameters as intermediate strings, the body converted
 // to a string, and the separator of every parameter list. Relaying a
 // request and answering an INVITE 100 Trying cost a proxied call about 45
-// allocations that way (BenchmarkCall, docs/PERFORMANCE.md). Header types
-// not written here go through sipgo's StringWrite; TestWriteLikeSipgo holds
-// the two to the same bytes.
+// allocations that way (BenchmarkCall; bench/results/PERFORMANCE-history.md,
+// "The fifth round"). Header types not written here go through sipgo's
+// StringWrite; TestWriteLikeSipgo holds the two to the same bytes.
 
 // msgBuf is a byte slice that sipgo's writers can append to.
 type msgBuf []byte
