@@ -19,9 +19,11 @@ import (
 // SessionCounter counts the sessions in progress on every transport.
 type SessionCounter interface {
 	// Sessions is the sessions in progress of kind k: for calls and
-	// subscriptions those the doors and the connections follow, for
-	// registrations the live bindings, which are registrations in progress
-	// until they expire.
+	// subscriptions those the doors and the connections follow; for
+	// registrations the live bindings, which max_registrations bounds and
+	// nothing else: a binding lives in the location store and costs the
+	// workers nothing, so it is no session for max_sessions, the group
+	// limits or number_of_sessions.
 	Sessions(k sipscan.Kind) int64
 }
 
@@ -105,6 +107,8 @@ type Admission struct {
 
 	flips *fliphealth.Tracker
 	m     metrics
+	// regsFull paces the log of REGISTERs refused at max_registrations.
+	regsFull refusalLog
 }
 
 // New makes the admission of a server and registers its metrics with reg.
@@ -120,15 +124,28 @@ func New(reg prometheus.Registerer, in Inputs, s Settings) *Admission {
 func (a *Admission) Limits() *Limits { return &a.limits }
 
 // Admit is the admission decision of one new session on a group, cheapest
-// checks first: suspension, limits, queue occupancy, RTT throttle.
+// checks first: suspension, limits, queue occupancy, RTT throttle. A new
+// registration (a REGISTER that is no refresh of a live binding) is bounded
+// by max_registrations alone among the limits: bindings are no sessions.
+// A refresh of a live binding, or a removal (an Expires header of 0), adds
+// no binding and is never refused.
 func (a *Admission) Admit(g *Gate, m *sipscan.Msg) Refusal {
-	if m.Method == sipscan.Register && a.in.Registrations.Refreshes(m.CallID) {
+	if m.Method == sipscan.Register && (m.Expires == 0 || a.in.Registrations.Refreshes(m.CallID)) {
 		return RefuseNone
 	}
 	if a.suspended.Load() || a.stopping.Load() {
 		return RefuseSuspended
 	}
 	kind := m.Kind()
+	if kind == sipscan.KindRegistration {
+		if lim := a.limits.MaxByKind[kind].Load(); lim > 0 {
+			if n := a.in.Sessions.Sessions(kind); n >= lim {
+				a.regsFull.note(a.in.Log, n, lim)
+				return RefuseRegistrations
+			}
+		}
+		return a.admitLoad(g)
+	}
 	if lim := a.limits.MaxByKind[kind].Load(); lim > 0 {
 		if a.in.Sessions.Sessions(kind) >= lim {
 			return RefuseLimit
@@ -147,6 +164,13 @@ func (a *Admission) Admit(g *Gate, m *sipscan.Msg) Refusal {
 			return RefuseLimit
 		}
 	}
+	return a.admitLoad(g)
+}
+
+// admitLoad is Admit's checks of the group's load: queue occupancy, queue
+// delay, RTT throttle. They weigh what a new request costs the workers, a
+// REGISTER's as a call's.
+func (a *Admission) admitLoad(g *Gate) Refusal {
 	if th := a.limits.QueueAdmission.Load(); th > 0 {
 		if g.group.QueueUsage() > th {
 			return RefuseQueue
@@ -161,6 +185,29 @@ func (a *Admission) Admit(g *Gate, m *sipscan.Msg) Refusal {
 		return RefuseThrottle
 	}
 	return RefuseNone
+}
+
+// refusalLogEvery is the least time between two log lines of REGISTERs
+// refused at max_registrations: a registrar at its bound refuses every new
+// phone, and one line per refusal would flood the log.
+const refusalLogEvery = 10 * time.Second
+
+// refusalLog paces the log lines of one kind of refusal, counting those it
+// did not log.
+type refusalLog struct {
+	last    atomic.Int64 // unix ns of the last line
+	skipped atomic.Int64
+}
+
+func (r *refusalLog) note(log Logger, n, lim int64) {
+	now := time.Now().UnixNano()
+	last := r.last.Load()
+	if now-last < int64(refusalLogEvery) || !r.last.CompareAndSwap(last, now) {
+		r.skipped.Add(1)
+		return
+	}
+	log.Warn("new registration refused: the location store holds max_registrations bindings; refreshes and removals still pass",
+		"event", "registrations_full", "bindings", n, "max_registrations", lim, "refused_since_last_line", r.skipped.Swap(0)+1)
 }
 
 // OpenToAll reports whether Admit would admit any new session on g now
@@ -205,8 +252,9 @@ const Unlimited = math.MaxInt64
 
 // Room is how many more new sessions of each kind (sipscan.Kind order) the
 // session limits let g admit now: the least of what max_sessions,
-// max_calls, max_registrations, max_subscriptions, and the group's and
-// socket's limits leave; Unlimited where none applies.
+// max_calls, max_subscriptions, and the group's and socket's limits leave;
+// for registrations what max_registrations leaves alone; Unlimited where
+// none applies.
 func (a *Admission) Room(g *Gate) (room [4]int64) {
 	total, byKind := a.Sessions()
 	free := func(lim, n int64) int64 {
@@ -218,6 +266,10 @@ func (a *Admission) Room(g *Gate) (room [4]int64) {
 	own, ok := g.group.Sessions()
 	for k := range room {
 		r := free(a.limits.MaxByKind[k].Load(), byKind[k])
+		if sipscan.Kind(k) == sipscan.KindRegistration {
+			room[k] = r
+			continue
+		}
 		if sipscan.Kind(k) != sipscan.KindOther {
 			r = min(r, free(a.limits.MaxSessions.Load(), total))
 		}
@@ -254,11 +306,14 @@ func (a *Admission) ProbeRefused() (bool, int) {
 	return false, 0
 }
 
-// Sessions counts the sessions in progress, in total and by kind.
+// Sessions counts the sessions in progress, in total and by kind: total is
+// the calls and subscriptions, what max_sessions and number_of_sessions
+// weigh; byKind also holds the live bindings (KindRegistration), which are
+// no sessions, and the other requests.
 func (a *Admission) Sessions() (total int64, byKind [4]int64) {
 	for k := range byKind {
 		byKind[k] = a.in.Sessions.Sessions(sipscan.Kind(k))
-		if sipscan.Kind(k) != sipscan.KindOther {
+		if sipscan.Kind(k) == sipscan.KindCall || sipscan.Kind(k) == sipscan.KindSubscription {
 			total += byKind[k]
 		}
 	}

@@ -74,15 +74,27 @@ func TestAdmit(t *testing.T) {
 		{name: "a refresh passes the registration limit", m: msg(sipscan.Register, "live"),
 			sessions: counts{sipscan.KindRegistration: 5}, lim: limits{regs: 5}, want: RefuseNone},
 		{name: "registrations at their limit", m: msg(sipscan.Register, "new"),
-			sessions: counts{sipscan.KindRegistration: 5}, lim: limits{regs: 5}, want: RefuseLimit},
+			sessions: counts{sipscan.KindRegistration: 5}, lim: limits{regs: 5}, want: RefuseRegistrations},
+		{name: "a removal passes the registration limit", m: func() *sipscan.Msg { m := msg(sipscan.Register, "new"); m.Expires = 0; return m }(),
+			sessions: counts{sipscan.KindRegistration: 5}, lim: limits{regs: 5}, want: RefuseNone},
+		{name: "a removal passes a suspension", m: func() *sipscan.Msg { m := msg(sipscan.Register, "new"); m.Expires = 0; return m }(),
+			suspended: true, want: RefuseNone},
+		{name: "registrations under their limit", m: msg(sipscan.Register, "new"),
+			sessions: counts{sipscan.KindRegistration: 4}, lim: limits{regs: 5}, want: RefuseNone},
+		{name: "bindings are no sessions for max_sessions", m: msg(sipscan.Invite, "a"),
+			sessions: counts{sipscan.KindCall: 4, sipscan.KindRegistration: 300}, lim: limits{sessions: 10}, want: RefuseNone},
+		{name: "max_sessions does not bound registrations", m: msg(sipscan.Register, "new"),
+			sessions: counts{sipscan.KindCall: 10}, lim: limits{sessions: 10}, want: RefuseNone},
+		{name: "nor do the group's limits", m: msg(sipscan.Register, "new"), g: load{own: 3, takes: true}, lim: limits{perGroup: 3, perSocket: 3}, want: RefuseNone},
+		{name: "a new registration waits on full queues", m: msg(sipscan.Register, "new"), g: load{usage: 51}, lim: limits{queue: 50}, want: RefuseQueue},
 		{name: "calls at their limit", m: msg(sipscan.Invite, "a"),
 			sessions: counts{sipscan.KindCall: 10}, lim: limits{calls: 10}, want: RefuseLimit},
 		{name: "calls under their limit", m: msg(sipscan.Invite, "a"),
 			sessions: counts{sipscan.KindCall: 9, sipscan.KindSubscription: 100}, lim: limits{calls: 10}, want: RefuseNone},
 		{name: "a subscription is no call", m: msg(sipscan.Subscribe, "s"),
 			sessions: counts{sipscan.KindCall: 10}, lim: limits{calls: 10}, want: RefuseNone},
-		{name: "every kind at max_sessions", m: msg(sipscan.Subscribe, "s"),
-			sessions: counts{sipscan.KindCall: 4, sipscan.KindRegistration: 3, sipscan.KindSubscription: 3}, lim: limits{sessions: 10}, want: RefuseLimit},
+		{name: "calls and subscriptions at max_sessions", m: msg(sipscan.Subscribe, "s"),
+			sessions: counts{sipscan.KindCall: 7, sipscan.KindSubscription: 3}, lim: limits{sessions: 10}, want: RefuseLimit},
 		{name: "other requests are no sessions for max_sessions", m: msg(sipscan.Invite, "a"),
 			sessions: counts{sipscan.KindOther: 50, sipscan.KindCall: 9}, lim: limits{sessions: 10}, want: RefuseNone},
 		{name: "the group at its limit", m: msg(sipscan.Invite, "a"), g: load{own: 3, takes: true}, lim: limits{perGroup: 3}, want: RefuseLimit},
@@ -209,10 +221,11 @@ func TestRoom(t *testing.T) {
 		{name: "no limit", want: [4]int64{U, U, U, U}},
 		{name: "calls", sessions: counts{0, 3, 0, 0}, calls: 10, want: [4]int64{U, 7, U, U}},
 		{name: "calls at their limit", sessions: counts{0, 12, 0, 0}, calls: 10, want: [4]int64{U, 0, U, U}},
-		{name: "max_sessions bounds every kind but other", sessions: counts{5, 3, 2, 1}, total: 10, want: [4]int64{U, 4, 4, 4}},
-		{name: "the least limit wins", sessions: counts{0, 3, 2, 0}, total: 10, calls: 5, regs: 20, want: [4]int64{U, 2, 5, 5}},
-		{name: "the group's own", g: load{takes: true, own: 6}, perGroup: 8, want: [4]int64{2, 2, 2, 2}},
-		{name: "the socket's own", g: load{takes: true, own: 6}, perSocket: 7, perGroup: 100, want: [4]int64{1, 1, 1, 1}},
+		{name: "max_sessions bounds calls and subscriptions", sessions: counts{5, 3, 2, 3}, total: 10, want: [4]int64{U, 4, U, 4}},
+		{name: "the least limit wins", sessions: counts{0, 3, 2, 2}, total: 10, calls: 5, regs: 20, want: [4]int64{U, 2, 18, 5}},
+		{name: "the group's own", g: load{takes: true, own: 6}, perGroup: 8, want: [4]int64{2, 2, U, 2}},
+		{name: "the socket's own", g: load{takes: true, own: 6}, perSocket: 7, perGroup: 100, want: [4]int64{1, 1, U, 1}},
+		{name: "registrations at their limit", sessions: counts{0, 0, 25, 0}, regs: 20, want: [4]int64{U, U, 0, U}},
 		{name: "a group of no sessions", g: load{own: 6}, perGroup: 8, want: [4]int64{U, U, U, U}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -356,5 +369,33 @@ func TestWorkerCrashesFlipHealth(t *testing.T) {
 	ok, reason := a.Healthy(now)
 	if ok || !strings.Contains(reason, "workers/udp flipped 10 times") {
 		t.Fatalf("after 5 crashes: want unhealthy for 10 flips, have %v %q", ok, reason)
+	}
+}
+
+type lines struct{ warn []string }
+
+func (l *lines) Info(string, ...any)       {}
+func (l *lines) Warn(msg string, _ ...any) { l.warn = append(l.warn, msg) }
+
+// A registrar at max_registrations refuses every new phone: the log tells
+// of it once per refusalLogEvery, not once per REGISTER.
+func TestRegistrationsFullLoggedOnce(t *testing.T) {
+	t.Parallel()
+	log := &lines{}
+	c := counts{sipscan.KindRegistration: 5}
+	a := New(prometheus.NewRegistry(), Inputs{Sessions: &c, Registrations: bindings{}, RetryAfter: func() int { return 7 }, Log: log},
+		Settings{Marks: watermark.Defaults()})
+	a.Limits().MaxByKind[sipscan.KindRegistration].Store(5)
+	gate := a.NewGate(GateOptions{Name: "g", Group: &load{takes: true}})
+	for range 100 {
+		if r := a.Admit(gate, msg(sipscan.Register, "new")); r != RefuseRegistrations {
+			t.Fatalf("want %v, have %v", RefuseRegistrations, r)
+		}
+	}
+	if len(log.warn) != 1 || !strings.Contains(log.warn[0], "max_registrations") {
+		t.Fatalf("want one line naming max_registrations, have %q", log.warn)
+	}
+	if a.regsFull.skipped.Load() != 99 {
+		t.Fatalf("want the 99 refusals since counted for the next line, have %d", a.regsFull.skipped.Load())
 	}
 }

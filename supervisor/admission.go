@@ -3,6 +3,8 @@ package supervisor
 import (
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/ctl"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
@@ -20,6 +22,13 @@ func (s *Supervisor) newAdmission(cfg *config.Config) *overload.Admission {
 		overload.Settings{Suspend: cfg.Suspend.Enable, Marks: cfg.Suspend.Watermarks(), Flips: cfg.FlipHealth})
 	setLimits(a.Limits(), cfg.Limits)
 	s.thr = cfg.Throttle
+	s.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "sipvisor", Subsystem: "location", Name: "bindings",
+			Help: "Live bindings in the location store, as last counted (every 5 s or longer for a shared store)."},
+			func() float64 { return float64(s.regCount.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "sipvisor", Subsystem: "location", Name: "max_bindings",
+			Help: "max_registrations in force: the most bindings the store takes before a new registration is refused; 0 for no bound."},
+			func() float64 { return float64(a.Limits().MaxByKind[sipscan.KindRegistration].Load()) }))
 	return a
 }
 
@@ -38,8 +47,8 @@ func setLimits(o *overload.Limits, l config.Limits) {
 type sessionCount struct{ s *Supervisor }
 
 // Sessions counts the calls and subscriptions the doors and the
-// connections follow, and the registered bindings, which are registrations
-// in progress until they expire.
+// connections follow, and the live bindings, which only max_registrations
+// weighs (overload.SessionCounter).
 func (c sessionCount) Sessions(k sipscan.Kind) int64 {
 	s := c.s
 	if k == sipscan.KindRegistration {

@@ -307,6 +307,10 @@ func (d *direct) admit(m *sipscan.Msg, now int64) (overload.Refusal, int) {
 		// The supervisor's door will decide (pick passes it there).
 		return overload.RefuseNone, 0
 	}
+	if m.Method == sipscan.Register && m.Expires == 0 {
+		// A removal adds no binding: admission never refuses one.
+		return overload.RefuseNone, 0
+	}
 	gate := d.w.stats.Load(wire.OffGate)
 	var wait int64
 	if d.arrived > 0 {

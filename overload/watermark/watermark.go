@@ -36,8 +36,8 @@ const (
 	EventQueueUsage Monitor = "event_queue_usage"
 	// HeapUsage is the percent of a worker's heap limit in use (javaHeapUsage).
 	HeapUsage Monitor = "heap_usage"
-	// NumberOfSessions is the number of sessions (dialogs and registrations): a
-	// count, not a percent.
+	// NumberOfSessions is the number of sessions (calls and subscriptions;
+	// the bindings of registrations are none): a count, not a percent.
 	NumberOfSessions Monitor = "number_of_sessions"
 	// SystemMemoryUsage is the percent of the memory available to the server in
 	// use (systemMemoryUsage).

@@ -384,6 +384,10 @@ func (w *Worker) admit(req *sip.Request, src source) bool {
 	case sip.INVITE:
 		m = sipscan.Invite
 	case sip.REGISTER:
+		if headerValue(req, "Expires") == "0" {
+			// A removal adds no binding: admission never refuses one.
+			return true
+		}
 		m = sipscan.Register
 	case sip.SUBSCRIBE:
 		m = sipscan.Subscribe
