@@ -116,6 +116,14 @@ func New(reg prometheus.Registerer, in Inputs, s Settings) *Admission {
 	a := &Admission{in: in, enabled: s.Suspend, marks: s.Marks,
 		flips: fliphealth.New(s.Flips.Window, s.Flips.Threshold), m: newMetrics(reg)}
 	a.publishMarks()
+	for m := range s.Marks {
+		// At 0 until the first sample, so that the series exist from the
+		// start for the alerts that compare them with their watermarks.
+		a.m.value.WithLabelValues(string(m))
+		a.m.suspensions.WithLabelValues(string(m))
+	}
+	a.m.suspensions.WithLabelValues("operator")
+	a.m.flips.WithLabelValues("suspend")
 	a.m.healthy.Set(1)
 	return a
 }
@@ -403,7 +411,8 @@ func (a *Admission) SuspendManually(now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.state.SuspendManually(now) == watermark.Suspend {
-		a.m.suspensions.WithLabelValues("operator").Inc()
+		a.m.suspensions.WithLabelValues("operator")
+		a.m.flips.WithLabelValues("suspend").Inc()
 	}
 	a.in.Log.Warn(a.state.Warning(), "event", "suspended", "reason", "operator")
 	a.publishSuspended(now)

@@ -61,7 +61,13 @@ func (a *Admission) NewGate(o GateOptions) *Gate {
 	g := &Gate{name: o.Name, group: o.Group, ownConns: o.OwnConnections, throttles: !o.NoSessions}
 	if g.throttles {
 		g.setThrottle(o.Throttle)
+		// The group's series exist from the start, at 0, for the alerts
+		// that read them.
+		a.m.share.WithLabelValues(g.name)
+		a.m.rtt.WithLabelValues(g.name)
+		a.m.flips.WithLabelValues("throttle/" + g.name)
 	}
+	a.m.flips.WithLabelValues("workers/" + g.name)
 	a.mu.Lock()
 	a.gates = append(a.gates, g)
 	a.mu.Unlock()

@@ -106,6 +106,7 @@ func NewGroup(o GroupOptions) *Group {
 	}
 	g := &Group{opts: o, log: o.Logger.With("group", o.Name)}
 	g.routable.Store(&[]*Worker{})
+	o.Metrics.initGroup(o.Name)
 	return g
 }
 

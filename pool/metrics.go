@@ -47,3 +47,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
+
+// exitReasons are the values of worker_exits_total's reason label.
+var exitReasons = [...]string{ExitClean, ExitCrash, ExitKilled, ExitReadyTimeout}
+
+// initGroup makes every series of a group's metrics at 0, each label value
+// it may take, so that a series exists before its first event: a counter
+// born at 1 hides that event from increase(), and an alert on the first
+// worker crash would miss it.
+func (m *Metrics) initGroup(group string) {
+	m.spawns.WithLabelValues(group)
+	m.restarts.WithLabelValues(group)
+	m.load.WithLabelValues(group) // no load before the first sample
+	for _, r := range exitReasons {
+		m.exits.WithLabelValues(group, r)
+	}
+	for s := range stateNames {
+		m.workers.WithLabelValues(group, State(s).String())
+	}
+}

@@ -472,6 +472,11 @@ func (s *Supervisor) makeGroups() {
 		}
 		gr := &groupRun{profile: p, workers: map[int]*profile.Views{}, mem: map[int]pool.WorkerSample{},
 			ramps: overload.NewRamps[*pool.Worker](name, s.ss)}
+		if p != nil {
+			// From the start, not from the first sample: the alerts that
+			// compare the workers with it see the group at once.
+			s.m.maxWorkers.WithLabelValues(name).Set(float64(p.UpTo))
+		}
 		// Timer groups take no sessions: nothing to throttle. UDP workers
 		// get their work through the door's queues; TCP ones read their own
 		// connections.
