@@ -10,6 +10,7 @@
 package location
 
 import (
+	"container/heap"
 	"errors"
 	"fmt"
 	"net/url"
@@ -164,6 +165,13 @@ func Host(key string) string {
 type Memory struct {
 	mu   sync.Mutex
 	aors map[string][]Binding
+	// due orders the bindings by expiry, so that Expire reads what lapsed
+	// and not every binding. A refresh or a removal leaves its binding's
+	// earlier entry behind, dropped when it comes due, or when such
+	// entries outnumber the bindings (compact).
+	due expiryHeap
+	// n is the bindings held.
+	n int
 	// Now is the clock used to hide lapsed bindings; tests replace it.
 	Now func() time.Time
 
@@ -192,12 +200,55 @@ func (m *Memory) Save(aor string, b Binding) error {
 		}
 		return nil
 	}
+	m.schedule(aor, b)
 	if i >= 0 {
 		list[i] = b
 		return nil
 	}
 	m.aors[aor] = append(list, b)
+	m.n++
 	return nil
+}
+
+// schedule files b's expiry; m.mu is held.
+func (m *Memory) schedule(aor string, b Binding) {
+	if len(m.due) > 2*m.n+64 {
+		m.compact()
+	}
+	heap.Push(&m.due, expiry{at: b.Expires.UnixNano(), aor: aor, contact: b.Contact})
+}
+
+// compact rebuilds due from the bindings held, dropping the entries that
+// refreshes and removals left behind; m.mu is held.
+func (m *Memory) compact() {
+	m.due = m.due[:0]
+	for aor, list := range m.aors {
+		for _, b := range list {
+			m.due = append(m.due, expiry{at: b.Expires.UnixNano(), aor: aor, contact: b.Contact})
+		}
+	}
+	heap.Init(&m.due)
+}
+
+// expiry is when the binding of contact under aor lapses, if it still
+// holds that expiry by then.
+type expiry struct {
+	at           int64 // unix ns
+	aor, contact string
+}
+
+// expiryHeap is a min-heap of expiries (container/heap).
+type expiryHeap []expiry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h expiryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *expiryHeap) Push(x any)        { *h = append(*h, x.(expiry)) }
+func (h *expiryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
 }
 
 func indexContact(list []Binding, contact string) int {
@@ -210,6 +261,7 @@ func indexContact(list []Binding, contact string) int {
 }
 
 func (m *Memory) drop(aor string, i int) {
+	m.n--
 	list := m.aors[aor]
 	list = append(list[:i], list[i+1:]...)
 	if len(list) == 0 {
@@ -266,6 +318,7 @@ func (m *Memory) Remove(aor, contact string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if contact == "" {
+		m.n -= len(m.aors[aor])
 		delete(m.aors, aor)
 		return nil
 	}
@@ -278,24 +331,37 @@ func (m *Memory) Remove(aor, contact string) error {
 // Close implements Store.
 func (m *Memory) Close() error { return nil }
 
-// Expire implements Store.
+// Expire implements Store: it reads the bindings due by now, not every
+// binding.
 func (m *Memory) Expire(now time.Time) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	n, at := 0, now.UnixNano()
+	for len(m.due) > 0 && m.due[0].at <= at {
+		e := heap.Pop(&m.due).(expiry)
+		list := m.aors[e.aor]
+		// The binding may have been refreshed (a later entry is due for
+		// it) or removed since this entry was filed.
+		if i := indexContact(list, e.contact); i >= 0 && !list[i].Expires.After(now) {
+			m.drop(e.aor, i)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// EachCallID implements CallIDLister, without List's copy and sort.
+func (m *Memory) EachCallID(fn func(callID []byte)) (int, error) {
+	now := m.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	n := 0
-	for aor, list := range m.aors {
-		keep := list[:0]
+	for _, list := range m.aors {
 		for _, b := range list {
 			if b.Expires.After(now) {
-				keep = append(keep, b)
-			} else {
+				fn([]byte(b.CallID))
 				n++
 			}
-		}
-		if len(keep) == 0 {
-			delete(m.aors, aor)
-		} else {
-			m.aors[aor] = keep
 		}
 	}
 	return n, nil
