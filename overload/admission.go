@@ -411,8 +411,7 @@ func (a *Admission) SuspendManually(now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.state.SuspendManually(now) == watermark.Suspend {
-		a.m.suspensions.WithLabelValues("operator")
-		a.m.flips.WithLabelValues("suspend").Inc()
+		a.m.suspensions.WithLabelValues("operator").Inc()
 	}
 	a.in.Log.Warn(a.state.Warning(), "event", "suspended", "reason", "operator")
 	a.publishSuspended(now)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/overload/throttle"
@@ -397,5 +398,37 @@ func TestRegistrationsFullLoggedOnce(t *testing.T) {
 	}
 	if a.regsFull.skipped.Load() != 99 {
 		t.Fatalf("want the 99 refusals since counted for the next line, have %d", a.regsFull.skipped.Load())
+	}
+}
+
+// Every series of admission's counters exists from the start at 0, so that
+// the first event is an increase, and the operator's suspension counts.
+func TestSeriesFromStart(t *testing.T) {
+	t.Parallel()
+	a := newAdmission(t, &counts{}, nil)
+	a.NewGate(GateOptions{Name: "udp", Group: &load{takes: true}, Throttle: throttle.Config{Threshold: time.Second, Count: 2, Step: 0.5, Enabled: true}})
+	for _, c := range []struct {
+		vec   *prometheus.CounterVec
+		label string
+		want  float64
+	}{
+		{a.m.suspensions, "operator", 0},
+		{a.m.suspensions, string(watermark.NumberOfSessions), 0},
+	} {
+		if n := testutil.CollectAndCount(c.vec); n < 2 {
+			t.Fatalf("want a series per reason from the start, have %d", n)
+		}
+		if v := testutil.ToFloat64(c.vec.WithLabelValues(c.label)); v != c.want {
+			t.Errorf("%s: want %v, have %v", c.label, c.want, v)
+		}
+	}
+	for _, g := range []*prometheus.GaugeVec{a.m.share, a.m.rtt, a.m.value, a.m.flips} {
+		if testutil.CollectAndCount(g) == 0 {
+			t.Errorf("a gauge with no series at start")
+		}
+	}
+	a.SuspendManually(time.Unix(1, 0))
+	if v := testutil.ToFloat64(a.m.suspensions.WithLabelValues("operator")); v != 1 {
+		t.Errorf("suspensions{operator} after ctl suspend: want 1, have %v", v)
 	}
 }
