@@ -12,13 +12,11 @@ import (
 // meaning, which is what lets a profile spread over several lines. The tokens
 // come from lexer.go.
 
-var cfgParser = participle.MustBuild[fileAST](
+// itemParser reads one top-level item; parse.go cuts the file into items
+// first, so that a mistake in one does not hide the others.
+var itemParser = participle.MustBuild[itemAST](
 	participle.Lexer(cfgLexer),
 )
-
-type fileAST struct {
-	Items []*itemAST `parser:"@@*"`
-}
 
 type itemAST struct {
 	Include *includeAST `parser:"  @@"`
