@@ -331,18 +331,19 @@ func (l *loader) build() {
 }
 
 // Store is where registrations live: location_store parsed, a relative
-// SQLite path made relative to the config file's directory (the working
-// directory for the built-in config).
+// SQLite path made relative to the directory of the file that sets it (of
+// the config file when it keeps its default; StateDir for the built-in
+// config).
 func (c *Config) Store() (location.Spec, error) {
 	sp, err := location.ParseURL(c.LocationStore)
 	if err != nil {
 		return sp, err
 	}
-	dir := ""
-	if c.File != "" && c.File != DefaultName {
-		dir = filepath.Dir(c.File)
+	file := c.File
+	if at, ok := c.At["location_store"]; ok {
+		file = at.File
 	}
-	sp = sp.Resolve(dir)
+	sp = sp.Resolve(baseDir(file))
 	if sp.Kind == location.KindSQLite {
 		if abs, err := filepath.Abs(sp.Path); err == nil {
 			sp.Path = abs
@@ -543,6 +544,9 @@ func (l *loader) global(g *globalAST) {
 	}
 	for _, m := range g.Mods {
 		l.errorf(pos(m.Pos), "%s takes no %s", name, m.Key)
+	}
+	if pathSettings[name] {
+		raw = resolvePath(raw, vp.File)
 	}
 	v, err := s.parse(raw)
 	if err != nil {
