@@ -18,6 +18,15 @@ var itemParser = participle.MustBuild[itemAST](
 	participle.Lexer(cfgLexer),
 )
 
+// The parsers of one kind of item, for an item whose first word says its
+// kind: the grammar's error is then about that kind, not about whichever
+// alternative went furthest.
+var (
+	blockParser   = participle.MustBuild[blockAST](participle.Lexer(cfgLexer))
+	profileParser = participle.MustBuild[profileAST](participle.Lexer(cfgLexer))
+	includeParser = participle.MustBuild[includeAST](participle.Lexer(cfgLexer))
+)
+
 type itemAST struct {
 	Include *includeAST `parser:"  @@"`
 	Profile *profileAST `parser:"| @@"`

@@ -122,6 +122,14 @@ func TestKamailioMistakes(t *testing.T) {
 		{"profile missing cycles", "auto_scaling_profile = P\n    scale up to 6 on 70% for 4 within 5\n", []string{
 			`2:32: want "cycles" or "cycle" after "4", have "within"`,
 		}},
+		{"odd corners", "udp_workers = 4 5\ntcp_workers = 2 use_auto_scaling_profile\n" + sock + "route[ {\n\texit;\n}\nroute {\n\tif ($rm == ) { exit; }\n\t$var(x) = ;\n\txlog(\"a\" \"b\");\n}\n", []string{
+			`1:17: unexpected "5" after "4"`,
+			`2:41: want a value after "use_auto_scaling_profile"`,
+			`4:6: want route[NAME] { ... }, a name between the brackets`,
+			`8:12: want a value after "=="`,
+			`9:12: want a value after "=", have ";"`,
+			`10:11: want "," or ")" after "a", have "b"`,
+		}},
 		{"a script line outside a block", sock + "route { exit; }\n$var(x) = 1;\n", []string{
 			`3:1: "$var(x)" cannot start a line outside a block; a line is a setting (name = value), include_file, auto_scaling_profile or a block such as route { ... }`,
 		}},

@@ -270,7 +270,7 @@ func (l *loader) parseItem(c chunk) *itemAST {
 			l.syntaxf(pos(head.Pos), "%v", err)
 			return nil
 		}
-		it, err := itemParser.ParseFromLexer(peek)
+		it, err := parseKind(toks[0], peek)
 		if err == nil {
 			return it
 		}
@@ -314,6 +314,26 @@ func hasBrace(toks []lexer.Token) bool {
 		}
 	}
 	return false
+}
+
+// parseKind parses an item with the parser of the kind its first word
+// names, and any other with the parser of every kind.
+func parseKind(head lexer.Token, peek *lexer.PeekingLexer) (*itemAST, error) {
+	if head.Type != tokIdent {
+		return itemParser.ParseFromLexer(peek)
+	}
+	switch {
+	case blockKinds[head.Value]:
+		b, err := blockParser.ParseFromLexer(peek)
+		return &itemAST{Block: b}, err
+	case head.Value == "auto_scaling_profile":
+		p, err := profileParser.ParseFromLexer(peek)
+		return &itemAST{Profile: p}, err
+	case head.Value == "include_file":
+		i, err := includeParser.ParseFromLexer(peek)
+		return &itemAST{Include: i}, err
+	}
+	return itemParser.ParseFromLexer(peek)
 }
 
 // stmtSpan finds the statement that holds toks[k] inside a block: from after
@@ -421,6 +441,10 @@ func describeSyntax(c chunk, toks []lexer.Token, k int, expect string) (p script
 			return pos(toks[s].Pos), h, ""
 		}
 	}
+	if k == 1 && blockKinds[toks[0].Value] && isPunct(tok, "[") {
+		// The grammar gave the bracket up; what follows it is what is wrong.
+		return p, fmt.Sprintf("want %s[NAME] { ... }, a name between the brackets", toks[0].Value), ""
+	}
 	prev = toks[k-1]
 	newLine := atEnd || tok.Pos.Line > prev.Pos.Line
 	if newLine {
@@ -443,6 +467,15 @@ func describeSyntax(c chunk, toks []lexer.Token, k int, expect string) (p script
 			if strings.Contains("+-*/", tok.Value) && tok.Type == tokPunct {
 				return p, fmt.Sprintf("%q is not an operator of a sipvisor script; it has == != =~ !~ < <= > >= && || and !", tok.Value), ""
 			}
+		}
+		if w := wants[0]; (w == ")" || w == ";") && isOperator(tok) && (k+1 >= len(toks) || isPunct(toks[k+1], ")") || isPunct(toks[k+1], ";") || isPunct(toks[k+1], "{")) {
+			// An operator with nothing on its right.
+			p = pos(tok.Pos)
+			p.Col += utf8.RuneCountInString(tok.Value)
+			return p, fmt.Sprintf("want a value after %s", quoteTok(tok.Value)), ""
+		}
+		if o, ok := unmatched(toks[:k], "(", ")"); wants[0] == ")" && ok && isValue(tok) && isValue(prev) && isCallParen(toks[:k], o) {
+			return p, fmt.Sprintf(`want "," or ")" after %s, have %s`, quoteTok(prev.Value), quoteTok(tok.Value)), ""
 		}
 		switch w := wants[0]; w {
 		case ";":
@@ -469,6 +502,9 @@ func describeSyntax(c chunk, toks []lexer.Token, k int, expect string) (p script
 		}
 		return p, fmt.Sprintf("want %s%s%s", strings.Join(q, " or "), after, have), ""
 	case noun != "":
+		if noun == "a value" && k >= 2 && isPunct(prev, "(") && toks[k-2].Type == tokIdent && toks[k-2].Value == "if" {
+			noun = "a condition"
+		}
 		return p, fmt.Sprintf("want %s%s%s", noun, after, have), ""
 	case atEnd:
 		return p, "the line ends too early" + after, ""
@@ -476,11 +512,38 @@ func describeSyntax(c chunk, toks []lexer.Token, k int, expect string) (p script
 	return p, fmt.Sprintf("unexpected %s%s", quoteTok(tok.Value), after), ""
 }
 
+var operators = map[string]bool{"==": true, "!=": true, "=~": true, "!~": true, "<=": true, ">=": true, "<": true, ">": true, "&&": true, "||": true}
+
+func isOperator(t lexer.Token) bool {
+	return (t.Type == tokOp || t.Type == tokPunct) && operators[t.Value]
+}
+
+// isValue says whether t can end a value: a string, a number, a variable,
+// a word or a closing parenthesis.
+func isValue(t lexer.Token) bool {
+	switch t.Type {
+	case tokString, tokNumber, tokPV, tokIdent, tokAddr:
+		return true
+	}
+	return isPunct(t, ")")
+}
+
+// isCallParen says whether the "(" at o opens a function's arguments.
+func isCallParen(toks []lexer.Token, o lexer.Position) bool {
+	for i := len(toks) - 1; i > 0; i-- {
+		if toks[i].Pos.Offset == o.Offset {
+			prev := toks[i-1]
+			return prev.Type == tokIdent && prev.Value != "if" && prev.Value != "return"
+		}
+	}
+	return false
+}
+
 // nouns say what a grammar rule stands for; a rule missing here gives a
 // message without it, never its name.
 var nouns = map[string]string{
 	"Tok": "a value", "NumTok": "a number", "StrTok": "a quoted file name",
-	"OrExpr": "a condition", "AndExpr": "a condition", "CmpExpr": "a condition",
+	"OrExpr": "a value", "AndExpr": "a value", "CmpExpr": "a value",
 	"UnaryExpr": "a value", "Primary": "a value", "StmtAST": "a statement",
 	"PvTok": "a $variable", "ArgAST": "an argument", "CallAST": "a function call",
 	"BodyBlock":  `"{"`,
