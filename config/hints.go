@@ -68,3 +68,16 @@ var settingHints = map[string]string{
 	"memdbg":            "sipvisor has no memory log; delete this line",
 	"maxbuffer":         "sipvisor sizes its socket buffers itself; delete this line",
 }
+
+// functionHints follow "unknown function NAME: ".
+var functionHints = map[string]string{
+	"t_reply":        "sipvisor answers with sl_send_reply(code, reason), which goes through the transaction when there is one",
+	"sl_reply_error": `sipvisor has no internal error to report; answer with sl_send_reply(500, "Server Internal Error")`,
+	"send_reply":     "sipvisor answers with sl_send_reply(code, reason), which goes through the transaction when there is one",
+	"t_newtran":      "sipvisor makes the transaction itself when t_relay sends the request on; delete this line",
+	"setflag":        "a sipvisor script has no flags; keep a value in a variable such as $var(name)",
+	"resetflag":      "a sipvisor script has no flags; keep a value in a variable such as $var(name)",
+	"isflagset":      "a sipvisor script has no flags; test a variable such as $var(name)",
+	"auth_check":     "sipvisor checks credentials with www_authorize(realm) for REGISTER and proxy_authorize(realm) for other requests",
+	"registered":     `sipvisor asks the store with lookup("location"), which is false when the AOR has no binding`,
+}

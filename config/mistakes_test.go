@@ -130,6 +130,10 @@ func TestKamailioMistakes(t *testing.T) {
 			`9:12: want a value after "=", have ";"`,
 			`10:11: want "," or ")" after "a", have "b"`,
 		}},
+		{"Kamailio functions", sock + "route {\n\tt_newtran();\n\tt_reply(\"404\", \"Not Found\");\n}\n", []string{
+			`3:2: unknown function t_newtran: sipvisor makes the transaction itself when t_relay sends the request on; delete this line`,
+			`4:2: unknown function t_reply: sipvisor answers with sl_send_reply(code, reason), which goes through the transaction when there is one`,
+		}},
 		{"a script line outside a block", sock + "route { exit; }\n$var(x) = 1;\n", []string{
 			`3:1: "$var(x)" cannot start a line outside a block; a line is a setting (name = value), include_file, auto_scaling_profile or a block such as route { ... }`,
 		}},

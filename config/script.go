@@ -225,7 +225,9 @@ func (l *loader) call(c *callAST) *script.Call {
 	spec, ok := script.Functions[c.Name]
 	if !ok {
 		msg := fmt.Sprintf("unknown function %s", c.Name)
-		if m := didYouMean(c.Name, script.FunctionNames()); m != "" {
+		if h, ok := functionHints[c.Name]; ok {
+			msg += ": " + h
+		} else if m := didYouMean(c.Name, script.FunctionNames()); m != "" {
 			msg += fmt.Sprintf("; did you mean %s?", m)
 		}
 		l.errorf(p, "%s", msg)
