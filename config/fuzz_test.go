@@ -36,6 +36,9 @@ func FuzzLoad(f *testing.F) {
 			if strings.Contains(ce.Msg, "\n") {
 				t.Fatalf("want a one-line message, have %q", ce.Msg)
 			}
+			if m := grammarWords.FindString(ce.Msg); m != "" {
+				t.Fatalf("want the config's words, have %q (%q)", ce.Msg, m)
+			}
 		}
 	})
 }

@@ -12,13 +12,20 @@ import (
 // meaning, which is what lets a profile spread over several lines. The tokens
 // come from lexer.go.
 
-var cfgParser = participle.MustBuild[fileAST](
+// itemParser reads one top-level item; parse.go cuts the file into items
+// first, so that a mistake in one does not hide the others.
+var itemParser = participle.MustBuild[itemAST](
 	participle.Lexer(cfgLexer),
 )
 
-type fileAST struct {
-	Items []*itemAST `parser:"@@*"`
-}
+// The parsers of one kind of item, for an item whose first word says its
+// kind: the grammar's error is then about that kind, not about whichever
+// alternative went furthest.
+var (
+	blockParser   = participle.MustBuild[blockAST](participle.Lexer(cfgLexer))
+	profileParser = participle.MustBuild[profileAST](participle.Lexer(cfgLexer))
+	includeParser = participle.MustBuild[includeAST](participle.Lexer(cfgLexer))
+)
 
 type itemAST struct {
 	Include *includeAST `parser:"  @@"`

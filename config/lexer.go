@@ -214,3 +214,29 @@ func (l *cfgLex) token(i int, c byte) (lexer.Token, error) {
 	r, _ := utf8.DecodeRuneInString(s[i:])
 	return lexer.Token{}, participle.Errorf(l.pos, "unexpected character %q", r)
 }
+
+// skipBad steps over what the last error was about, so that lexing can go
+// on and later mistakes are reported too: the rest of the line after an
+// unclosed string, one character otherwise. It reports false after an
+// unclosed comment, which runs to the end of the file.
+func (l *cfgLex) skipBad() bool {
+	s := l.src
+	i := l.pos.Offset
+	if i >= len(s) {
+		return false
+	}
+	switch c := s[i]; {
+	case c == '"' || c == '\'':
+		j := i
+		for j < len(s) && s[j] != '\n' {
+			j++
+		}
+		l.advance(j - i)
+	case c == '/' && i+1 < len(s) && s[i+1] == '*':
+		return false
+	default:
+		_, n := utf8.DecodeRuneInString(s[i:])
+		l.advance(n)
+	}
+	return true
+}

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/alecthomas/participle/v2"
 	"github.com/alecthomas/participle/v2/lexer"
 
 	"github.com/sipvisor/sipvisor/location"
@@ -69,9 +68,10 @@ func LoadFile(path string) (*Config, error) {
 
 // Load parses and validates src. name is used in positions, and include_file
 // paths are relative to filepath.Dir(name). Every problem found is returned,
-// each as an *Error; a syntax error stops the reading of its file, and then
-// only syntax and include errors are reported, because checks on a partial
-// file would report things that are not wrong.
+// each as an *Error. A syntax error drops only the statement or the item it
+// is in, so the syntax errors after it are found too; but then the checks
+// that need the whole file are not run, because checks on a partial file
+// would report things that are not wrong.
 func Load(name string, src []byte) (*Config, error) {
 	return load(name, src, readInclude)
 }
@@ -85,8 +85,17 @@ func load(name string, src []byte, read func(string) ([]byte, error)) (*Config, 
 		routes:   map[string]map[string]script.Pos{"route": {}, "onreply_route": {}, "failure_route": {}, "timer_route": {}},
 	}
 	l.readFile(name, src, script.Pos{})
-	if len(l.errs) == 0 {
+	if !l.syntax {
 		l.build()
+	} else {
+		// A name is wrong or right whatever else the file holds.
+		for _, it := range l.items {
+			if g := it.Global; g != nil {
+				if _, ok := settingByName[g.Name.Val]; !ok || isQuoted(g.Name.Val) {
+					l.errorf(pos(g.Name.Pos), "%s", unknownSetting(g.Name.Val))
+				}
+			}
+		}
 	}
 	if len(l.errs) > 0 {
 		return nil, l.joined()
@@ -101,6 +110,7 @@ type loader struct {
 	read    func(string) ([]byte, error)
 	sources map[string][]byte // every file read, by the path it was read as
 	errs    []*Error
+	syntax  bool     // a syntax error: the items are not all there
 	files   []string // in the order first read, to sort errors by file
 	stack   []string // absolute paths of the includes being read
 	items   []*itemAST
@@ -187,12 +197,12 @@ func (l *loader) readFile(name string, src []byte, from script.Pos) {
 			for j := range chain {
 				chain[j] = filepath.Base(chain[j])
 			}
-			l.errorf(from, "include cycle: %s", strings.Join(chain, " includes "))
+			l.syntaxf(from, "include cycle: %s", strings.Join(chain, " includes "))
 			return
 		}
 	}
 	if len(l.stack) >= maxIncludeDepth {
-		l.errorf(from, "includes nest deeper than %d files", maxIncludeDepth)
+		l.syntaxf(from, "includes nest deeper than %d files", maxIncludeDepth)
 		return
 	}
 	l.files = append(l.files, name)
@@ -200,17 +210,14 @@ func (l *loader) readFile(name string, src []byte, from script.Pos) {
 	l.stack = append(l.stack, abs)
 	defer func() { l.stack = l.stack[:len(l.stack)-1] }()
 
-	ast, err := cfgParser.ParseBytes(name, src)
-	if err != nil {
-		var pe participle.Error
-		if errors.As(err, &pe) {
-			l.errorf(pos(pe.Position()), "%s", syntaxMessage(pe.Message()))
-		} else {
-			l.errorf(script.Pos{File: name, Line: 1, Col: 1}, "%v", err)
+	toks, end, bad := l.lexAll(name, src)
+	var items []*itemAST
+	for _, c := range l.split(toks, end, bad) {
+		if it := l.parseItem(c); it != nil {
+			items = append(items, it)
 		}
-		return
 	}
-	for _, it := range ast.Items {
+	for _, it := range items {
 		if it.Include == nil {
 			l.items = append(l.items, it)
 			continue
@@ -218,7 +225,7 @@ func (l *loader) readFile(name string, src []byte, from script.Pos) {
 		p := pos(it.Include.Path.Pos)
 		rel := unquote(it.Include.Path.Val)
 		if rel == "" {
-			l.errorf(p, "include_file wants a file name")
+			l.syntaxf(p, "include_file wants a file name")
 			continue
 		}
 		path := rel
@@ -227,21 +234,11 @@ func (l *loader) readFile(name string, src []byte, from script.Pos) {
 		}
 		sub, err := l.read(path)
 		if err != nil {
-			l.errorf(p, "cannot read include file: %v", err)
+			l.syntaxf(p, "cannot read include file: %v", err)
 			continue
 		}
 		l.readFile(path, sub, p)
 	}
-}
-
-// syntaxMessage rewords the parser's messages where its own words would not
-// help a user.
-func syntaxMessage(msg string) string {
-	msg = strings.Replace(msg, `unexpected token "<EOF>"`, `unexpected end of file`, 1)
-	if _, rest, ok := strings.Cut(msg, `invalid input text "`); ok && (strings.HasPrefix(rest, `\"`) || strings.HasPrefix(rest, `'`)) {
-		msg = "string is never closed on its line"
-	}
-	return msg
 }
 
 // build turns the items into a Config. Profiles and block names are collected
@@ -334,18 +331,19 @@ func (l *loader) build() {
 }
 
 // Store is where registrations live: location_store parsed, a relative
-// SQLite path made relative to the config file's directory (the working
-// directory for the built-in config).
+// SQLite path made relative to the directory of the file that sets it (of
+// the config file when it keeps its default; StateDir for the built-in
+// config).
 func (c *Config) Store() (location.Spec, error) {
 	sp, err := location.ParseURL(c.LocationStore)
 	if err != nil {
 		return sp, err
 	}
-	dir := ""
-	if c.File != "" && c.File != DefaultName {
-		dir = filepath.Dir(c.File)
+	file := c.File
+	if at, ok := c.At["location_store"]; ok {
+		file = at.File
 	}
-	sp = sp.Resolve(dir)
+	sp = sp.Resolve(baseDir(file))
 	if sp.Kind == location.KindSQLite {
 		if abs, err := filepath.Abs(sp.Path); err == nil {
 			sp.Path = abs
@@ -522,11 +520,7 @@ func (l *loader) global(g *globalAST) {
 	vp := pos(g.Value.Pos)
 	s, ok := settingByName[name]
 	if !ok || isQuoted(name) {
-		msg := fmt.Sprintf("unknown setting %q", unquote(name))
-		if m := didYouMean(strings.ToLower(unquote(name)), settingNames()); m != "" {
-			msg += fmt.Sprintf("; did you mean %q?", m)
-		}
-		l.errorf(np, "%s", msg)
+		l.errorf(np, "%s", unknownSetting(name))
 		return
 	}
 	raw := unquote(g.Value.Val)
@@ -551,12 +545,28 @@ func (l *loader) global(g *globalAST) {
 	for _, m := range g.Mods {
 		l.errorf(pos(m.Pos), "%s takes no %s", name, m.Key)
 	}
+	if pathSettings[name] {
+		raw = resolvePath(raw, vp.File)
+	}
 	v, err := s.parse(raw)
 	if err != nil {
 		l.errorf(vp, "%v", err)
 		return
 	}
 	s.set(l.cfg, v)
+}
+
+// unknownSetting says that name is not a setting, and what may be meant.
+func unknownSetting(name string) string {
+	name = unquote(name)
+	msg := fmt.Sprintf("unknown setting %q", name)
+	if h, ok := settingHints[name]; ok {
+		return msg + ": " + h
+	}
+	if m := didYouMean(strings.ToLower(name), settingNames()); m != "" {
+		msg += fmt.Sprintf("; did you mean %q?", m)
+	}
+	return msg
 }
 
 func (l *loader) group(s *setting, g *globalAST, raw string, vp script.Pos) {

@@ -225,7 +225,9 @@ func (l *loader) call(c *callAST) *script.Call {
 	spec, ok := script.Functions[c.Name]
 	if !ok {
 		msg := fmt.Sprintf("unknown function %s", c.Name)
-		if m := didYouMean(c.Name, script.FunctionNames()); m != "" {
+		if h, ok := functionHints[c.Name]; ok {
+			msg += ": " + h
+		} else if m := didYouMean(c.Name, script.FunctionNames()); m != "" {
 			msg += fmt.Sprintf("; did you mean %s?", m)
 		}
 		l.errorf(p, "%s", msg)
@@ -253,8 +255,22 @@ func (l *loader) call(c *callAST) *script.Call {
 		}
 		l.checkRef(kind, name, a.Pos)
 	case "sl_send_reply":
-		if a := n.Args[0]; !a.IsInt || a.Int < 100 || a.Int > 699 {
-			l.errorf(a.Pos, "sl_send_reply wants a status code in 100..699 first")
+		a := n.Args[0]
+		if !a.IsInt && strings.Contains(a.Str, "$") {
+			break // a code from a variable, checked when it is sent
+		}
+		if !a.IsInt {
+			// Kamailio takes the code quoted, sl_send_reply("404", ...).
+			if v, err := strconv.ParseInt(a.Str, 10, 64); err == nil {
+				a.IsInt, a.Int, a.Str = true, v, ""
+			}
+		}
+		if !a.IsInt || a.Int < 100 || a.Int > 699 {
+			have := strconv.Quote(a.Str)
+			if a.IsInt {
+				have = strconv.FormatInt(a.Int, 10)
+			}
+			l.errorf(a.Pos, "sl_send_reply wants a status code in 100..699 first, have %s", have)
 		}
 	}
 	return n

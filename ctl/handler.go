@@ -135,7 +135,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.user(w, r, rest)
 	case "get":
 		if h.method(w, r, http.MethodGet) {
-			v, err := h.b.Params().Get(rest)
+			get := h.b.Params().Get
+			if asText(r) {
+				get = h.b.Params().GetText
+			}
+			v, err := get(rest)
 			if err != nil {
 				writeErr(w, err)
 				return
@@ -255,19 +259,26 @@ func (h *handler) set(w http.ResponseWriter, r *http.Request, path string) {
 		writeErr(w, err)
 		return
 	}
-	v, err := p.Get(path)
+	asTxt := asText(r)
+	get := p.Get
+	if asTxt {
+		get = p.GetText
+	}
+	v, err := get(path)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	var was any = old
-	if k, _ := p.Kind(path); k == Bool {
-		was = old != 0
-	}
+	k, _ := p.Kind(path)
+	was := k.value(old, asTxt)
 	name := configName(clean(path))
 	writeJSON(w, http.StatusOK, SetResult{Path: clean(path), Old: was, Value: v, Setting: name,
 		Note: "lasts until the next restart or reload; to keep it, set " + name + " in the config file"})
 }
+
+// asText says whether the caller asked for values as the config writes them
+// (?as=text), as `sipvisor ctl` does for its tables.
+func asText(r *http.Request) bool { return r.URL.Query().Get("as") == "text" }
 
 // setValue finds the new value of a set: ?value=, or the body as a JSON
 // number, string or bool, as {"value": ...}, or as plain text.

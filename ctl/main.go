@@ -24,7 +24,7 @@ import (
 // otherwise: the supervisor's default http_listen.
 const DefaultAddr = "http://127.0.0.1:8888"
 
-const usage = `usage: sipvisor ctl [-addr URL] [-token T] COMMAND [--json]
+const usage = `usage: sipvisor ctl [flags] COMMAND [flags]
 
 commands:
   ps                     worker groups and their workers
@@ -39,7 +39,6 @@ commands:
   reload                 re-read the config file (as SIGHUP)
   wait-ready             wait until sipvisor takes new calls (/readyz), at
                          most -timeout: for scripts that start it
-  ul show [AOR]          registered bindings
   ul show [AOR]          registered bindings (AOR sip:user@domain, or a user name)
   ul rm AOR [CONTACT]    drop AOR's binding of CONTACT, or all of AOR's
   user add USER@REALM PASSWORD
@@ -57,6 +56,9 @@ flags:
   -token T       control token (env SIPVISOR_CTL_TOKEN)
   -timeout D     give up after D (default 10s)
   --json         print the server's JSON instead of a table
+
+Flags go before or after the command (ctl wait-ready -timeout 2s); a lone --
+ends them, so that ctl set PATH -- -1 passes -1 as a value.
 `
 
 // Main runs `sipvisor ctl` with args (the words after "ctl") and returns the
@@ -77,19 +79,39 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sipvisor ctl: %v\n%s", err, usage)
 		return 2
 	}
-	// Flags may follow the command too (`ctl ps --json`), as SIPp-style
-	// users expect; a lone - or -- ends them so `set x -5` stays possible.
+	// Flags may follow the command too (`ctl ps --json`, `ctl wait-ready
+	// -timeout 2s`); a word that is not one of them (a command's own, such
+	// as pprof's -seconds, or a value such as -5) is left to the command,
+	// and a lone -- ends them.
 	var words []string
-	for i, a := range fs.Args() {
+	rest := fs.Args()
+	for i := 0; i < len(rest); i++ {
+		a := rest[i]
 		if a == "--" {
-			words = append(words, fs.Args()[i+1:]...)
+			words = append(words, rest[i+1:]...)
 			break
 		}
-		if a == "--json" || a == "-json" {
-			*asJSON = true
+		name, val, hasVal := flagWord(a)
+		f := fs.Lookup(name)
+		if f == nil {
+			words = append(words, a)
 			continue
 		}
-		words = append(words, a)
+		if name == "json" && !hasVal {
+			val, hasVal = "true", true
+		}
+		if !hasVal {
+			if i+1 == len(rest) {
+				fmt.Fprintf(stderr, "sipvisor ctl: flag needs an argument: -%s\n%s", name, usage)
+				return 2
+			}
+			i++
+			val = rest[i]
+		}
+		if err := fs.Set(name, val); err != nil {
+			fmt.Fprintf(stderr, "sipvisor ctl: invalid value %q for flag -%s: %v\n%s", val, name, err, usage)
+			return 2
+		}
 	}
 	if len(words) == 0 {
 		fmt.Fprintf(stderr, "sipvisor ctl: no command given\n%s", usage)
@@ -112,6 +134,20 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// flagWord splits -name, --name, -name=value and --name=value; name is ""
+// for a word that is no flag, such as -5.
+func flagWord(a string) (name, val string, hasVal bool) {
+	if !strings.HasPrefix(a, "-") {
+		return "", "", false
+	}
+	s := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+	if s == "" || !(s[0] >= 'a' && s[0] <= 'z' || s[0] >= 'A' && s[0] <= 'Z') {
+		return "", "", false
+	}
+	name, val, hasVal = strings.Cut(s, "=")
+	return name, val, hasVal
 }
 
 func envOr(name, def string) string {
@@ -188,7 +224,7 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 			path = strings.Trim(args[0], "/")
 		}
 		var v any
-		return cmd.call(ctx, http.MethodGet, "get/"+escapePath(path), nil, &v, func() error { return writeGet(cmd.stdout, path, v) })
+		return cmd.call(ctx, http.MethodGet, "get/"+escapePath(path)+cmd.asText(), nil, &v, func() error { return writeGet(cmd.stdout, path, v) })
 	case "set":
 		if err := want(2, 2, "set PATH VALUE"); err != nil {
 			return err
@@ -199,7 +235,7 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 		}
 		var r SetResult
 		body, _ := json.Marshal(map[string]string{"value": args[1]})
-		return cmd.call(ctx, http.MethodPost, "set/"+escapePath(path), body, &r, func() error {
+		return cmd.call(ctx, http.MethodPost, "set/"+escapePath(path)+cmd.asText(), body, &r, func() error {
 			_, err := fmt.Fprintf(cmd.stdout, "%s: %s -> %s\n", r.Path, fmtAny(r.Old), fmtAny(r.Value))
 			if err == nil && r.Note != "" {
 				_, err = fmt.Fprintf(cmd.stdout, "(%s)\n", r.Note)
@@ -295,6 +331,15 @@ func (cmd *command) waitReady(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// asText asks for durations as the config writes them (2s, not 2), for a
+// table; --json passes the server's numbers on unchanged.
+func (cmd *command) asText() string {
+	if cmd.json {
+		return ""
+	}
+	return "?as=text"
 }
 
 // now is the clock `ul show` measures expiry against; tests fix it.

@@ -55,6 +55,9 @@ func TestMainGolden(t *testing.T) {
 		{"ul_show_none", []string{"ul", "show", "sip:carol@example.com"}, nil},
 		{"ps_json", []string{"ps", "--json"}, nil},
 		{"get_json", []string{"-json", "get", "suspend_watermarks/system_memory_usage"}, nil},
+		{"set_duration", []string{"set", "throttle/rtt_threshold", "1500ms"}, nil},
+		{"get_duration_json", []string{"get", "throttle/rtt_threshold", "--json"}, nil},
+		{"get_flags_after", []string{"get", "throttle", "-timeout", "5s", "-json"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -146,6 +149,8 @@ func TestMainErrors(t *testing.T) {
 		{"ps with arg", []string{"ps", "x"}, true, 2, "ps: want no arguments"},
 		{"ul without show", []string{"ul"}, true, 2, "ul: want ul show [AOR] or ul rm AOR [CONTACT]"},
 		{"bad flag", []string{"-bogus", "ps"}, true, 2, "flag provided but not defined: -bogus"},
+		{"flag after without value", []string{"wait-ready", "-timeout"}, true, 2, "flag needs an argument: -timeout"},
+		{"flag after with bad value", []string{"wait-ready", "--timeout=soon"}, true, 2, `invalid value "soon" for flag -timeout`},
 		{"unknown path", []string{"set", "suspend_watermarks/system_memory_usage/hgh", "90"}, true, 1, `did you mean "` + memHigh + `"?`},
 		{"bad value", []string{"set", memHigh, "ninety"}, true, 1, memHigh + `: "ninety" is not a number`},
 		{"negative count", []string{"set", "suspend_watermarks/number_of_sessions/low", "-5"}, true, 1, "count must be 0 or more, not -5"},
@@ -229,5 +234,27 @@ func TestMainHelp(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := Main(context.Background(), []string{"-h"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "resource-monitor") {
 		t.Fatalf("want usage and exit 0, have %v %q", code, out.String())
+	}
+}
+
+// TestUsageListsEachCommandOnce reads the commands of the usage text: each
+// is listed once.
+func TestUsageListsEachCommandOnce(t *testing.T) {
+	t.Parallel()
+	_, cmds, _ := strings.Cut(usage, "commands:\n")
+	cmds, _, _ = strings.Cut(cmds, "\nflags:")
+	seen := map[string]bool{}
+	for _, line := range strings.Split(cmds, "\n") {
+		if !strings.HasPrefix(line, "  ") || strings.HasPrefix(line, "   ") {
+			continue // a continuation line
+		}
+		cmd, _, _ := strings.Cut(strings.TrimSpace(line), "  ")
+		if seen[cmd] {
+			t.Errorf("usage lists %q twice", cmd)
+		}
+		seen[cmd] = true
+	}
+	if len(seen) < 10 {
+		t.Errorf("want the commands read from the usage, have %v", seen)
 	}
 }

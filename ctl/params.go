@@ -194,12 +194,18 @@ func (p *Params) Kind(path string) (Kind, error) {
 // Get returns the value at path: a float64 (a bool for a Bool setting) for a
 // leaf, or for a prefix the subtree below it as nested map[string]any, ready
 // for encoding/json. An empty path is the whole tree.
-func (p *Params) Get(path string) (any, error) {
+func (p *Params) Get(path string) (any, error) { return p.get(path, false) }
+
+// GetText is Get for people: each duration is written as the config file
+// writes it ("2s", "500ms") rather than as a number of seconds.
+func (p *Params) GetText(path string) (any, error) { return p.get(path, true) }
+
+func (p *Params) get(path string, text bool) (any, error) {
 	path = clean(path)
 	p.mu.RLock()
 	if l, ok := p.leaves[path]; ok {
 		p.mu.RUnlock()
-		return l.value(), nil
+		return l.value(text), nil
 	}
 	type found struct {
 		rest []string
@@ -232,17 +238,42 @@ func (p *Params) Get(path string) (any, error) {
 			}
 			m = next
 		}
-		m[f.rest[len(f.rest)-1]] = f.l.value()
+		m[f.rest[len(f.rest)-1]] = f.l.value(text)
 	}
 	return tree, nil
 }
 
-func (l *param) value() any {
-	v := l.get()
-	if l.kind == Bool {
+func (l *param) value(text bool) any { return l.kind.value(l.get(), text) }
+
+// value is v as Get shows it: a bool for a Bool, a duration's text for
+// Seconds when text is asked for, a number otherwise.
+func (k Kind) value(v float64, text bool) any {
+	switch {
+	case k == Bool:
 		return v != 0
+	case k == Seconds && text:
+		return FormatSeconds(v)
 	}
 	return v
+}
+
+// FormatSeconds writes a number of seconds as a config file writes a
+// duration: 2s, 500ms, 2m, 1h, 1.5s.
+func FormatSeconds(v float64) string {
+	d := time.Duration(math.Round(v * float64(time.Second)))
+	switch {
+	case d == 0:
+		return "0s"
+	case d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	case d%time.Second == 0 || d > time.Second:
+		return fmtNum(d.Seconds()) + "s"
+	case d%time.Millisecond == 0:
+		return strconv.FormatInt(int64(d/time.Millisecond), 10) + "ms"
+	}
+	return d.String()
 }
 
 // Set parses text as the setting's kind and hands it to the setter. Nothing

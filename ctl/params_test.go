@@ -225,3 +225,18 @@ func TestParamsConcurrent(t *testing.T) {
 		t.Fatalf("want 13 sorted paths from limits/max_sessions, have %v", paths)
 	}
 }
+
+func TestFormatSeconds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   float64
+		want string
+	}{
+		{0, "0s"}, {2, "2s"}, {0.5, "500ms"}, {1.5, "1.5s"}, {120, "2m"}, {90, "90s"},
+		{3600, "1h"}, {0.0001, "100µs"}, {30, "30s"},
+	} {
+		if have := FormatSeconds(tc.in); have != tc.want {
+			t.Errorf("%v: want %q, have %q", tc.in, tc.want, have)
+		}
+	}
+}

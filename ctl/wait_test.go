@@ -41,7 +41,8 @@ func TestWaitReady(t *testing.T) {
 	defer never.Close()
 	// Long enough for a first answer on a loaded machine: the reason comes
 	// from an answer.
-	code, _, errs = ctl(t, never.URL, "-timeout", "2s", "wait-ready")
+	// The flag after the command, as a script writes it.
+	code, _, errs = ctl(t, never.URL, "wait-ready", "-timeout", "2s")
 	if code != 1 || !strings.Contains(errs, "not ready after 2s: suspended: system memory") {
 		t.Fatalf("want exit 1 naming the reason, have %d %q", code, errs)
 	}

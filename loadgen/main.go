@@ -173,6 +173,9 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: sipload [target host:port] [flags]\n\nSIPp-compatible flags where SIPp has them; long flags take one or two dashes.\n\n")
 		fs.PrintDefaults()
+		// -key takes two values, so pairArgs reads it and the flag set
+		// does not know it.
+		fmt.Fprintf(stderr, "  -key NAME VALUE\n    \t[NAME] in a scenario's messages becomes VALUE; may be repeated\n")
 	}
 	// SIPp users put the target first; flag stops at it, so parse in turns.
 	rest := args

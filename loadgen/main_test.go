@@ -158,4 +158,7 @@ func TestFlagsDocumented(t *testing.T) {
 	if n < 20 {
 		t.Errorf("want the usage to list at least 20 flags, have %d", n)
 	}
+	if !strings.Contains(usage.String(), "\n  -key NAME VALUE\n") {
+		t.Errorf("want -key NAME VALUE in the usage, have\n%s", usage.String())
+	}
 }

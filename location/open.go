@@ -97,7 +97,17 @@ func redactURL(s string) string {
 // reach is an error here, at start, rather than at the first REGISTER. The
 // store it returns fails fast for a while after each failure to reach its
 // server or file (see guarded).
-func Open(sp Spec) (Store, error) {
+func Open(sp Spec) (Store, error) { return open(sp, failPause) }
+
+// OpenUnpaused opens as Open does, but its calls always ask the store, as
+// Expire and List do. It is the supervisor's: its calls are an operator's
+// (ctl ul show, ctl user) or its own periodic ones, one at a time and none
+// on the path of a message, so a pause would save the store nothing, and
+// each must see the store as it is now rather than the failure of a call
+// made before it came back.
+func OpenUnpaused(sp Spec) (Store, error) { return open(sp, 0) }
+
+func open(sp Spec, pause time.Duration) (Store, error) {
 	var (
 		st  Store
 		err error
@@ -115,7 +125,7 @@ func Open(sp Spec) (Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("location store %s: %w", sp, err)
 	}
-	return &guarded{Store: st, name: sp.String(), pause: failPause, now: time.Now}, nil
+	return &guarded{Store: st, name: sp.String(), pause: pause, now: time.Now}, nil
 }
 
 // failPause is how long a store that could not be reached is not asked
@@ -125,7 +135,8 @@ func Open(sp Spec) (Store, error) {
 const failPause = time.Second
 
 // guarded fails calls at once, for pause after a call found the store out
-// of reach, then lets the next call try again.
+// of reach, then lets the next call try again. With no pause it only keeps
+// the store's type for UsersOf.
 type guarded struct {
 	Store
 	name  string
@@ -140,7 +151,7 @@ type guarded struct {
 func (g *guarded) check() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.downUntil.IsZero() || !g.now().Before(g.downUntil) {
+	if g.pause == 0 || g.downUntil.IsZero() || !g.now().Before(g.downUntil) {
 		return nil
 	}
 	return fmt.Errorf("%w: %s: %v (not asked again for %v)", ErrUnavailable, g.name, g.lastErr, g.pause)

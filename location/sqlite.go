@@ -415,7 +415,18 @@ func (s *SQLite) EachCallID(fn func(callID []byte)) (int, error) {
 }
 
 // Close implements Store.
+//
+// The statements are closed first: with them left open, a handle on the
+// file outlived db.Close and the -wal and -shm files stayed, which SQLite
+// removes only when the last handle on the database closes.
 func (s *SQLite) Close() error {
+	for _, st := range []*sql.Stmt{s.upsert, s.del, s.delAll, s.lookup, s.list, s.expire, s.callIDs,
+		s.putUser, s.getUser, s.rmUser, s.listUsers, s.useNonce, s.expireNonces,
+		s.begin, s.commit, s.rollback, s.regUpsert, s.regDel, s.regDelAll, s.regLookup, s.listed} {
+		if st != nil {
+			st.Close()
+		}
+	}
 	s.regConn.Close()
 	return s.db.Close()
 }

@@ -172,6 +172,42 @@ func TestRedisDownAndBack(t *testing.T) {
 	}
 }
 
+// An unpaused store asks the server at every call: the first call after
+// the server came back is answered, on a clock that never moves.
+func TestRedisUnpausedAsksAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := OpenUnpaused(Spec{Kind: KindRedis, URL: patientURL(srv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	g := st.(*guarded)
+	g.Store.(*Redis).timeout = 10 * time.Second
+	frozen := time.Now()
+	g.mu.Lock()
+	g.now = func() time.Time { return frozen }
+	g.mu.Unlock()
+	const aor = "sip:alice@example.com"
+	if _, err := st.Register(aor, Binding{Contact: "sip:alice@10.0.0.1", Expires: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	for i := 0; i < 2; i++ {
+		if _, err := st.Lookup(aor); !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "not asked again") {
+			t.Fatalf("lookup %d with the server gone: want ErrUnavailable from the server itself, have %v", i+1, err)
+		}
+	}
+	srv.Start()
+	var bs []Binding
+	testkit.WaitFor(t, 5*time.Second, "the store answering once the server is back", func() bool {
+		bs, err = st.Lookup(aor)
+		return err == nil
+	})
+	if len(bs) != 1 {
+		t.Fatalf("after the server returned: want alice's binding, have %v", contacts(bs))
+	}
+}
+
 func benchRegister(b *testing.B, s Store) {
 	bd := Binding{Contact: "sip:alice@10.0.0.1:5062;transport=udp", Expires: time.Now().Add(time.Hour),
 		CallID: "a84b4c76e66710@pc33.example.com", CSeq: 1, Received: "10.0.0.1:5062", Proto: "udp",
@@ -314,5 +350,48 @@ func TestUsers(t *testing.T) {
 				t.Fatalf("secret: %x %x %v %v", a, b, err1, err2)
 			}
 		})
+	}
+}
+
+// Closed after every kind of call, the database leaves no -wal or -shm
+// file behind: SQLite removes them when the last handle closes.
+func TestSQLiteCloseRemovesWAL(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "location.db")
+	st, err := Open(Spec{Kind: KindSQLite, Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const aor = "sip:alice@example.com"
+	b := Binding{Contact: "sip:alice@10.0.0.1", Expires: time.Now().Add(time.Hour)}
+	if _, err := st.Register(aor, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(st, []Change{{AOR: aor, Bindings: []Binding{b}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Save(aor, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Lookup(aor); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.List(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Expire(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := UsersOf(st); err != nil {
+		t.Fatal(err)
+	} else if err := u.PutUser(User{Name: "alice", Realm: "example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := filepath.Glob(path + "-*")
+	if len(left) != 0 {
+		t.Fatalf("after Close: want the database alone, have %v beside it", left)
 	}
 }

@@ -90,3 +90,34 @@ func TestWorkerLogFormat(t *testing.T) {
 		}
 	}
 }
+
+// A Kamailio config's first lines, checked: every mistake comes out at
+// once, one FILE:LINE:COL: message a line, in the config's words.
+func TestCheckKamailioStyleConfig(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "kamailio.cfg")
+	src := "#!KAMAILIO\nloadmodule \"tm.so\"\nchildren=4\nsocket = udp:127.0.0.1:5060\n" +
+		"request_route {\n\tif (!mf_process_maxfwd_header(\"10\")) {\n\t\tsl_send_reply(\"483\", \"Too Many Hops\");\n\t\texit;\n\t}\n" +
+		"\tif (is_method(\"INVITE\") {\n\t\tt_relay()\n\t\texit;\n\t}\n}\n"
+	os.WriteFile(path, []byte(src), 0o644)
+	code, out, errs := runMain("-c", "-f", path)
+	if code != 1 || out != "" {
+		t.Fatalf("want exit 1 and nothing on stdout, have %d %q", code, out)
+	}
+	want := []string{
+		path + ":2:1: sipvisor has no modules to load",
+		path + ":3:1: unknown setting \"children\": sipvisor calls it udp_workers",
+		path + ":5:1: request_route is written route here",
+		path + ":10:26: missing \")\" to close the \"(\" at 10:5",
+		path + ":11:12: missing \";\" at the end of the statement",
+	}
+	lines := strings.Split(strings.TrimSpace(errs), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("want %d lines, have:\n%s", len(want), errs)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("line %d: want %q..., have %q", i+1, w, lines[i])
+		}
+	}
+}

@@ -3,6 +3,8 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,7 +20,16 @@ func (s *Supervisor) openStore(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	st, err := location.Open(sp)
+	if sp.Kind == location.KindSQLite && cfg.File == config.DefaultName {
+		// The built-in config's store is in the state directory, which a
+		// first run makes.
+		if err := os.MkdirAll(filepath.Dir(sp.Path), 0o700); err != nil {
+			return fmt.Errorf("location store %s: %w", sp, err)
+		}
+	}
+	// Every call here is an operator's or a periodic one, and must see the
+	// store as it is now: no pause after a failure (location.OpenUnpaused).
+	st, err := location.OpenUnpaused(sp)
 	if err != nil {
 		return fmt.Errorf("%w (location_store in %s)", err, cfg.File)
 	}

@@ -1,10 +1,13 @@
 package supervisor
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"reflect"
+	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/script"
@@ -148,8 +151,102 @@ func planReload(cur, next *config.Config) reloadPlan {
 		}
 		p.Restart = append(p.Restart, restartLine{At: settingAt(cur, next, s.name), Msg: msg})
 	}
+	p.Changed = append(p.Changed, profileChanges(cur, next)...)
+	if !sameScript(cur.Script, next.Script) {
+		p.Changed = append(p.Changed, "script")
+	}
 	p.Restart = append(p.Restart, socketChanges(cur.Sockets, next.Sockets)...)
 	return p
+}
+
+// profileChanges names the profiles defined, changed or removed, and the
+// groups and sockets given another profile: doReload applies each at once.
+func profileChanges(cur, next *config.Config) []string {
+	var out []string
+	keys := map[string]bool{}
+	for k := range cur.Profiles {
+		keys[k] = true
+	}
+	for k := range next.Profiles {
+		keys[k] = true
+	}
+	var names []string
+	for k := range keys {
+		a, inCur := cur.Profiles[k]
+		b, inNext := next.Profiles[k]
+		// The cooldown is auto_scaling_cooldown's, listed by its own name.
+		a.Cooldown, b.Cooldown = 0, 0
+		if inCur != inNext || a != b {
+			name := b.Name
+			if !inNext {
+				name = a.Name
+			}
+			names = append(names, "auto_scaling_profile "+name)
+		}
+	}
+	sort.Strings(names)
+	out = append(out, names...)
+	for _, g := range []struct {
+		name string
+		a, b config.Group
+	}{
+		{"udp_workers", cur.UDPWorkers, next.UDPWorkers},
+		{"tcp_workers", cur.TCPWorkers, next.TCPWorkers},
+		{"timer_workers", cur.TimerWorkers, next.TimerWorkers},
+	} {
+		if g.a.Profile != g.b.Profile {
+			out = append(out, g.name+" use_auto_scaling_profile")
+		}
+	}
+	old := map[string]config.Socket{}
+	for _, s := range cur.Sockets {
+		old[socketKey(s)] = s
+	}
+	for _, s := range next.Sockets {
+		if o, ok := old[socketKey(s)]; ok && o.Profile != s.Profile {
+			out = append(out, "socket "+socketKey(s)+" use_auto_scaling_profile")
+		}
+	}
+	return out
+}
+
+// sameScript compares two scripts as they run: a line moved, or a comment
+// added, changes positions only.
+func sameScript(a, b *script.Script) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return reflect.DeepEqual(withoutPos(a), withoutPos(b))
+}
+
+func withoutPos(sc *script.Script) any {
+	raw, err := json.Marshal(sc)
+	if err != nil {
+		return err.Error()
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return err.Error()
+	}
+	var strip func(v any)
+	strip = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if strings.EqualFold(k, "pos") {
+					delete(v, k)
+					continue
+				}
+				strip(x)
+			}
+		case []any:
+			for _, x := range v {
+				strip(x)
+			}
+		}
+	}
+	strip(v)
+	return v
 }
 
 // shown hides a token's value.

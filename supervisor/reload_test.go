@@ -52,7 +52,25 @@ func TestPlanReload(t *testing.T) {
 			inForce: func(c *config.Config) { c.Limits.MaxCalls = 5; c.Suspend.HeapUsage.High = 99 },
 			changed: []string{"suspend_heap_usage_high", "max_calls"}},
 		{name: "a profile changes live",
-			edit: func(s string) string { return strings.Replace(s, "scale up to 4", "scale up to 6", 1) }},
+			edit:    func(s string) string { return strings.Replace(s, "scale up to 4", "scale up to 6", 1) },
+			changed: []string{"auto_scaling_profile P"}},
+		{name: "a profile added and given to groups and a socket",
+			edit: func(s string) string {
+				s = strings.Replace(s, "udp_workers = 2 use_auto_scaling_profile P", "udp_workers = 2 use_auto_scaling_profile Q\ntcp_workers = 2 use_auto_scaling_profile Q", 1)
+				s = strings.Replace(s, "socket = udp:127.0.0.1:5060", "socket = udp:127.0.0.1:5060 use_auto_scaling_profile P", 1)
+				return strings.Replace(s, "route {", "auto_scaling_profile = Q scale up to 3 on 60% for 2 cycles\nroute {", 1)
+			},
+			changed: []string{"auto_scaling_profile Q", "udp_workers use_auto_scaling_profile", "tcp_workers use_auto_scaling_profile", "socket udp:127.0.0.1:5060 use_auto_scaling_profile"}},
+		{name: "a cooldown is its own setting, not each profile's",
+			edit:    func(s string) string { return strings.Replace(s, "route {", "auto_scaling_cooldown = 3\nroute {", 1) },
+			changed: []string{"auto_scaling_cooldown"}},
+		{name: "the script",
+			edit:    func(s string) string { return strings.Replace(s, "route { exit; }", "route { drop; }", 1) },
+			changed: []string{"script"}},
+		{name: "the script moved by a comment is the same",
+			edit: func(s string) string {
+				return strings.Replace(s, "route { exit; }", "# the main route\nroute {\n\texit;\n}", 1)
+			}},
 		{name: "a socket added takes a restart, the rest applies",
 			edit: func(s string) string {
 				s = strings.Replace(s, "max_calls = 100", "max_calls = 50", 1)

@@ -260,7 +260,15 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 	if _, err := ctl.Write([]byte{wire.CtlReady}); err != nil {
 		return fmt.Errorf("ready: %w", err)
 	}
-	return w.run(ctx)
+	err = w.run(ctx)
+	// A handler that holds files closes them, so that a SQLite store's
+	// -wal and -shm go with the last process that had it open.
+	if c, ok := h.(io.Closer); ok {
+		if cerr := c.Close(); cerr != nil {
+			env.Logger.Warn("closing the handler", "error", cerr)
+		}
+	}
+	return err
 }
 
 type workerLoop struct {

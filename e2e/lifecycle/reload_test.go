@@ -38,7 +38,7 @@ func TestReloadAppliesSettings(t *testing.T) {
 	}
 	for path, want := range map[string]string{
 		"suspend_watermarks/system_memory_usage/high": "85", "limits/max_registrations": "0",
-		"throttle/rtt_threshold": "1", "auto_scaling/cycle": "1",
+		"throttle/rtt_threshold": "1s", "auto_scaling/cycle": "1s",
 	} {
 		if have := get(path); have != path+" = "+want {
 			t.Fatalf("before the reload: want %s = %s, have %q", path, want, have)
@@ -82,7 +82,7 @@ func TestReloadAppliesSettings(t *testing.T) {
 
 	for path, want := range map[string]string{
 		"suspend_watermarks/system_memory_usage/high": "1", "limits/max_registrations": "1",
-		"limits/max_calls": "0", "throttle/rtt_threshold": "0.3", "auto_scaling/cycle": "0.1",
+		"limits/max_calls": "0", "throttle/rtt_threshold": "300ms", "auto_scaling/cycle": "100ms",
 	} {
 		if have := get(path); have != path+" = "+want {
 			t.Errorf("after the reload: want %s = %s, have %q", path, want, have)

@@ -1,7 +1,11 @@
 package registrar
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,6 +43,13 @@ func TestRegistrationsSurviveRestart(t *testing.T) {
 	}
 	before := s.Bindings()
 	s.StopDrained()
+	// A clean stop closes the database in every process: SQLite's -wal and
+	// -shm files go with the last, and the database alone stays.
+	for _, f := range []string{"location.db-wal", "location.db-shm"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("after SIGTERM: want %s removed, have %v", f, err)
+		}
+	}
 
 	// Restarted on the ports it had: the bindings were filed under its
 	// address, port included, as the home domain.

@@ -439,6 +439,10 @@ func (w *Worker) Reload(path string) error {
 	return nil
 }
 
+// Close releases the worker's location store (worker.Run calls it as the
+// process ends).
+func (w *Worker) Close() error { return w.opt.Store.Close() }
+
 // HandleMessage handles one datagram received on the supervisor's socket.
 func (w *Worker) HandleMessage(m *worker.Message) {
 	w.handle(m.Data, source{proto: "udp", addr: m.From, sock: m.Socket, direct: m.Direct})
