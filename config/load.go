@@ -317,6 +317,9 @@ func (l *loader) build() {
 	if len(c.Auth.Algorithms) == 0 {
 		l.errorf(l.setAt["auth_algorithms"], "auth_algorithms: want at least one of SHA-256, MD5")
 	}
+	if _, err := parseExempt(c.Params["ban_exempt"]); err != nil {
+		l.errorf(l.setAt["ban_exempt"], "%v", err)
+	}
 	for _, d := range c.Domains {
 		if strings.ContainsAny(d, "@:;<>/") {
 			l.errorf(l.setAt["domain"], "domain %q: want a host name such as example.com, without user, port or parameters", d)

@@ -11,9 +11,11 @@ package config
 
 import (
 	"math/rand/v2"
+	"net/netip"
 	"time"
 
 	"github.com/sipvisor/sipvisor/overload/fliphealth"
+	"github.com/sipvisor/sipvisor/overload/pike"
 	"github.com/sipvisor/sipvisor/overload/slowstart"
 	"github.com/sipvisor/sipvisor/overload/throttle"
 	"github.com/sipvisor/sipvisor/overload/watermark"
@@ -82,6 +84,9 @@ type Config struct {
 
 	// Auth holds digest authentication's settings.
 	Auth Auth `json:"auth"`
+	// Bans holds the flood and guessing protection: which sources are
+	// banned, for how long, and how a banned source is refused.
+	Bans Bans `json:"bans"`
 
 	// LogLevel: log_level = debug|info|warn|error (default info).
 	LogLevel string `json:"log_level"`
@@ -232,8 +237,28 @@ func (r RetryAfter) Draw() int {
 	return lo + int(rand.Uint64N(uint64(hi-lo+1)))
 }
 
+// Bans: pike_requests per pike_window (0 = off), auth_failures_per_source
+// and auth_failures_per_user per auth_failure_window (0 = off), ban_time,
+// ban_action (drop or reply) and ban_exempt (addresses and prefixes).
+type Bans struct {
+	PikeRequests          int            `json:"pike_requests"`
+	PikeWindow            time.Duration  `json:"pike_window"`
+	AuthFailuresPerSource int            `json:"auth_failures_per_source"`
+	AuthFailuresPerUser   int            `json:"auth_failures_per_user"`
+	AuthFailureWindow     time.Duration  `json:"auth_failure_window"`
+	BanTime               time.Duration  `json:"ban_time"`
+	Action                string         `json:"ban_action"`
+	Exempt                []netip.Prefix `json:"ban_exempt,omitempty"`
+}
+
 // Auth: nonce_expire (default 300s), auth_algorithms (default "SHA-256 MD5").
 type Auth struct {
 	NonceExpire time.Duration `json:"nonce_expire"`
 	Algorithms  []string      `json:"algorithms"`
+}
+
+// Policy is the bans' thresholds as package pike applies them.
+func (b Bans) Policy() pike.Policy {
+	return pike.Policy{Requests: b.PikeRequests, Window: b.PikeWindow, AuthPerSource: b.AuthFailuresPerSource,
+		AuthPerUser: b.AuthFailuresPerUser, AuthWindow: b.AuthFailureWindow, BanTime: b.BanTime, Exempt: b.Exempt}
 }

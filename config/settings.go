@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -140,6 +141,23 @@ var settings = []setting{
 		set: func(c *Config, v value) { c.Auth.NonceExpire = v.d }},
 	{Name: "auth_algorithms", Kind: kindString, Default: "SHA-256 MD5", Doc: "The digest algorithms challenges offer, in order of preference, one WWW-Authenticate (or Proxy-Authenticate) header each (RFC 8760): `SHA-256`, `MD5`. A client that takes the first challenge it sees whatever its algorithm (SIPp 3.6) needs `\"MD5\"`.",
 		set: func(c *Config, v value) { c.Auth.Algorithms = splitAlgorithms(v.s) }},
+
+	{Name: "pike_requests", Kind: kindInt, Default: "0", Min: 0, Max: 1 << 30, HasMax: true, Doc: "Most requests one source address may send within pike_window (Kamailio's pike reqs_density_per_unit); a source past it is banned for ban_time. Counted where requests are read (the front door, each worker that reads its socket directly, each TCP worker), summed by the supervisor to within an eighth of this per reader. 0 = off. A phone sends a few requests a minute; the built-in config sets 100 per 2 s, which a password or extension scanner passes in a fraction of a second.",
+		set: func(c *Config, v value) { c.Bans.PikeRequests = int(v.i) }},
+	{Name: "pike_window", Kind: kindDuration, Default: "2s", Min: 0.1, Max: 3600, HasMax: true, Doc: "The window pike_requests counts over (Kamailio's pike sampling_time_unit).",
+		set: func(c *Config, v value) { c.Bans.PikeWindow = v.d }},
+	{Name: "auth_failures_per_source", Kind: kindInt, Default: "0", Min: 0, Max: 1 << 20, HasMax: true, Doc: "Most failed digest authentications (credentials with a wrong response, or for an unknown user or another user's identity) one source address may have within auth_failure_window, the last one banning it for ban_time: Kamailio's htable of failed authentications per source. A challenge (401 or 407 to a request without credentials) is no failure, nor is a stale nonce. 0 = off.",
+		set: func(c *Config, v value) { c.Bans.AuthFailuresPerSource = int(v.i) }},
+	{Name: "auth_failures_per_user", Kind: kindInt, Default: "0", Min: 0, Max: 1 << 20, HasMax: true, Doc: "Most failed authentications one user may have, from all sources together, within auth_failure_window: past it, each source that fails for that user again is banned at once (guessing spread over many addresses). The user is not locked out: a source that knows the password still authenticates. 0 = off.",
+		set: func(c *Config, v value) { c.Bans.AuthFailuresPerUser = int(v.i) }},
+	{Name: "auth_failure_window", Kind: kindDuration, Default: "60s", Min: 1, Max: 86400, HasMax: true, Doc: "The window the auth_failures settings count over.",
+		set: func(c *Config, v value) { c.Bans.AuthFailureWindow = v.d }},
+	{Name: "ban_time", Kind: kindDuration, Default: "300s", Min: 1, Max: 7 * 86400, HasMax: true, Doc: "How long a banned source is refused (Kamailio's ipban htable autoexpire in its sample config); `sipvisor ctl ban rm ADDR` lifts a ban sooner.",
+		set: func(c *Config, v value) { c.Bans.BanTime = v.d }},
+	{Name: "ban_action", Kind: kindEnum, Default: "drop", Enum: []string{"drop", "reply"}, Doc: "How a banned source is refused: `drop` reads and discards its datagrams, as Kamailio's sample config does with pike, so a scanner learns nothing and gets no amplification; `reply` answers its requests `403 Forbidden`. Either way where the datagram is read, by the front door or the worker reading its socket, before any script runs; a banned source's TCP and TLS connections are closed at accept, and a connection open when the ban came is closed at its next request.",
+		set: func(c *Config, v value) { c.Bans.Action = v.s }},
+	{Name: "ban_exempt", Kind: kindString, Default: "", Doc: "Addresses and prefixes never counted nor banned, separated by spaces or commas (`\"127.0.0.1 10.0.0.0/8\"`): this host, trunks, load balancers and other proxies that send on behalf of many phones (Kamailio's sample config skips pike for requests from itself).",
+		set: func(c *Config, v value) { c.Bans.Exempt, _ = parseExempt(v.s) }},
 
 	{Name: "suspend_enable", Kind: kindBool, Default: "yes", Doc: "Refuse new sessions while any monitor is over its high watermark, until all are under their low ones.",
 		set: func(c *Config, v value) { c.Suspend.Enable = v.b }},
@@ -406,6 +424,25 @@ func splitList(s string) []string {
 		out = append(out, strings.ToLower(f))
 	}
 	return out
+}
+
+// parseExempt reads ban_exempt: addresses (a /32 or /128 each) and
+// prefixes.
+func parseExempt(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range splitList(s) {
+		if p, err := netip.ParsePrefix(f); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return out, fmt.Errorf("ban_exempt: %q is neither an address nor a prefix such as 10.0.0.0/8", f)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
 }
 
 // splitAlgorithms reads auth_algorithms, upper-cased.
