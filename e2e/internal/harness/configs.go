@@ -159,7 +159,7 @@ func WithoutAuth(t testing.TB, cfg string) string {
 			exit;
 		}
 		consume_credentials();`, `
-	if (is_method("INVITE") && is_myself($fu)) {
+	if (is_myself($fu)) {
 		if (!proxy_authorize("", "subscriber")) {
 			proxy_challenge("", "0");
 			exit;
