@@ -27,7 +27,7 @@
 //	               'R' reload in place (the config snapshot's path),
 //	               'P' profile (SCM_RIGHTS: a pipe's write end; see below),
 //	               'D' drain, 'Z' end of work, 'T' steering table
-//	               (direct reads, below)
+//	               (direct reads, below), 'B' bans (below)
 //	fd 5  stats    a shared memory page. The worker writes and the
 //	               supervisor reads: frames handled, busy nanoseconds, the
 //	               start of the frame in progress, heap in use, sessions
@@ -64,8 +64,20 @@
 // on (SessionNote), a connection that ended and why (ConnClosedNote), a
 // draining worker's connection given back at a message boundary with the
 // bytes read past it (HandOffNote), and a response whose branch another
-// worker made, to pass to that worker (ForwardNote), and a datagram a worker
-// read itself but leaves to the supervisor's door (DoorNote).
+// worker made, to pass to that worker (ForwardNote), a datagram a worker
+// read itself but leaves to the supervisor's door (DoorNote), a source whose
+// requests in the counting window grew by a step (PikeNote), and a failed
+// digest authentication (AuthFailNote).
+//
+// # Bans
+//
+// The supervisor is the authority on which sources are banned (package
+// overload/pike): it sums the PikeNote and AuthFailNote reports with what
+// its own door counts, and sends every UDP and TCP worker the bans in force
+// and how to count ('B', FrameBans) at each change and to each new worker.
+// A worker drops (or answers 403) a banned source's datagrams as it reads
+// them, before its script, and closes a banned source's connection at its
+// next request; the supervisor refuses its connections at accept.
 //
 // # Direct reads
 //
