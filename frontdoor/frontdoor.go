@@ -9,6 +9,10 @@
 // control (package overload) turns away with a 503 built from the raw
 // bytes, so a refusal costs no worker, no transaction and no full parse.
 //
+// Before all that, the door refuses a banned source's datagrams (package
+// overload/pike: dropped, or a 403), and counts the requests it reads per
+// source for the supervisor's table of bans.
+//
 // The door also counts the sessions in progress (a call from its INVITE to
 // its BYE, a subscription until it expires; package overload/sessions), which
 // session limits weigh, and drops a retransmitted request while its original still waits in a
@@ -29,6 +33,7 @@ import (
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/overload"
+	"github.com/sipvisor/sipvisor/overload/pike"
 	"github.com/sipvisor/sipvisor/overload/sessions"
 )
 
@@ -106,6 +111,16 @@ type Door struct {
 	// workers' doors follow every session of the group, the supervisor's
 	// door only hands messages over.
 	NoTrack bool
+	// Bans, when set, are the sources refused before anything else (package
+	// overload/pike): their datagrams are dropped, or with BanReply their
+	// requests answered 403, unscanned but for that answer.
+	Bans     *pike.List
+	BanReply bool
+	// Pike, when set, counts the requests read from the socket per source;
+	// OnHeavy is told of a source each time its count grows by the
+	// counter's step, to report to the supervisor's table.
+	Pike    *pike.Counter
+	OnHeavy func(src netip.Addr, n uint32)
 
 	msg    sipscan.Msg
 	limits sipscan.Limits
@@ -115,6 +130,7 @@ type Door struct {
 	out    []byte
 	from   netip.AddrPort // source of the datagram in hand
 	handed bool           // the datagram in hand was admitted by another door
+	read   bool           // the datagram in hand was read from the socket
 	sweep  int64          // next sweep, unix ns
 
 	Stats Stats
@@ -160,6 +176,9 @@ type Stats struct {
 	// ProbesRefused counts probes of the server itself answered 503
 	// (Door.Probe).
 	ProbesRefused atomic.Uint64
+	// Banned counts datagrams from banned sources, dropped or answered 403
+	// (Door.Bans).
+	Banned atomic.Uint64
 	// Dropped counts datagrams no worker could take: no worker (a response
 	// or in-dialog message with none ready) or a full queue.
 	DroppedNoWorker  atomic.Uint64
@@ -189,8 +208,28 @@ func New(socket int, pick Picker, admit Admission, reply Replier) *Door {
 // a worker as is.
 func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 	d.Stats.Received.Add(1)
+	if d.Bans != nil && d.Bans.Banned(from.Addr(), now) {
+		d.banned(frame[wire.MsgHeaderLen:], from)
+		return
+	}
 	d.handed = false
+	d.read = true
 	d.handle(frame, from, now)
+	d.read = false
+}
+
+// banned refuses a datagram from a banned source: dropped unread, or a
+// request answered 403. Another door's Passed or Handed datagrams were
+// checked where they were read.
+func (d *Door) banned(dgram []byte, from netip.AddrPort) {
+	d.Stats.Banned.Add(1)
+	if !d.BanReply {
+		return
+	}
+	d.from = from
+	if err := d.limits.Scan(dgram, &d.msg); err == nil && d.msg.IsRequest {
+		d.sendReply(dgram, 403, 0)
+	}
 }
 
 // Passed handles a datagram another door read and passed on (a worker
@@ -245,6 +284,11 @@ func (d *Door) handle(frame []byte, from netip.AddrPort, now int64) {
 			d.sendReply(dgram, code, 0)
 		}
 		return
+	}
+	if d.read && d.Pike != nil && m.IsRequest {
+		if n := d.Pike.Hit(from.Addr(), now); n > 0 && d.OnHeavy != nil {
+			d.OnHeavy(from.Addr().Unmap(), n)
+		}
 	}
 	wire.PutMsgHeader(frame, d.socket, from, now)
 	key := sipscan.CallIDHash(m.CallID)
