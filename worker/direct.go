@@ -248,10 +248,15 @@ func newDirect(w *workerLoop, fd int, v6 bool, socket int, slot uint8) *direct {
 	d.self.d, d.pass.d = d, d
 	d.door = frontdoor.New(socket, d.pick, d.admit, d.reply)
 	d.door.Probe = d.probe
+	// The worker's bans and its count of requests per source, which the
+	// TCP reading of a worker shares; the supervisor sums the counts.
+	d.door.Bans, d.door.Pike = &w.bans, &w.pike
+	d.door.OnHeavy = w.notePike
 	st := &d.door.Stats
 	d.counters = []*atomic.Uint64{wire.DoorKeepalives: &st.Keepalives, wire.DoorReplied: &st.Replied,
 		wire.DoorOwnAcks: &st.OwnAcks, wire.DoorProbesRefused: &st.ProbesRefused, wire.DoorAbsorbed: &st.Absorbed,
-		wire.DoorDroppedNoWorker: &st.DroppedNoWorker, wire.DoorReplyFailed: &st.ReplyFailed}
+		wire.DoorDroppedNoWorker: &st.DroppedNoWorker, wire.DoorReplyFailed: &st.ReplyFailed,
+		wire.DoorBanned: &st.Banned}
 	for i := range st.Malformed[:min(len(st.Malformed), wire.MaxMalformed)] {
 		d.counters = append(d.counters, &st.Malformed[i])
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/internal/rawio"
 	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/overload/pike"
 	"golang.org/x/sys/unix"
 )
 
@@ -73,6 +74,14 @@ type Env struct {
 	// pool.GroupOptions.OnNote), without waiting for it. Safe for concurrent
 	// use.
 	Note func(note []byte) error
+
+	// Banned reports whether a source is banned (package overload/pike),
+	// and whether its requests are answered 403 rather than dropped: a
+	// handler that reads connections refuses a banned source's requests.
+	// CountRequest counts a request read from a connection per source, for
+	// the supervisor's table of bans. Both run on the loop.
+	Banned       func(src netip.Addr) (banned, reply bool)
+	CountRequest func(src netip.Addr)
 }
 
 // Message is one SIP datagram handed to a worker. Data is valid only during
@@ -231,6 +240,8 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 		env.Sockets[sock] = own
 	}
 	env.Submit = w.submitFn
+	env.Banned = w.banned
+	env.CountRequest = w.countRequest
 	env.OpenReplySockets = w.openReplySockets
 	env.Late = w.waitedTooLong
 	env.RefusedLate = func() { w.stats.Add(wire.OffStaleRefused, 1) }
@@ -286,6 +297,51 @@ type workerLoop struct {
 	heapDue  time.Time
 	replies  []*sendSocket // the worker's own reply sockets, if opened
 	direct   *direct       // the socket read directly, with wire.EnvDirect
+
+	// The bans in force and how to count requests, as the supervisor's last
+	// FrameBans said (package overload/pike).
+	bans     pike.List
+	banReply bool
+	pike     pike.Counter
+}
+
+// setBans takes a FrameBans.
+func (w *workerLoop) setBans(b []byte) {
+	reply, window, step, exempt, bans, err := wire.ParseBansFrame(b)
+	if err != nil {
+		w.env.Logger.Warn("bans", "error", err)
+		return
+	}
+	w.bans.Set(bans)
+	w.banReply = reply
+	w.pike.Set(pike.Policy{Window: time.Duration(window), Exempt: exempt})
+	w.pike.SetStep(step)
+	if w.direct != nil {
+		w.direct.door.BanReply = reply
+	}
+}
+
+// notePike reports a source whose requests grew by n to the supervisor.
+func (w *workerLoop) notePike(src netip.Addr, n uint32) {
+	if w.env.Note != nil {
+		w.env.Note(wire.PikeNote(src, n))
+	}
+}
+
+// banned reports whether src is banned now, and whether its requests are
+// answered 403 rather than dropped.
+func (w *workerLoop) banned(src netip.Addr) (bool, bool) {
+	if w.bans.Len() == 0 {
+		return false, false
+	}
+	return w.bans.Banned(src, time.Now().UnixNano()), w.banReply
+}
+
+// countRequest counts a request read from a connection.
+func (w *workerLoop) countRequest(src netip.Addr) {
+	if n := w.pike.Hit(src, time.Now().UnixNano()); n > 0 {
+		w.notePike(src.Unmap(), n)
+	}
 }
 
 type frame struct {
@@ -679,6 +735,8 @@ func (w *workerLoop) handle(f frame) bool {
 		if w.direct != nil {
 			w.direct.setSteer(b)
 		}
+	case wire.FrameBans:
+		w.setBans(b)
 	case wire.FrameDrain:
 		w.draining = true
 		if w.direct != nil {

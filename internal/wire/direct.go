@@ -82,6 +82,7 @@ const (
 	DoorAbsorbed
 	DoorDroppedNoWorker
 	DoorReplyFailed
+	DoorBanned    // datagrams of banned sources refused
 	DoorMalformed // the first of MaxMalformed
 	// MaxMalformed bounds the malformed reasons published.
 	MaxMalformed = 32

@@ -358,6 +358,10 @@ func (c *Counter) Set(p Policy) {
 	}
 }
 
+// SetStep sets the step alone, as the supervisor computed it from a
+// Policy's Requests, which a reader does not know.
+func (c *Counter) SetStep(step uint32) { c.step = step }
+
 // Hit counts a request of src at now. It returns the step when src's count
 // in the window reaches a multiple of it (to report to the table), else 0.
 func (c *Counter) Hit(src netip.Addr, now int64) uint32 {

@@ -146,6 +146,7 @@ func (c *msgCtx) authorize(a []*script.Literal, proxy bool) bool {
 		id = &c.req.From().Address
 	}
 	if id.User != cred.Username {
+		c.authFailed(cred.Username)
 		return false
 	}
 	users, secret, err := w.users()
@@ -191,6 +192,7 @@ func (c *msgCtx) authorize(a []*script.Literal, proxy bool) bool {
 	want, err := digest.Digest(&digest.Challenge{Realm: cred.Realm, Nonce: cred.Nonce, Algorithm: cred.Algorithm, QOP: []string{"auth"}, Opaque: cred.Opaque},
 		digest.Options{Method: string(c.req.Method), URI: cred.URI, Username: cred.Username, A1: ha1, Cnonce: cred.Cnonce, Count: cred.Nc})
 	if err != nil || subtle.ConstantTimeCompare([]byte(want.Response), []byte(strings.ToLower(cred.Response))) != 1 || !ok {
+		c.authFailed(cred.Username)
 		return false
 	}
 	fresh, err := users.UseNonce(cred.Nonce, uint32(cred.Nc), w.opt.NonceExpire+time.Minute)
@@ -204,6 +206,16 @@ func (c *msgCtx) authorize(a []*script.Literal, proxy bool) bool {
 	}
 	c.auth.header = name
 	return true
+}
+
+// authFailed reports credentials that failed: a wrong password, an
+// unknown user, or a user's credentials for another identity. A request
+// without credentials, a stale nonce or a replay is no guess at a password.
+func (c *msgCtx) authFailed(user string) {
+	c.w.Stats.AuthFailures++
+	if c.w.opt.AuthFailed != nil && c.src.addr.IsValid() {
+		c.w.opt.AuthFailed(c.src.addr.Addr().Unmap(), user)
+	}
 }
 
 // uriMatches reports whether the digest's uri names the host of the

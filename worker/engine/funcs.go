@@ -104,6 +104,14 @@ func noteFor(env *worker.Env) func(sipscan.Method, bool, int32, []byte, []byte) 
 	}
 }
 
+// authFailedFor tells the supervisor of failed authentications.
+func authFailedFor(env *worker.Env) func(netip.Addr, string) {
+	if env.Note == nil {
+		return nil
+	}
+	return func(src netip.Addr, user string) { env.Note(wire.AuthFailNote(src, user)) }
+}
+
 // closedFor tells the supervisor of the connections that end.
 func closedFor(env *worker.Env) func(reason, remote string) {
 	if env.Note == nil {

@@ -138,6 +138,7 @@ const (
 	closedSlowMessage = "message_timeout" // a message took longer than tcp_message_timeout
 	closedHandshake   = "handshake"       // the TLS handshake failed or timed out
 	closedBadMessage  = "malformed"       // not SIP framing, or over the size bound
+	closedBanned      = "banned"          // its source was banned (package overload/pike)
 )
 
 // readConn frames SIP messages on a stream (RFC 3261 18.3: Content-Length
@@ -408,6 +409,28 @@ func (w *Worker) admit(req *sip.Request, src source) bool {
 	}
 	w.Stats.Refused++
 	w.replyStateless(req, src, 503, "Service Unavailable", []string{"Retry-After: " + strconv.Itoa(retry)})
+	return false
+}
+
+// refuseBanned refuses a request read from a connection whose source is
+// banned, and closes the connection: the supervisor refuses the source's
+// new connections at accept, and this one was open when the ban came. It
+// counts the requests of sources that are not banned, as the front doors
+// count those over UDP. It reports whether the request was refused.
+func (w *Worker) refuseBanned(req *sip.Request, src source) bool {
+	if w.opt.Banned != nil {
+		if banned, reply := w.opt.Banned(src.addr.Addr()); banned {
+			w.Stats.Banned++
+			if reply && req.Method != sip.ACK {
+				w.replyStateless(req, src, 403, "Forbidden", nil)
+			}
+			w.closeConn(src.conn, closedBanned)
+			return true
+		}
+	}
+	if w.opt.CountRequest != nil {
+		w.opt.CountRequest(src.addr.Addr())
+	}
 	return false
 }
 

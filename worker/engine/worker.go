@@ -117,6 +117,16 @@ type Options struct {
 	Linger time.Duration
 	// DialTimeout bounds opening a TCP connection to a next hop.
 	DialTimeout time.Duration
+	// Banned, when set, says whether a source is banned (package
+	// overload/pike) and whether its requests are answered 403 rather than
+	// dropped: a banned source's request read from a connection closes the
+	// connection. CountRequest, when set, counts a request read from a
+	// connection per source, for the supervisor's table of bans; the front
+	// doors count those that come over UDP. AuthFailed, when set, is told
+	// of each failed digest authentication (wire.AuthFailNote).
+	Banned       func(src netip.Addr) (banned, reply bool)
+	CountRequest func(src netip.Addr)
+	AuthFailed   func(src netip.Addr, user string)
 	// PassToHolder, when set, asks the supervisor to hand msg, a request
 	// received from from on UDP socket sock, to the worker that reads the
 	// connection from to, and reports whether it did: a request for a
@@ -216,6 +226,10 @@ type Stats struct {
 	Loops uint64
 	// Replays counts credentials refused for a nonce-count already used.
 	Replays uint64
+	// AuthFailures counts credentials that failed (Options.AuthFailed).
+	AuthFailures uint64
+	// Banned counts requests over TCP from banned sources, refused.
+	Banned uint64
 }
 
 // New builds the handler of a worker process from what the supervisor
@@ -254,6 +268,10 @@ func New(env *worker.Env) (worker.Handler, error) {
 		Late:    env.Late,
 
 		NoteSession: noteFor(env),
+
+		Banned:       env.Banned,
+		CountRequest: env.CountRequest,
+		AuthFailed:   authFailedFor(env),
 
 		RefusedLate: env.RefusedLate,
 		RetryAfter:  cfg.RetryAfter,
@@ -583,7 +601,7 @@ func (w *Worker) onRequest(req *sip.Request, src source) {
 		return
 	}
 	if src.conn != nil {
-		if w.late(req, src) || !w.admit(req, src) {
+		if w.refuseBanned(req, src) || w.late(req, src) || !w.admit(req, src) {
 			return
 		}
 		w.noteSession(req)
