@@ -235,3 +235,17 @@ func (b *testBackend) RemoveUser(name, realm string) error {
 	}
 	return nil
 }
+
+func (b *testBackend) Bans() []Ban {
+	return []Ban{{Source: "192.0.2.1", Reason: "auth", Since: testNow, Until: testNow.Add(5 * time.Minute), Count: 5, User: "alice"}}
+}
+
+func (b *testBackend) Unban(source string) error {
+	switch source {
+	case "192.0.2.1":
+		return nil
+	case "192.0.2.2":
+		return ErrNoBan
+	}
+	return errors.New("not an address")
+}

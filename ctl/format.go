@@ -304,6 +304,24 @@ func writeBindings(w io.Writer, bs []Binding, now time.Time) error {
 	return t.Flush()
 }
 
+// writeBans prints the bans in force.
+func writeBans(w io.Writer, bs []Ban, now time.Time) error {
+	if len(bs) == 0 {
+		_, err := fmt.Fprintln(w, "no bans")
+		return err
+	}
+	t := table(w)
+	fmt.Fprintln(t, "SOURCE\tREASON\tUNTIL\tENDS IN\tCOUNT\tUSER")
+	for _, b := range bs {
+		left := "ended"
+		if in := b.Until.Sub(now).Truncate(time.Second); in > 0 {
+			left = fmtAge(in)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%d\t%s\n", b.Source, b.Reason, b.Until.UTC().Format(time.RFC3339), left, b.Count, orDash(b.User))
+	}
+	return t.Flush()
+}
+
 // writeReload prints what a reload did: the settings that changed, and each
 // change that takes a restart as FILE:LINE, the form an editor jumps to.
 func writeReload(w io.Writer, r ReloadResult) error {

@@ -133,6 +133,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case "user":
 		h.user(w, r, rest)
+	case "bans":
+		switch rest {
+		case "rm":
+			if h.method(w, r, http.MethodPost) {
+				h.unban(w, r)
+			}
+		default:
+			if h.method(w, r, http.MethodGet) && h.noRest(w, rest) {
+				writeJSON(w, http.StatusOK, nonNil(h.b.Bans()))
+			}
+		}
 	case "get":
 		if h.method(w, r, http.MethodGet) {
 			get := h.b.Params().Get
@@ -191,7 +202,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-var endpoints = []string{"ps", "stats", "get", "set", "suspend", "resume", "resource-monitor", "reload", "ul", "user", "sockets"}
+var endpoints = []string{"ps", "stats", "get", "set", "suspend", "resume", "resource-monitor", "reload", "ul", "user", "sockets", "bans"}
 
 // RequireToken guards h with the control token as Handler guards the API,
 // for what the supervisor serves beside it: profiles tell much about the
@@ -360,6 +371,22 @@ func (h *handler) ulRemove(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 	default:
 		writeJSON(w, http.StatusOK, map[string]int{"removed": n})
+	}
+}
+
+// ErrNoBan is Unban's answer for a source that is not banned.
+var ErrNoBan = errors.New("no such ban")
+
+func (h *handler) unban(w http.ResponseWriter, r *http.Request) {
+	src := r.URL.Query().Get("source")
+	err := h.b.Unban(src)
+	switch {
+	case errors.Is(err, ErrNoBan):
+		writeError(w, http.StatusNotFound, fmt.Sprintf("%s is not banned", src))
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "ban rm: "+err.Error())
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"lifted": src})
 	}
 }
 

@@ -46,6 +46,10 @@ commands:
                          only the password's hashes leave this command
   user rm USER@REALM     remove a subscriber
   user list              list the subscribers
+  bans                   sources banned for floods or password guessing:
+                         reason (pike, auth), until when, and the count
+                         that earned the ban
+  ban rm ADDR            lift the ban of a source address (also: unban ADDR)
   pprof PROFILE [-worker ID [-group NAME]] [-seconds N] [-o FILE]
                          save a profile of the supervisor, or of a worker
                          (heap, allocs, goroutine, profile: CPU for N
@@ -269,6 +273,26 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 		return cmd.waitReady(ctx)
 	case "user":
 		return cmd.user(ctx, args)
+	case "bans":
+		if err := want(0, 0, "no arguments"); err != nil {
+			return err
+		}
+		var bs []Ban
+		return cmd.call(ctx, http.MethodGet, "bans", nil, &bs, func() error { return writeBans(cmd.stdout, bs, now()) })
+	case "ban", "unban":
+		if name == "ban" {
+			if len(args) != 2 || args[0] != "rm" {
+				return usageError{"ban: want ban rm ADDR"}
+			}
+			args = args[1:]
+		} else if err := want(1, 1, "unban ADDR"); err != nil {
+			return err
+		}
+		var res map[string]string
+		return cmd.call(ctx, http.MethodPost, "bans/rm?"+url.Values{"source": {args[0]}}.Encode(), nil, &res, func() error {
+			_, err := fmt.Fprintf(cmd.stdout, "lifted the ban of %s\n", args[0])
+			return err
+		})
 	case "ul":
 		if len(args) >= 2 && args[0] == "rm" && len(args) <= 3 {
 			q := url.Values{"aor": {args[1]}}
@@ -294,7 +318,7 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 		return cmd.call(ctx, http.MethodGet, q, nil, &bs, func() error { return writeBindings(cmd.stdout, bs, now()) })
 	}
 	msg := fmt.Sprintf("unknown command %q", name)
-	if s := didYouMean(name, append(slices.Clone(endpoints), "pprof", "wait-ready")); s != "" {
+	if s := didYouMean(name, append(slices.Clone(endpoints), "pprof", "wait-ready", "ban", "unban")); s != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	return usageError{msg}

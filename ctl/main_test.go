@@ -54,6 +54,9 @@ func TestMainGolden(t *testing.T) {
 		{"ul_show_aor", []string{"ul", "show", "sip:alice@example.com"}, nil},
 		{"ul_show_none", []string{"ul", "show", "sip:carol@example.com"}, nil},
 		{"ps_json", []string{"ps", "--json"}, nil},
+		{"bans", []string{"bans"}, nil},
+		{"ban_rm", []string{"ban", "rm", "192.0.2.1"}, nil},
+		{"unban", []string{"unban", "192.0.2.1"}, nil},
 		{"get_json", []string{"-json", "get", "suspend_watermarks/system_memory_usage"}, nil},
 		{"set_duration", []string{"set", "throttle/rtt_threshold", "1500ms"}, nil},
 		{"get_duration_json", []string{"get", "throttle/rtt_threshold", "--json"}, nil},
@@ -159,6 +162,9 @@ func TestMainErrors(t *testing.T) {
 		{"no token", []string{"set", memHigh, "90"}, false, 1, "refused the token"},
 		{"resume not suspended", []string{"resume"}, true, 1, "resume: not suspended by the operator"},
 		{"reload fails", []string{"reload"}, true, 1, "reload: test.cfg:3:1: unknown setting"},
+		{"ban without rm", []string{"ban", "192.0.2.1"}, true, 2, "ban: want ban rm ADDR"},
+		{"unban not banned", []string{"unban", "192.0.2.2"}, true, 1, "192.0.2.2 is not banned"},
+		{"unban no address", []string{"unban", "bogus"}, true, 1, "ban rm: not an address"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -47,6 +47,27 @@ type Backend interface {
 	// in the config is the port the kernel gave): the SIP sockets in
 	// config order, then the control address.
 	Sockets() []Socket
+	// Bans lists the sources banned for floods or password guessing, the
+	// soonest to end first.
+	Bans() []Ban
+	// Unban lifts the ban of a source address; ErrNoBan when it had none,
+	// another error for something that is no address.
+	Unban(source string) error
+}
+
+// Ban is one source refused, as `ctl bans` shows it.
+type Ban struct {
+	Source string `json:"source"`
+	// Reason is pike (requests per window) or auth (failed
+	// authentications).
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
+	Until  time.Time `json:"until"`
+	// Count is what earned the ban: the requests in the window, or the
+	// failed authentications.
+	Count int `json:"count"`
+	// User is the user the failed authentications named, for auth.
+	User string `json:"user,omitempty"`
 }
 
 // Socket is one address the server serves, as `ctl sockets` shows it.

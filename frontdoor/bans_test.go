@@ -21,7 +21,8 @@ func TestBannedSourceCostsNoWorker(t *testing.T) {
 		d := New(0, ws.pick, nil, rec.reply)
 		var bans pike.List
 		bans.Set(map[netip.Addr]int64{src.Addr(): now + int64(time.Second)})
-		d.Bans, d.BanReply = &bans, reply
+		bans.SetReply(reply)
+		d.Bans = &bans
 		d.Handle(frame(invite("call-a", "")), src, now)
 		d.Handle(frame(invite("call-b", "")), netip.MustParseAddrPort("127.0.0.2:5070"), now)
 		if ws.received() != 1 || d.Stats.Banned.Load() != 1 {
@@ -77,7 +78,7 @@ func TestBansAllocateNothing(t *testing.T) {
 	d.Bans, d.Pike = &bans, &c
 	f := frame(invite("call-a", ""))
 	for _, reply := range []bool{false, true} {
-		d.BanReply = reply
+		bans.SetReply(reply)
 		if n := testing.AllocsPerRun(200, func() { d.Handle(f, src, now) }); n != 0 {
 			t.Errorf("reply=%v: %v allocations per banned datagram", reply, n)
 		}

@@ -112,10 +112,9 @@ type Door struct {
 	// door only hands messages over.
 	NoTrack bool
 	// Bans, when set, are the sources refused before anything else (package
-	// overload/pike): their datagrams are dropped, or with BanReply their
-	// requests answered 403, unscanned but for that answer.
-	Bans     *pike.List
-	BanReply bool
+	// overload/pike): their datagrams are dropped, or when the list says
+	// Reply their requests answered 403, unscanned but for that answer.
+	Bans *pike.List
 	// Pike, when set, counts the requests read from the socket per source;
 	// OnHeavy is told of a source each time its count grows by the
 	// counter's step, to report to the supervisor's table.
@@ -209,7 +208,7 @@ func New(socket int, pick Picker, admit Admission, reply Replier) *Door {
 func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 	d.Stats.Received.Add(1)
 	if d.Bans != nil && d.Bans.Banned(from.Addr(), now) {
-		d.banned(frame[wire.MsgHeaderLen:], from)
+		d.banned(frame[wire.MsgHeaderLen:], from, d.Bans.Reply())
 		return
 	}
 	d.handed = false
@@ -221,9 +220,9 @@ func (d *Door) Handle(frame []byte, from netip.AddrPort, now int64) {
 // banned refuses a datagram from a banned source: dropped unread, or a
 // request answered 403. Another door's Passed or Handed datagrams were
 // checked where they were read.
-func (d *Door) banned(dgram []byte, from netip.AddrPort) {
+func (d *Door) banned(dgram []byte, from netip.AddrPort, reply bool) {
 	d.Stats.Banned.Add(1)
-	if !d.BanReply {
+	if !reply {
 		return
 	}
 	d.from = from

@@ -300,9 +300,8 @@ type workerLoop struct {
 
 	// The bans in force and how to count requests, as the supervisor's last
 	// FrameBans said (package overload/pike).
-	bans     pike.List
-	banReply bool
-	pike     pike.Counter
+	bans pike.List
+	pike pike.Counter
 }
 
 // setBans takes a FrameBans.
@@ -313,12 +312,9 @@ func (w *workerLoop) setBans(b []byte) {
 		return
 	}
 	w.bans.Set(bans)
-	w.banReply = reply
+	w.bans.SetReply(reply)
 	w.pike.Set(pike.Policy{Window: time.Duration(window), Exempt: exempt})
 	w.pike.SetStep(step)
-	if w.direct != nil {
-		w.direct.door.BanReply = reply
-	}
 }
 
 // notePike reports a source whose requests grew by n to the supervisor.
@@ -334,7 +330,7 @@ func (w *workerLoop) banned(src netip.Addr) (bool, bool) {
 	if w.bans.Len() == 0 {
 		return false, false
 	}
-	return w.bans.Banned(src, time.Now().UnixNano()), w.banReply
+	return w.bans.Banned(src, time.Now().UnixNano()), w.bans.Reply()
 }
 
 // countRequest counts a request read from a connection.

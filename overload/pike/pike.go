@@ -313,8 +313,16 @@ func (t *Table) Until() map[netip.Addr]int64 {
 // whole on each change, so that a lookup takes no lock. Safe for
 // concurrent use.
 type List struct {
-	m atomic.Pointer[map[netip.Addr]int64]
+	m     atomic.Pointer[map[netip.Addr]int64]
+	reply atomic.Bool
 }
+
+// SetReply says whether a banned source's requests are answered 403 (true)
+// or dropped (ban_action).
+func (l *List) SetReply(reply bool) { l.reply.Store(reply) }
+
+// Reply reports whether a banned source's requests are answered 403.
+func (l *List) Reply() bool { return l.reply.Load() }
 
 // Set replaces the list; m must not change afterwards.
 func (l *List) Set(m map[netip.Addr]int64) { l.m.Store(&m) }
