@@ -204,6 +204,10 @@ func (b backend) RemoveUser(name, realm string) error {
 	return nil
 }
 
+func (b backend) Bans() []ctl.Ban { return b.s.bans.bans() }
+
+func (b backend) Unban(source string) error { return b.s.bans.lift(source) }
+
 func (b backend) Sockets() []ctl.Socket {
 	return b.s.servedSockets()
 }

@@ -246,6 +246,13 @@ func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
 		}
 		ap := c.RemoteAddr().(*net.TCPAddr).AddrPort()
 		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		// A banned source costs no worker: its connection is closed as it
+		// is accepted.
+		if s.bans.list.Banned(ap.Addr(), time.Now().UnixNano()) {
+			s.m.dropped.WithLabelValues("tcp", "banned").Inc()
+			c.Close()
+			continue
+		}
 		lim := s.config().Conn
 		if reason := s.conns.admit(ap, lim.Max, lim.MaxPerIP); reason != "" {
 			s.m.dropped.WithLabelValues("tcp", reason).Inc()

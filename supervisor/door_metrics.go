@@ -20,6 +20,7 @@ type doorCollector struct {
 	malformed, refused, admitted, dropped, aff            *prometheus.Desc
 	sessions, absorbed, stale, staleRefused               *prometheus.Desc
 	probesRefused, direct, directWorkers, passed, refresh *prometheus.Desc
+	banned                                                *prometheus.Desc
 }
 
 func newDoorCollector(s *Supervisor) *doorCollector {
@@ -47,12 +48,13 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 		refresh:       d("direct_refresh_seconds", "How often the supervisor writes admission into the workers' pages when nothing asks sooner (udp_direct_reads): 0.1 while a limit is set, admission is closed or something just changed, 1 while nothing can change but by an event that refreshes at once."),
 		directWorkers: d("direct_workers", "Workers the kernel program places the socket's datagrams on (udp_direct_reads); 0 while every datagram comes through this door."),
 		direct:        d("direct_datagrams_total", "Datagrams the group's workers read from their own sockets of the port (udp_direct_reads), past this door."),
+		banned:        d("banned_datagrams_total", "Datagrams from banned sources, dropped or answered 403 (ban_action) as they were read, by this door or a worker reading its socket (udp_direct_reads)."),
 		probesRefused: d("probes_refused_total", "OPTIONS probes of the server itself answered 503 while it refused every new session (suspended or stopping)."),
 	}
 }
 
 func (c *doorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale, c.staleRefused, c.probesRefused, c.direct, c.directWorkers, c.passed, c.refresh} {
+	for _, d := range []*prometheus.Desc{c.received, c.forwarded, c.keepalives, c.replied, c.ownAcks, c.malformed, c.refused, c.admitted, c.dropped, c.aff, c.sessions, c.absorbed, c.stale, c.staleRefused, c.probesRefused, c.direct, c.directWorkers, c.passed, c.refresh, c.banned} {
 		ch <- d
 	}
 }
@@ -105,6 +107,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.ownAcks, st.OwnAcks.Load()+w(wire.DoorOwnAcks))
 		counter(c.absorbed, st.Absorbed.Load()+w(wire.DoorAbsorbed))
 		counter(c.probesRefused, st.ProbesRefused.Load()+w(wire.DoorProbesRefused))
+		counter(c.banned, st.Banned.Load()+w(wire.DoorBanned))
 		for i := 1; i < int(sipscan.NumErrors); i++ {
 			counter(c.malformed, st.Malformed[i].Load()+w(wire.DoorMalformed+i), sipscan.Error(i).String())
 		}

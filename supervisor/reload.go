@@ -109,6 +109,15 @@ var liveSettings = []struct {
 	{"flip_window", func(c *config.Config) any { return c.FlipHealth.Window }},
 	{"flip_threshold", func(c *config.Config) any { return c.FlipHealth.Threshold }},
 	{"log_level", func(c *config.Config) any { return c.LogLevel }},
+	// The supervisor holds the bans and sends workers how to count.
+	{"pike_requests", func(c *config.Config) any { return c.Bans.PikeRequests }},
+	{"pike_window", func(c *config.Config) any { return c.Bans.PikeWindow }},
+	{"auth_failures_per_source", func(c *config.Config) any { return c.Bans.AuthFailuresPerSource }},
+	{"auth_failures_per_user", func(c *config.Config) any { return c.Bans.AuthFailuresPerUser }},
+	{"auth_failure_window", func(c *config.Config) any { return c.Bans.AuthFailureWindow }},
+	{"ban_time", func(c *config.Config) any { return c.Bans.BanTime }},
+	{"ban_action", func(c *config.Config) any { return c.Bans.Action }},
+	{"ban_exempt", func(c *config.Config) any { return fmt.Sprint(c.Bans.Exempt) }},
 }
 
 // restartSettings are the settings whose change takes a restart: the

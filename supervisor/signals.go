@@ -160,6 +160,12 @@ func (s *Supervisor) doReload() (reloadPlan, error) {
 	s.applySettings(plan, cfg)
 	timers := !sameTimers(old, cfg)
 	s.cfg.Store(cfg)
+	s.bans.apply(cfg.Bans)
+	for _, u := range s.doors {
+		u.mu.Lock()
+		u.pike.Set(cfg.Bans.Policy())
+		u.mu.Unlock()
+	}
 	if plan.changed("auto_scaling_cycle") {
 		s.mu.Lock()
 		for _, gr := range s.groups {

@@ -115,6 +115,8 @@ type Supervisor struct {
 	// the connections themselves.
 	connSess *connSessions
 	conns    *connCounts
+	// bans is the table of banned sources (package overload/pike).
+	bans *banAuthority
 	// passCounts counts requests passed to the worker holding a connection.
 	passCounts *passCounts
 	storeSpec  location.Spec
@@ -197,6 +199,7 @@ func New(o Options) (*Supervisor, error) {
 	s.connSess.t.MaxCallDuration.Store(int64(o.Config.Limits.MaxCallDuration))
 	s.m = newMetrics(s.reg)
 	s.conns = newConnCounts(s.reg)
+	s.bans = newBanAuthority(s.log, s.reg, o.Config.Bans, s.banWorkers)
 	s.passCounts = newPassCounts(s.reg)
 	s.pm = pool.NewMetrics(s.reg)
 	s.reg.MustRegister(newDoorCollector(s), newWorkerCollector(s))
@@ -403,6 +406,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return s.slowStartLoop(ctx) }, func(error) { cancel() })
 	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return s.bans.loop(ctx) }, func(error) { cancel() })
+	}
 	for _, gr := range s.udp {
 		if gr.steer == nil {
 			continue
@@ -498,7 +505,7 @@ func (s *Supervisor) makeGroups() {
 			OnExit: func(w *pool.Worker, reason string) { s.workerExited(name, w, reason) },
 			OnCall: s.answerCall,
 			OnNote: func(w *pool.Worker, note []byte) {
-				if s.conns.closedNote(w, note) || s.passResponse(note) || s.toDoor(w, note) {
+				if s.bans.note(note) || s.conns.closedNote(w, note) || s.passResponse(note) || s.toDoor(w, note) {
 					return
 				}
 				if ok, err := s.conns.handOff(w, note, s.pickTCP); ok {
@@ -711,6 +718,18 @@ func (s *Supervisor) groupRuns() []*groupRun {
 	defer s.mu.Unlock()
 	out := append([]*groupRun(nil), s.groups...)
 	sort.SliceStable(out, func(i, j int) bool { return kindOrder(out[i].g.Kind()) < kindOrder(out[j].g.Kind()) })
+	return out
+}
+
+// banWorkers are the workers that read sockets or connections: those that
+// must know the bans.
+func (s *Supervisor) banWorkers() []*pool.Worker {
+	var out []*pool.Worker
+	for _, gr := range s.groupRuns() {
+		if gr.g.Kind() != pool.KindTimer {
+			out = append(out, gr.g.Workers()...)
+		}
+	}
 	return out
 }
 

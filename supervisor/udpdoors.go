@@ -16,6 +16,7 @@ import (
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/overload"
+	"github.com/sipvisor/sipvisor/overload/pike"
 )
 
 // udpDoor reads one UDP socket and passes each datagram through its door.
@@ -26,6 +27,8 @@ type udpDoor struct {
 	door *frontdoor.Door
 	buf  []byte
 	fd   int  // the socket's descriptor while the door handles a datagram
+	// pike counts the requests the door reads per source; set under mu.
+	pike pike.Counter
 	v6   bool // an AF_INET6 socket
 	// mu serialises the door: with direct reads it also handles what
 	// workers pass it and what an exited worker left in its socket.
@@ -55,6 +58,8 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 	door.Sessions.MaxCallDuration.Store(int64(s.config().Limits.MaxCallDuration))
 	door.OnUnknownEnd = s.connSess.end
 	door.Probe = func(int64) (bool, int) { return s.ov.ProbeRefused() }
+	u.pike.Set(s.bans.policy())
+	door.Bans, door.Pike, door.OnHeavy = &s.bans.list, &u.pike, s.bans.requests
 	u.door = door
 	gr.door = door
 	if gr.steer != nil {
