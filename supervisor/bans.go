@@ -43,8 +43,9 @@ type banAuthority struct {
 	// sent is, by worker, the gen it last learned; the loop's own.
 	sent map[*pool.Worker]uint64
 
-	imposed *prometheus.CounterVec
-	active  prometheus.GaugeFunc
+	imposed  *prometheus.CounterVec
+	active   prometheus.GaugeFunc
+	failures prometheus.Counter
 }
 
 // banLogsPerSecond bounds the ban lines logged: a flood from many sources
@@ -77,7 +78,11 @@ func newBanAuthority(log *slog.Logger, reg prometheus.Registerer, cfg config.Ban
 		defer b.mu.Unlock()
 		return float64(len(b.t.Bans(time.Now().UnixNano())))
 	})
-	reg.MustRegister(b.imposed, b.active)
+	b.failures = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "sipvisor", Subsystem: "auth", Name: "failures_total",
+		Help: "Failed digest authentications (a wrong password, an unknown user, another user's identity), from any source; a challenge to a request without credentials is none.",
+	})
+	reg.MustRegister(b.imposed, b.active, b.failures)
 	return b
 }
 
@@ -122,6 +127,7 @@ func (b *banAuthority) requests(src netip.Addr, n uint32) {
 
 // authFailed counts a failed authentication of user from src.
 func (b *banAuthority) authFailed(src netip.Addr, user string) {
+	b.failures.Inc()
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
