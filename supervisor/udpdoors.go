@@ -26,7 +26,7 @@ type udpDoor struct {
 	gr   *groupRun
 	door *frontdoor.Door
 	buf  []byte
-	fd   int  // the socket's descriptor while the door handles a datagram
+	fd   int // the socket's descriptor while the door handles a datagram
 	// pike counts the requests the door reads per source; set under mu.
 	pike pike.Counter
 	v6   bool // an AF_INET6 socket
