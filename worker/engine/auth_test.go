@@ -21,8 +21,11 @@ func TestWWWAuthorize(t *testing.T) {
 	store := location.NewMemory()
 	store.PutUser(location.NewUser("alice", "example.com", "right"))
 	store.PutUser(location.NewUser("bob", "example.com", "bobs"))
+	// Failures reach the supervisor's table of bans: guesses only.
+	var failed []string
 	w, err := NewWorker(Options{Script: &script.Script{}, Store: store,
-		Listen: []config.Socket{{Proto: "udp", Host: "127.0.0.1", Port: 5060}}})
+		Listen:     []config.Socket{{Proto: "udp", Host: "127.0.0.1", Port: 5060}},
+		AuthFailed: func(src netip.Addr, user string) { failed = append(failed, src.String()+" "+user) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,22 +62,27 @@ func TestWWWAuthorize(t *testing.T) {
 	for _, c := range []struct {
 		name, auth  string
 		want, stale bool
+		failed      string // reported as a failed authentication, "" for none
 	}{
-		{"right password, MD5", creds("alice", "right", n1, "MD5", ruri, 1), true, false},
-		{"the same nonce-count again (a replay)", creds("alice", "right", n1, "MD5", ruri, 1), false, false},
-		{"the next nonce-count", creds("alice", "right", n1, "MD5", ruri, 2), true, false},
-		{"right password, SHA-256", creds("alice", "right", n2, "SHA-256", ruri, 1), true, false},
-		{"wrong password", creds("alice", "wrong", n3, "MD5", ruri, 1), false, false},
-		{"unknown user", creds("mallory", "right", n3, "MD5", ruri, 2), false, false},
-		{"expired nonce", creds("alice", "right", old, "MD5", ruri, 1), false, true},
-		{"nonce signed by someone else", creds("alice", "right", forged, "MD5", ruri, 1), false, false},
-		{"another Request-URI", creds("alice", "right", n3, "MD5", "sip:other.example", 3), false, false},
-		{"not digest", "Basic YWxpY2U6cmlnaHQ=", false, false},
-		{"another user's credentials", creds("bob", "bobs", n3, "MD5", ruri, 4), false, false},
+		{"right password, MD5", creds("alice", "right", n1, "MD5", ruri, 1), true, false, ""},
+		{"the same nonce-count again (a replay)", creds("alice", "right", n1, "MD5", ruri, 1), false, false, ""},
+		{"the next nonce-count", creds("alice", "right", n1, "MD5", ruri, 2), true, false, ""},
+		{"right password, SHA-256", creds("alice", "right", n2, "SHA-256", ruri, 1), true, false, ""},
+		{"wrong password", creds("alice", "wrong", n3, "MD5", ruri, 1), false, false, "10.0.0.9 alice"},
+		{"unknown user", creds("mallory", "right", n3, "MD5", ruri, 2), false, false, "10.0.0.9 mallory"},
+		{"expired nonce", creds("alice", "right", old, "MD5", ruri, 1), false, true, ""},
+		{"nonce signed by someone else", creds("alice", "right", forged, "MD5", ruri, 1), false, false, ""},
+		{"another Request-URI", creds("alice", "right", n3, "MD5", "sip:other.example", 3), false, false, ""},
+		{"not digest", "Basic YWxpY2U6cmlnaHQ=", false, false, ""},
+		{"another user's credentials", creds("bob", "bobs", n3, "MD5", ruri, 4), false, false, "10.0.0.9 bob"},
 	} {
+		failed = nil
 		ok, st := check(c.auth)
 		if ok != c.want || st.stale != c.stale {
 			t.Errorf("%s: want %v (stale %v), have %v (stale %v)", c.name, c.want, c.stale, ok, st.stale)
+		}
+		if want := c.failed; len(failed) != min(len(want), 1) || want != "" && failed[0] != want {
+			t.Errorf("%s: reported failures %q, want %q", c.name, failed, want)
 		}
 	}
 	if w.Stats.Replays != 1 {
