@@ -110,7 +110,7 @@ func TestMaxForwardsZero483(t *testing.T) {
 // BYE, 200, with record-routing, and checks the proxy lets go of it.
 func TestCall(t *testing.T) {
 	t.Parallel()
-	p := startProxy(t, config.DefaultText, nil)
+	p := startProxy(t, openProxyCfg(t), nil)
 	alice, bob := newUA(t), newUA(t)
 	ruri := "sip:bob@" + bob.addr().String()
 
@@ -146,7 +146,7 @@ func TestCall(t *testing.T) {
 
 func TestRetransmittedInviteAbsorbed(t *testing.T) {
 	t.Parallel()
-	p := startProxy(t, config.DefaultText, func(o *Options) { o.T1 = time.Hour }) // no timer A firing during the test
+	p := startProxy(t, openProxyCfg(t), func(o *Options) { o.T1 = time.Hour }) // no timer A firing during the test
 	alice, bob := newUA(t), newUA(t)
 	bob.retrans = true // T1 out of reach: anything again is the proxy's doing
 	msg := invite(p.addr(), alice.addr(), "sip:bob@"+bob.addr().String(), "retr@test", "z9hG4bK-retr", 70)
@@ -167,7 +167,7 @@ func TestRetransmittedInviteAbsorbed(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	t.Parallel()
-	p := startProxy(t, config.DefaultText, func(o *Options) { o.T1 = time.Hour }) // no timer A or G firing during the test
+	p := startProxy(t, openProxyCfg(t), func(o *Options) { o.T1 = time.Hour }) // no timer A or G firing during the test
 	alice, bob := newUA(t), newUA(t)
 	bob.retrans = true // T1 out of reach: anything again is the proxy's doing
 	ruri := "sip:bob@" + bob.addr().String()
@@ -282,7 +282,7 @@ func (p *proxy) handConn() net.Conn {
 // the worker, as the supervisor does, and relays to a UDP callee.
 func TestTCPUpstream(t *testing.T) {
 	t.Parallel()
-	p := startProxy(t, config.DefaultText, nil)
+	p := startProxy(t, openProxyCfg(t), nil)
 	bob := newUA(t)
 	client := p.handConn()
 
@@ -311,7 +311,7 @@ func TestTCPUpstream(t *testing.T) {
 // the UAS wrote its headers; the transaction moves on as with any relay.
 func TestResponsesRelayedAsTheyCame(t *testing.T) {
 	t.Parallel()
-	p := startProxy(t, config.DefaultText, nil)
+	p := startProxy(t, openProxyCfg(t), nil)
 	alice, bob := newUA(t), newUA(t)
 	ruri := "sip:bob@" + bob.addr().String()
 	alice.send(p.addr(), invite(p.addr(), alice.addr(), ruri, "asis@test", "z9hG4bK-asis", 70))
@@ -353,7 +353,7 @@ func TestTCPLateRequests(t *testing.T) {
 	var late atomic.Bool
 	var refused atomic.Int64
 	var sawReadAt atomic.Int64
-	p := startProxy(t, config.DefaultText, func(o *Options) {
+	p := startProxy(t, openProxyCfg(t), func(o *Options) {
 		o.Late = func(readAt int64) bool {
 			sawReadAt.Store(readAt)
 			return late.Load()

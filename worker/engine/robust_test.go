@@ -107,7 +107,7 @@ func TestOnReplyRoute(t *testing.T) {
 // worker opens the connection, and the reply comes back on it.
 func TestTCPDownstream(t *testing.T) {
 	t.Parallel()
-	p := startProxy(t, config.DefaultText, nil)
+	p := startProxy(t, openProxyCfg(t), nil)
 	alice := newUA(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
