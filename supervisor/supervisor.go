@@ -247,6 +247,12 @@ func New(o Options) (*Supervisor, error) {
 		return nil, err
 	}
 	s.makeGroups()
+	if s.tcp != nil {
+		// The bans' series exist from the start, so that a rule on their
+		// increase sees the first.
+		s.m.dropped.WithLabelValues("tcp", "banned")
+		s.conns.closed.WithLabelValues("banned")
+	}
 	// The doors exist before Run so that metrics and the control API, which
 	// read their counters, never see one appear.
 	udpIndex := 0
