@@ -251,7 +251,7 @@ type Bans struct {
 	Exempt                []netip.Prefix `json:"ban_exempt,omitempty"`
 }
 
-// Auth: nonce_expire (default 300s), auth_algorithms (default "SHA-256 MD5").
+// Auth: nonce_expire (default 300s), auth_algorithms (default "MD5").
 type Auth struct {
 	NonceExpire time.Duration `json:"nonce_expire"`
 	Algorithms  []string      `json:"algorithms"`

@@ -23,7 +23,7 @@ func TestWWWAuthorize(t *testing.T) {
 	store.PutUser(location.NewUser("bob", "example.com", "bobs"))
 	// Failures reach the supervisor's table of bans: guesses only.
 	var failed []string
-	w, err := NewWorker(Options{Script: &script.Script{}, Store: store,
+	w, err := NewWorker(Options{Script: &script.Script{}, Store: store, AuthAlgorithms: []string{"MD5", "SHA-256"},
 		Listen:     []config.Socket{{Proto: "udp", Host: "127.0.0.1", Port: 5060}},
 		AuthFailed: func(src netip.Addr, user string) { failed = append(failed, src.String()+" "+user) }})
 	if err != nil {

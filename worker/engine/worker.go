@@ -60,7 +60,7 @@ type Options struct {
 	Domains []string
 	// NonceExpire is how long a digest nonce is accepted (nonce_expire;
 	// 300 s when zero), and AuthAlgorithms the algorithms challenges offer
-	// (auth_algorithms; SHA-256 and MD5 when empty).
+	// (auth_algorithms; MD5 when empty).
 	NonceExpire    time.Duration
 	AuthAlgorithms []string
 	// ReportStoreErrors, when set, is told (at most once a second, from
@@ -352,7 +352,7 @@ func NewWorker(opt Options) (*Worker, error) {
 	def(&opt.DialTimeout, 2*time.Second)
 	def(&opt.NonceExpire, 300*time.Second)
 	if len(opt.AuthAlgorithms) == 0 {
-		opt.AuthAlgorithms = []string{"SHA-256", "MD5"}
+		opt.AuthAlgorithms = []string{"MD5"}
 	}
 
 	var rnd [4]byte
