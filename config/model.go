@@ -81,6 +81,10 @@ type Config struct {
 	// Domains: domain = "a.example b.example", the served SIP domains,
 	// lower-case.
 	Domains []string `json:"domains,omitempty"`
+	// AORKeepPort: aor_keep_port = yes files an AOR with the port of its
+	// URI (sip:user@host:port), as sipvisor did before; the default drops
+	// it, as Kamailio's usrloc does.
+	AORKeepPort bool `json:"aor_keep_port,omitempty"`
 
 	// Auth holds digest authentication's settings.
 	Auth Auth `json:"auth"`

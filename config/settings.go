@@ -136,6 +136,8 @@ var settings = []setting{
 		set: func(c *Config, v value) { c.LocationStore = v.s }},
 	{Name: "domain", Kind: kindString, Doc: "The SIP domains this server is registrar and proxy for, separated by spaces or commas (`\"example.com example.org\"`). is_myself() is true of them as of this server's own addresses. An address of record is `sip:user@domain` (RFC 3261 section 10), and a user registered or called by one of this server's own addresses is filed under the first domain, so that every node of a cluster finds it whichever address was used. Without it, the first socket's address stands in. Must be the same on every node that shares a location_store.",
 		set: func(c *Config, v value) { c.Domains = splitList(v.s) }},
+	{Name: "aor_keep_port", Kind: kindBool, Default: "no", Doc: "File an address of record with the port of its URI: `sip:carol@example.com:5070` apart from `sip:carol@example.com`. By default an AOR is user@domain, the port dropped, as Kamailio's usrloc files it, so that a phone registered as `sip:carol@127.0.0.1` is found by an INVITE to `sip:carol@127.0.0.1:5070`. Bindings filed under the other form (by a server that ran with the other setting) are still found, and a REGISTER moves them. Must be the same on every node that shares a location_store.",
+		set: func(c *Config, v value) { c.AORKeepPort = v.b }},
 
 	{Name: "nonce_expire", Kind: kindDuration, Default: "300s", Min: 1, Max: 86400, HasMax: true, Doc: "How long a digest nonce issued by www_challenge or proxy_challenge is accepted; an older one gets a new challenge with stale=true. Every nonce-count of a nonce is accepted once, on any worker or node sharing the location store.",
 		set: func(c *Config, v value) { c.Auth.NonceExpire = v.d }},

@@ -150,6 +150,22 @@ func Key(uri string) string {
 	return scheme + ":" + user + "@" + host
 }
 
+// DropPort is key, a key made by Key, without the port of its host:
+// sip:carol@127.0.0.1:5070 is sip:carol@127.0.0.1, sip:carol@[::1]:5070 is
+// sip:carol@[::1].
+func DropPort(key string) string {
+	host := Host(key)
+	bare := host
+	if strings.HasPrefix(host, "[") {
+		if i := strings.IndexByte(host, ']'); i >= 0 {
+			bare = host[:i+1]
+		}
+	} else if i := strings.LastIndexByte(host, ':'); i >= 0 && strings.Count(host, ":") == 1 {
+		bare = host[:i]
+	}
+	return key[:len(key)-len(host)] + bare
+}
+
 // Host is the domain part of a key made by Key.
 func Host(key string) string {
 	if i := strings.LastIndexByte(key, '@'); i >= 0 {

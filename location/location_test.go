@@ -35,6 +35,22 @@ func TestKey(t *testing.T) {
 	}
 }
 
+func TestDropPort(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{"sip:carol@127.0.0.1:5070", "sip:carol@127.0.0.1"},
+		{"sip:carol@127.0.0.1", "sip:carol@127.0.0.1"},
+		{"sip:carol@[::1]:5070", "sip:carol@[::1]"},
+		{"sip:carol@[2001:db8::1]", "sip:carol@[2001:db8::1]"},
+		{"sip:example.com:5070", "sip:example.com"},
+		{"sip:a:b@example.com:7", "sip:a:b@example.com"},
+	} {
+		if have := DropPort(c.in); have != c.want {
+			t.Errorf("DropPort(%q): want %v, have %v", c.in, c.want, have)
+		}
+	}
+}
+
 // stores returns a constructor for each implementation over a clock the
 // test moves; the remote one goes through the real encoding and Serve, the
 // Redis one runs its own redis-server (skipped when none is installed).

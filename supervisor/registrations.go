@@ -134,7 +134,7 @@ func (s *Supervisor) findBindings(aor string) ([]location.Binding, error) {
 	case aor == "":
 		return s.locations.List()
 	case strings.Contains(aor, "@"):
-		return s.locations.Lookup(location.Key(aor))
+		return s.bindingsOf(aor)
 	}
 	all, err := s.locations.List()
 	if err != nil {
@@ -152,8 +152,7 @@ func (s *Supervisor) findBindings(aor string) ([]location.Binding, error) {
 // removeBindings is `ul rm`: contact matches a binding's contact as `ul
 // show` prints it, with or without its angle brackets.
 func (s *Supervisor) removeBindings(aor, contact string) (int, error) {
-	key := location.Key(aor)
-	bs, err := s.locations.Lookup(key)
+	bs, err := s.bindingsOf(aor)
 	if err != nil {
 		return 0, err
 	}
@@ -162,7 +161,7 @@ func (s *Supervisor) removeBindings(aor, contact string) (int, error) {
 		if contact != "" && b.Contact != contact && b.Contact != strings.Trim(contact, "<>") {
 			continue
 		}
-		if err := s.locations.Remove(key, b.Contact); err != nil {
+		if err := s.locations.Remove(b.AOR, b.Contact); err != nil {
 			return n, err
 		}
 		n++
@@ -170,8 +169,42 @@ func (s *Supervisor) removeBindings(aor, contact string) (int, error) {
 	if n == 0 {
 		return 0, ctl.ErrNoBinding
 	}
-	s.log.Info("bindings removed by ctl ul rm", "aor", key, "contact", contact, "removed", n)
+	s.log.Info("bindings removed by ctl ul rm", "aor", location.Key(aor), "contact", contact, "removed", n)
 	return n, nil
+}
+
+// bindingsOf is the bindings of aor as ul show and ul rm take it: filed
+// under it as written or without its port (aor_keep_port files the one,
+// the default the other); when neither holds any, those filed with any
+// port under its bare form, as a server with aor_keep_port filed its own
+// address with its port (sip:carol@127.0.0.1:5070 for sip:carol@127.0.0.1).
+func (s *Supervisor) bindingsOf(aor string) ([]location.Binding, error) {
+	key := location.Key(aor)
+	bare := location.DropPort(key)
+	out, err := s.locations.Lookup(bare)
+	if err != nil {
+		return nil, err
+	}
+	if key != bare {
+		bs, err := s.locations.Lookup(key)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, bs...)
+	}
+	if len(out) > 0 {
+		return out, nil
+	}
+	all, err := s.locations.List()
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range all {
+		if b.AOR != bare && location.DropPort(b.AOR) == bare {
+			out = append(out, b)
+		}
+	}
+	return out, nil
 }
 
 // users is the credentials side of the location store.

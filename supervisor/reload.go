@@ -64,6 +64,7 @@ var liveSettings = []struct {
 	// and certificates, while those up keep theirs.
 	// Workers read these on a reload (renewed or in place).
 	{"domain", func(c *config.Config) any { return fmt.Sprint(c.Domains) }},
+	{"aor_keep_port", func(c *config.Config) any { return c.AORKeepPort }},
 	{"nonce_expire", func(c *config.Config) any { return c.Auth.NonceExpire }},
 	{"auth_algorithms", func(c *config.Config) any { return fmt.Sprint(c.Auth.Algorithms) }},
 	{"tcp_max_connections", func(c *config.Config) any { return c.Conn.Max }},

@@ -51,8 +51,7 @@ func TestRegistrationsSurviveRestart(t *testing.T) {
 		}
 	}
 
-	// Restarted on the ports it had: the bindings were filed under its
-	// address, port included, as the home domain.
+	// Restarted on the ports it had, so that SIPp calls the same address.
 	s = harness.StartIn(t, dir, s.Pinned(harness.RegistrarCfg()))
 	after := s.Bindings()
 	if len(before) != users || len(after) != users {

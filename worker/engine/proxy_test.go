@@ -17,13 +17,13 @@ import (
 )
 
 // The built-in config: bob registers with digest authentication (the
-// realm is the server's address, which stands for its domain), then a call
-// to him reaches his contact.
+// realm is the server's address without its port, which stands for its
+// domain, as the AOR does), then a call to him reaches his contact.
 func TestRegisterThenInvite(t *testing.T) {
 	t.Parallel()
 	store := location.NewMemory()
 	p := startProxy(t, config.DefaultText, func(o *Options) { o.Store = store })
-	store.PutUser(location.NewUser("bob", p.addr().String(), "bobs-password"))
+	store.PutUser(location.NewUser("bob", p.addr().Addr().String(), "bobs-password"))
 	bob, alice := newUA(t), newUA(t)
 
 	register := func(branch string, cseq int, contact, expires, auth string) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,15 +15,26 @@ import (
 )
 
 // aorOf is the address of record a URI names (RFC 3261 section 10):
-// sip:user@domain, normalised by location.Key. A host that is one of this
-// server's own addresses stands for the home domain (the first domain
+// sip:user@domain, normalised by location.Key, with the port dropped as
+// Kamailio's usrloc does (kept with aor_keep_port). A host that is one of
+// this server's own addresses stands for the home domain (the first domain
 // setting), so that a phone registered through one address, or through
 // another node of a cluster, is found through any other.
 func (w *Worker) aorOf(u *sip.Uri) string {
+	return w.aorRule(u, w.opt.AORKeepPort)
+}
+
+// otherAOR is the AOR of u under the other setting of aor_keep_port: where
+// a server that ran with it filed u's bindings. It is aor when both agree.
+func (w *Worker) otherAOR(u *sip.Uri) string {
+	return w.aorRule(u, !w.opt.AORKeepPort)
+}
+
+func (w *Worker) aorRule(u *sip.Uri, keepPort bool) string {
 	host := u.Host
 	if w.isOwnAddr(host, u.Port) {
-		host = w.home
-	} else if u.Port != 0 && u.Port != 5060 && u.Port != 5061 {
+		host = homeDomain(w.opt.Domains, w.self, keepPort)
+	} else if keepPort && u.Port != 0 && u.Port != 5060 && u.Port != 5061 {
 		host = net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(u.Port))
 	}
 	if u.User == "" {
@@ -32,8 +44,9 @@ func (w *Worker) aorOf(u *sip.Uri) string {
 }
 
 // homeDomain is what AORs at this server's own addresses are filed under:
-// the first served domain, else the first socket's address.
-func homeDomain(domains []string, self []netip.AddrPort) string {
+// the first served domain, else the first socket's address (with its port
+// when keepPort and the port is not 5060).
+func homeDomain(domains []string, self []netip.AddrPort, keepPort bool) string {
 	if len(domains) > 0 {
 		return domains[0]
 	}
@@ -41,10 +54,57 @@ func homeDomain(domains []string, self []netip.AddrPort) string {
 		return "localhost"
 	}
 	a := self[0]
-	if a.Port() == 5060 {
+	if a.Port() == 5060 || !keepPort {
 		return a.Addr().String()
 	}
 	return a.String()
+}
+
+// lookupAOR is the bindings of the AOR u names: those filed under aor, then
+// those a server with the other aor_keep_port filed (a store written before
+// the port was dropped) whose contact aor does not hold already.
+func (w *Worker) lookupAOR(aor string, u *sip.Uri) ([]location.Binding, error) {
+	bs, err := w.opt.Store.Lookup(aor)
+	if err != nil {
+		return nil, err
+	}
+	other := w.otherAOR(u)
+	if other == aor {
+		return bs, nil
+	}
+	old, err := w.opt.Store.Lookup(other)
+	if err != nil || len(old) == 0 {
+		return bs, err
+	}
+	for _, b := range old {
+		if !slices.ContainsFunc(bs, func(n location.Binding) bool { return n.Contact == b.Contact }) {
+			bs = append(bs, b)
+		}
+	}
+	return bs, nil
+}
+
+// moveFromOtherAOR drops, from where the other aor_keep_port filed them,
+// the contacts a REGISTER to to now files under the AOR (all of them for
+// Contact: *), so that a phone's refresh or unregistration moves its
+// binding to the AOR as filed now and no stale copy outlives it.
+func (w *Worker) moveFromOtherAOR(to *sip.Uri, ch *location.Change) error {
+	other := w.otherAOR(to)
+	if other == ch.AOR {
+		return nil
+	}
+	old, err := w.opt.Store.Lookup(other)
+	if err != nil || len(old) == 0 {
+		return err
+	}
+	for _, b := range old {
+		if ch.RemoveAll || slices.ContainsFunc(ch.Bindings, func(n location.Binding) bool { return n.Contact == b.Contact }) {
+			if err := w.opt.Store.Remove(other, b.Contact); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // served reports whether host is one of the domain setting's domains.

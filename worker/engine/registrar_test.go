@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emiago/sipgo/sip"
+
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/location"
+	"github.com/sipvisor/sipvisor/script"
 	"github.com/sipvisor/sipvisor/worker"
 )
 
@@ -164,6 +167,73 @@ func TestCommitTimes(t *testing.T) {
 		}
 		if idle.After(due) {
 			t.Errorf("%s: idle %v after due %v", tc.name, idle, due)
+		}
+	}
+}
+
+// An AOR is user@domain with the port dropped, as Kamailio's usrloc files
+// it; aor_keep_port keeps it. Either way a binding filed under the other
+// form is found, and a REGISTER moves it.
+func TestAORPort(t *testing.T) {
+	t.Parallel()
+	for _, keep := range []bool{false, true} {
+		store := location.NewMemory()
+		w, err := NewWorker(Options{Script: &script.Script{}, Store: store, AORKeepPort: keep,
+			Listen: []config.Socket{{Proto: "udp", Host: "127.0.0.1", Port: 5070}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			uri        string
+			drop, kept string
+		}{
+			{"sip:carol@127.0.0.1:5070", "sip:carol@127.0.0.1", "sip:carol@127.0.0.1:5070"},
+			{"sip:carol@127.0.0.1", "sip:carol@127.0.0.1", "sip:carol@127.0.0.1"},
+			{"sip:carol@example.com:5080", "sip:carol@example.com", "sip:carol@example.com:5080"},
+			{"sip:carol@example.com:5060", "sip:carol@example.com", "sip:carol@example.com"},
+			{"sip:carol@[2001:db8::1]:5080", "sip:carol@[2001:db8::1]", "sip:carol@[2001:db8::1]:5080"},
+		} {
+			var u sip.Uri
+			if err := sip.ParseUri(c.uri, &u); err != nil {
+				t.Fatal(err)
+			}
+			want, other := c.drop, c.kept
+			if keep {
+				want, other = c.kept, c.drop
+			}
+			if have := w.aorOf(&u); have != want {
+				t.Errorf("keep %v: aorOf(%s): want %s, have %s", keep, c.uri, want, have)
+			}
+			if have := w.otherAOR(&u); have != other {
+				t.Errorf("keep %v: otherAOR(%s): want %s, have %s", keep, c.uri, other, have)
+			}
+		}
+
+		// A binding filed by the other rule is found, beside one filed by
+		// this one, and a change for its contact moves it.
+		var u sip.Uri
+		sip.ParseUri("sip:carol@127.0.0.1:5070", &u)
+		aor, other := w.aorOf(&u), w.otherAOR(&u)
+		exp := time.Now().Add(time.Hour)
+		store.Save(other, location.Binding{Contact: "sip:carol@10.0.0.9:5090", Expires: exp})
+		store.Save(other, location.Binding{Contact: "sip:carol@10.0.0.9:5091", Expires: exp})
+		store.Save(aor, location.Binding{Contact: "sip:carol@10.0.0.9:5091", Expires: exp})
+		bs, err := w.lookupAOR(aor, &u)
+		if err != nil || len(bs) != 2 {
+			t.Fatalf("keep %v: want both contacts, once each, have %v %v", keep, bs, err)
+		}
+		ch := location.Change{AOR: aor, Bindings: []location.Binding{{Contact: "sip:carol@10.0.0.9:5090", Expires: exp}}}
+		if err := w.moveFromOtherAOR(&u, &ch); err != nil {
+			t.Fatal(err)
+		}
+		if old, _ := store.Lookup(other); len(old) != 1 || old[0].Contact != "sip:carol@10.0.0.9:5091" {
+			t.Errorf("keep %v: want the REGISTERed contact gone from %s, have %v", keep, other, old)
+		}
+		if err := w.moveFromOtherAOR(&u, &location.Change{AOR: aor, RemoveAll: true}); err != nil {
+			t.Fatal(err)
+		}
+		if old, _ := store.Lookup(other); len(old) != 0 {
+			t.Errorf("keep %v: want Contact: * to empty %s, have %v", keep, other, old)
 		}
 	}
 }

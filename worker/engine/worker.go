@@ -58,6 +58,8 @@ type Options struct {
 	// true of them, and the first is the home of AORs at this server's own
 	// addresses.
 	Domains []string
+	// AORKeepPort files AORs with their URI's port (aor_keep_port).
+	AORKeepPort bool
 	// NonceExpire is how long a digest nonce is accepted (nonce_expire;
 	// 300 s when zero), and AuthAlgorithms the algorithms challenges offer
 	// (auth_algorithms; MD5 when empty).
@@ -283,6 +285,7 @@ func New(env *worker.Env) (worker.Handler, error) {
 		PassResponse:      passResponseFor(env),
 		PassToHolder:      passFor(env, logger),
 		Domains:           cfg.Domains,
+		AORKeepPort:       cfg.AORKeepPort,
 		NonceExpire:       cfg.Auth.NonceExpire,
 		AuthAlgorithms:    cfg.Auth.Algorithms,
 		ReportStoreErrors: reportFor(env, logger),
@@ -416,7 +419,7 @@ func NewWorker(opt Options) (*Worker, error) {
 			return nil, fmt.Errorf("sip engine: %w", err)
 		}
 	}
-	w.home = homeDomain(opt.Domains, w.self)
+	w.home = homeDomain(opt.Domains, w.self, opt.AORKeepPort)
 	w.localIPs = interfaceIPs()
 	return w, nil
 }
@@ -448,8 +451,8 @@ func (w *Worker) Reload(path string) error {
 	w.opt.Conn = cfg.Conn
 	w.opt.Script = cfg.Script
 	w.opt.RetryAfter = cfg.RetryAfter
-	w.opt.Domains = cfg.Domains
-	w.home = homeDomain(cfg.Domains, w.self)
+	w.opt.Domains, w.opt.AORKeepPort = cfg.Domains, cfg.AORKeepPort
+	w.home = homeDomain(cfg.Domains, w.self, cfg.AORKeepPort)
 	w.opt.NonceExpire, w.opt.AuthAlgorithms = cfg.Auth.NonceExpire, cfg.Auth.Algorithms
 	// The cache is keyed by the old script's literals.
 	w.tmpl = map[*script.Literal][]tmplPart{}
