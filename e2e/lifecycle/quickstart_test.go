@@ -19,13 +19,20 @@ import (
 
 // quickStart is the shell text of README.md's "Quick start" section: every
 // line of its ```sh blocks, in order.
-func quickStart(readme string) []string {
-	_, sec, ok := strings.Cut(readme, "\n## Quick start\n")
+func quickStart(readme string) []string { return shellSection(readme, "## Quick start") }
+
+// shellSection is the shell text of a markdown section, heading the whole
+// heading line ("## Quick start"): every line of its ```sh blocks, in
+// order, up to the next heading of level 2 or 3.
+func shellSection(doc, heading string) []string {
+	_, sec, ok := strings.Cut(doc, "\n"+heading+"\n")
 	if !ok {
 		return nil
 	}
-	if i := strings.Index(sec, "\n## "); i >= 0 {
-		sec = sec[:i]
+	for _, next := range []string{"\n## ", "\n### "} {
+		if i := strings.Index(sec, next); i >= 0 {
+			sec = sec[:i]
+		}
 	}
 	var lines []string
 	in := false
@@ -69,13 +76,18 @@ func TestQuickStartExtract(t *testing.T) {
 	if want := "make build  # b|bin/a &   # c|bin/b"; have != want {
 		t.Fatalf("want %q, have %q", want, have)
 	}
+	doc := "# t\n## A\n```sh\na\n```\n### Sub\n```sh\nno\n```\n"
+	if have := strings.Join(shellSection(doc, "## A"), "|"); have != "a" {
+		t.Fatalf("want the section to end at its subsection, have %q", have)
+	}
 	if s := quickStartScript(quickStart(readme)); !strings.Contains(s, "bin/a &   # c\nbg+=($!)\nbin/b\n") {
 		t.Fatalf("want the background line's pid kept, have\n%s", s)
 	}
 }
 
 // The README's quick start, run as written in a copy of the source tree:
-// every command exits 0, the calls included. The commands use the fixed
+// every command exits 0, the calls included; then docs/SIPLOAD.md's
+// callee section, likewise. The commands use the fixed
 // ports of the built-in config (5060, 5070, 8888), as a new user's would;
 // no other test binds them (the others bind port 0, or give SIPp a port
 // the kernel picked), and the test is skipped when something else holds
@@ -110,17 +122,10 @@ func TestQuickStart(t *testing.T) {
 	if err := copyTree(harness.Root, dir); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", quickStartScript(lines))
-	cmd.Dir = dir
-	// Its own process group, so that whatever it left running goes with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	err = runShell(ctx, dir, quickStartScript(lines), &out)
 	log, _ := os.ReadFile(filepath.Join(dir, "sipvisor.log"))
 	if err != nil {
 		t.Fatalf("quick start: %v\n%s\nsipvisor.log:\n%s", err, out.String(), harness.Tail(string(log), 30))
@@ -130,6 +135,44 @@ func TestQuickStart(t *testing.T) {
 			t.Errorf("want %q in the quick start's output, have\n%s", want, out.String())
 		}
 	}
+
+	// docs/SIPLOAD.md's "A callee behind the built-in config", on the same
+	// fixed ports, so after the quick start: its commands as written, in
+	// an empty directory, with the quick start's bin/ on the PATH.
+	doc, err := os.ReadFile(harness.Path("docs/SIPLOAD.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines = shellSection(string(doc), "## A callee behind the built-in config")
+	if len(lines) < 5 {
+		t.Fatalf("docs/SIPLOAD.md: want a section \"A callee behind the built-in config\" with ```sh blocks, have %q", lines)
+	}
+	sub := filepath.Join(dir, "callee-doc")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := runShell(ctx, sub, quickStartScript(lines), &out, "PATH="+filepath.Join(dir, "bin")+":"+os.Getenv("PATH")); err != nil {
+		log, _ := os.ReadFile(filepath.Join(sub, "sipvisor.log"))
+		t.Fatalf("docs/SIPLOAD.md's callee section: %v\n%s\nsipvisor.log:\n%s", err, out.String(), harness.Tail(string(log), 30))
+	}
+	if !strings.Contains(out.String(), "succeeded 100  failed 0") {
+		t.Errorf("docs/SIPLOAD.md's callee section: want 100 calls succeeded, have\n%s", out.String())
+	}
+}
+
+// runShell runs script with bash in dir, in a process group of its own
+// killed when it ends, so that nothing it started outlives it.
+func runShell(ctx context.Context, dir, script string, out io.Writer, env ...string) error {
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.Stdout, cmd.Stderr = out, out
+	err := cmd.Run()
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	return err
 }
 
 // portFree says whether a proto:host:port can be bound.
