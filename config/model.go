@@ -92,6 +92,9 @@ type Config struct {
 	// banned, for how long, and how a banned source is refused.
 	Bans Bans `json:"bans"`
 
+	// NAT holds the keep-alives to phones behind NAT.
+	NAT NAT `json:"nat"`
+
 	// LogLevel: log_level = debug|info|warn|error (default info).
 	LogLevel string `json:"log_level"`
 	// LogFormat: log_format = text|json (default text).
@@ -253,6 +256,14 @@ type Bans struct {
 	BanTime               time.Duration  `json:"ban_time"`
 	Action                string         `json:"ban_action"`
 	Exempt                []netip.Prefix `json:"ban_exempt,omitempty"`
+}
+
+// NAT: nat_keepalive_interval (default 0: none) and nat_keepalive_method
+// (default OPTIONS), Kamailio's nathelper natping_interval and
+// sipping_method.
+type NAT struct {
+	KeepaliveInterval time.Duration `json:"keepalive_interval"`
+	KeepaliveMethod   string        `json:"keepalive_method"`
 }
 
 // Auth: nonce_expire (default 300s), auth_algorithms (default "MD5").

@@ -65,6 +65,9 @@ var liveSettings = []struct {
 	// Workers read these on a reload (renewed or in place).
 	{"domain", func(c *config.Config) any { return fmt.Sprint(c.Domains) }},
 	{"aor_keep_port", func(c *config.Config) any { return c.AORKeepPort }},
+	// The supervisor plans the keep-alive job anew; timer workers reload.
+	{"nat_keepalive_interval", func(c *config.Config) any { return c.NAT.KeepaliveInterval }},
+	{"nat_keepalive_method", func(c *config.Config) any { return c.NAT.KeepaliveMethod }},
 	{"nonce_expire", func(c *config.Config) any { return c.Auth.NonceExpire }},
 	{"auth_algorithms", func(c *config.Config) any { return fmt.Sprint(c.Auth.Algorithms) }},
 	{"tcp_max_connections", func(c *config.Config) any { return c.Conn.Max }},

@@ -180,7 +180,7 @@ func (s *Supervisor) doReload() (reloadPlan, error) {
 	if plan.changed("echo_interval") {
 		notify(s.echoChanged)
 	}
-	if timers {
+	if timers || plan.changed("nat_keepalive_interval") {
 		s.log.Info("reload: timer_route schedule changed")
 		notify(s.timersChanged)
 	}

@@ -2,9 +2,11 @@ package supervisor
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/script"
 )
 
 // timerLoop runs each timer_route[name, seconds] every interval on the
@@ -32,7 +34,12 @@ func (s *Supervisor) timerLoop(ctx context.Context) error {
 		if cfg.Script == nil {
 			return
 		}
-		for _, t := range cfg.Script.Timers {
+		timers := cfg.Script.Timers
+		if every := cfg.NAT.KeepaliveInterval; every > 0 {
+			// The NAT keep-alives are one more job, on the same terms.
+			timers = append(slices.Clip(timers), script.Timer{Name: wire.JobNATKeepalive, Interval: every})
+		}
+		for _, t := range timers {
 			j := &due{name: t.Name, frame: append([]byte{wire.FrameJob}, t.Name...), every: t.Interval, next: now.Add(t.Interval)}
 			for _, o := range old {
 				if o.name == j.name && o.every == j.every {

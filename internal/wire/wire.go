@@ -38,6 +38,11 @@ const (
 	FDSockets = 6
 )
 
+// JobNATKeepalive is the name of the job (FrameJob) that has a timer
+// worker send the NAT keep-alives; no timer_route can have it, since a
+// route's name is a word.
+const JobNATKeepalive = "nat keepalive"
+
 // Data frame kinds (supervisor → worker).
 const (
 	FrameMessage = 'M'

@@ -168,6 +168,9 @@ func init() {
 		"remove_hf":                fnRemoveHF,
 		"xlog":                     fnXlog,
 		"force_rport":              fnForceRport,
+		"nat_uac_test":             fnNatUACTest,
+		"fix_nated_contact":        fnFixNatedContact,
+		"fix_nated_register":       fnFixNatedRegister,
 		"usleep":                   fnUsleep,
 		"sleep":                    fnSleep,
 		"cpu_burn":                 fnCPUBurn,
@@ -584,7 +587,7 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 	now := time.Now()
 	var received, proto string
 	if c.src.addr.IsValid() {
-		received, proto = c.src.addr.String(), c.src.proto
+		received, proto = c.natReceived(c.src.addr.String()), c.src.proto
 	}
 	// The REGISTER's changes go to the store in one call, which brings
 	// back the bindings its 200 OK lists.
@@ -654,6 +657,7 @@ func fnLookup(c *msgCtx, _ []*script.Literal) bool {
 			continue
 		}
 		c.req.Recipient = u
+		c.natRoute(&b)
 		return true
 	}
 	return false
@@ -769,7 +773,7 @@ func fnCPUBurn(c *msgCtx, a []*script.Literal) bool {
 // runReply runs the onreply_route blocks for a reply of t: the unnamed one
 // for every reply, then the one t_on_reply armed. It reports false when the
 // script dropped the reply.
-func (w *Worker) runReply(t *serverTx, res *sip.Response) bool {
+func (w *Worker) runReply(t *serverTx, res *sip.Response, src source) bool {
 	keep := true
 	names := []string{""}
 	if t.onReply != "" {
@@ -780,7 +784,7 @@ func (w *Worker) runReply(t *serverTx, res *sip.Response) bool {
 		if blk == nil {
 			continue
 		}
-		c := w.newCtx(nil, res, source{sock: -1})
+		c := w.newCtx(nil, res, src)
 		c.stx = t
 		c.run(blk)
 		if c.dropped {

@@ -38,6 +38,7 @@ type msgCtx struct {
 
 	stopped bool // exit, drop or an absorbed retransmission
 	auth    authState
+	natReg  bool // fix_nated_register: save() records the source
 	dropped bool
 	depth   int
 }

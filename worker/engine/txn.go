@@ -698,7 +698,7 @@ func (w *Worker) onResponse(res *sip.Response, src source) {
 	switch {
 	case code < 200:
 		w.provisional(ct)
-		if !w.runReply(t, res) || code == 100 || t.state != stTrying {
+		if !w.runReply(t, res, src) || code == 100 || t.state != stTrying {
 			return
 		}
 		res.RemoveHeader("Via")
@@ -710,7 +710,7 @@ func (w *Worker) onResponse(res *sip.Response, src source) {
 		again := ct.state == stAccepted
 		if !again {
 			w.linger(ct, stAccepted)
-			w.runReply(t, res)
+			w.runReply(t, res, src)
 		}
 		res.RemoveHeader("Via")
 		b := serialize(res)
@@ -733,7 +733,7 @@ func (w *Worker) onResponse(res *sip.Response, src source) {
 			w.sendAck(ct, res)
 		}
 		w.linger(ct, stCompleted)
-		w.runReply(t, res)
+		w.runReply(t, res, src)
 		res.RemoveHeader("Via")
 		w.branchFinal(ct, code, res.Reason, serialize(res), res)
 	}

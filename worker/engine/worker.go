@@ -60,6 +60,9 @@ type Options struct {
 	Domains []string
 	// AORKeepPort files AORs with their URI's port (aor_keep_port).
 	AORKeepPort bool
+	// NATKeepaliveMethod is what a NAT keep-alive is: "OPTIONS" (also
+	// when empty) or "CRLF" (nat_keepalive_method).
+	NATKeepaliveMethod string
 	// NonceExpire is how long a digest nonce is accepted (nonce_expire;
 	// 300 s when zero), and AuthAlgorithms the algorithms challenges offer
 	// (auth_algorithms; MD5 when empty).
@@ -220,6 +223,8 @@ type Stats struct {
 	// Passed counts requests handed to the worker that holds the
 	// connection to their destination (Options.PassToHolder).
 	Passed uint64
+	// NATKeepalives counts the keep-alives sent to phones behind NAT.
+	NATKeepalives uint64
 	// StoreErrors counts registrar and lookup calls the location store
 	// failed.
 	StoreErrors uint64
@@ -282,13 +287,14 @@ func New(env *worker.Env) (worker.Handler, error) {
 		ConnClosed:  closedFor(env),
 		HandOff:     handOffFor(env),
 
-		PassResponse:      passResponseFor(env),
-		PassToHolder:      passFor(env, logger),
-		Domains:           cfg.Domains,
-		AORKeepPort:       cfg.AORKeepPort,
-		NonceExpire:       cfg.Auth.NonceExpire,
-		AuthAlgorithms:    cfg.Auth.Algorithms,
-		ReportStoreErrors: reportFor(env, logger),
+		PassResponse:       passResponseFor(env),
+		PassToHolder:       passFor(env, logger),
+		Domains:            cfg.Domains,
+		AORKeepPort:        cfg.AORKeepPort,
+		NATKeepaliveMethod: cfg.NAT.KeepaliveMethod,
+		NonceExpire:        cfg.Auth.NonceExpire,
+		AuthAlgorithms:     cfg.Auth.Algorithms,
+		ReportStoreErrors:  reportFor(env, logger),
 
 		// worker.Run ends its turns (worker.TurnEnder).
 		GroupCommit: true,
@@ -452,6 +458,7 @@ func (w *Worker) Reload(path string) error {
 	w.opt.Script = cfg.Script
 	w.opt.RetryAfter = cfg.RetryAfter
 	w.opt.Domains, w.opt.AORKeepPort = cfg.Domains, cfg.AORKeepPort
+	w.opt.NATKeepaliveMethod = cfg.NAT.KeepaliveMethod
 	w.home = homeDomain(cfg.Domains, w.self, cfg.AORKeepPort)
 	w.opt.NonceExpire, w.opt.AuthAlgorithms = cfg.Auth.NonceExpire, cfg.Auth.Algorithms
 	// The cache is keyed by the old script's literals.
@@ -471,6 +478,10 @@ func (w *Worker) HandleMessage(m *worker.Message) {
 
 // HandleJob runs timer_route[name].
 func (w *Worker) HandleJob(name string) {
+	if isKeepaliveJob(name) {
+		w.natKeepalive()
+		return
+	}
 	for _, t := range w.opt.Script.Timers {
 		if t.Name == name {
 			c := w.newCtx(nil, nil, source{sock: -1})
