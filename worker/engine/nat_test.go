@@ -1,11 +1,16 @@
 package engine
 
 import (
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/emiago/sipgo/sip"
+
+	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/location"
 )
 
 // A phone at 192.168.1.20:5060 behind a router that maps it to
@@ -128,5 +133,51 @@ func TestSDPAddrs(t *testing.T) {
 	body := []byte("v=0\r\nc=IN IP4 10.1.1.1\r\nm=audio 1 RTP/AVP 0\r\nc=IN IP4 224.2.1.1/127\r\nc=bad\r\n")
 	if have := strings.Join(sdpAddrs(body), ","); have != "10.1.1.1,224.2.1.1" {
 		t.Fatalf("want both c= addresses, have %q", have)
+	}
+}
+
+// The keep-alive job sends an OPTIONS (or two CRLFs) from the SIP socket to
+// each binding saved after fix_nated_register over UDP, and nothing to the
+// others.
+func TestNATKeepalive(t *testing.T) {
+	t.Parallel()
+	for _, method := range []string{"OPTIONS", "CRLF"} {
+		w, st, _ := groupWorker(t, `route { exit; }`)
+		w.opt.NATKeepaliveMethod = method
+		phone, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer phone.Close()
+		other, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		exp := time.Now().Add(time.Hour)
+		st.Save("sip:alice@example.com", location.Binding{Contact: "sip:alice@192.168.1.20:5060", Expires: exp, Proto: "udp",
+			Received: "sip:" + phone.LocalAddr().String()})
+		st.Save("sip:bob@example.com", location.Binding{Contact: "sip:bob@192.168.1.21:5060", Expires: exp, Proto: "udp",
+			Received: other.LocalAddr().String()})
+		w.HandleJob(wire.JobNATKeepalive)
+		buf := make([]byte, 2048)
+		phone.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, from, err := phone.ReadFromUDP(buf)
+		if err != nil {
+			t.Fatalf("%s: want a keep-alive at the phone's received address: %v", method, err)
+		}
+		got := string(buf[:n])
+		if method == "CRLF" && got != "\r\n\r\n" || method == "OPTIONS" && !strings.HasPrefix(got, "OPTIONS sip:alice@192.168.1.20:5060 SIP/2.0\r\n") {
+			t.Errorf("%s: want the keep-alive, have %q", method, got)
+		}
+		if from.AddrPort() != w.udpLocal[0] {
+			t.Errorf("%s: want it from the SIP socket %v, have %v", method, w.udpLocal[0], from)
+		}
+		// Sent, if at all, before HandleJob returned: over loopback it
+		// would be queued at the socket already.
+		other.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, _, err := other.ReadFromUDP(buf); err == nil {
+			t.Errorf("%s: a binding saved without fix_nated_register got a keep-alive", method)
+		}
 	}
 }
