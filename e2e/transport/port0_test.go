@@ -66,12 +66,12 @@ func miSockets(t *testing.T, s *harness.Server) []ctl.Socket {
 // kernel picks and says which, in its start-up log, /mi/sockets and ctl
 // sockets; what it advertises and knows as itself is the port bound: a
 // user registered at the UDP port is filed under the home domain with that
-// port, and calls that reach it at the TCP port, which differs, find that
+// port (aor_keep_port, which files the home domain's port), and calls that reach it at the TCP port, which differs, find that
 // user rather than loop. A reload keeps the ports. Every log line, the
 // workers' included, is JSON, and each worker line names its worker.
 func TestPort0(t *testing.T) {
 	t.Parallel()
-	cfg := strings.Replace(harness.RegistrarCfg(), "route {\n", "route {\n\txlog(\"L_INFO\", \"port0 $rm to $ru\");\n", 1)
+	cfg := strings.Replace(harness.RegistrarCfg(), "route {\n", "route {\n\txlog(\"L_INFO\", \"port0 $rm to $ru\");\n", 1) + "\naor_keep_port = yes\n"
 	s := harness.Start(t, cfg, "-log-format", "json")
 	served := served(t, s)
 
