@@ -38,6 +38,52 @@ func (s *Supervisor) openStore(cfg *config.Config) error {
 	return nil
 }
 
+// fileWithoutPorts moves, unless aor_keep_port, every binding filed under
+// an AOR with a port (by a server with aor_keep_port, or by one from
+// before the port was dropped) to the AOR without it, where the workers'
+// lookup() finds it now: sip:carol@127.0.0.1:5070 becomes
+// sip:carol@127.0.0.1. It reads every binding once, before any worker is
+// forked; a store out of reach leaves them where they are, said in the log.
+func (s *Supervisor) fileWithoutPorts(cfg *config.Config) {
+	if cfg.AORKeepPort {
+		return
+	}
+	start := time.Now()
+	n, err := moveToPortless(s.locations)
+	if err != nil {
+		s.log.Warn("bindings filed with a port not moved to their AOR without it", "moved", n, "error", err)
+		return
+	}
+	if n > 0 {
+		s.log.Info("bindings filed with a port moved to their AOR without it (aor_keep_port = no)", "moved", n, "took", time.Since(start))
+	}
+}
+
+// moveToPortless is fileWithoutPorts' work on st.
+func moveToPortless(st location.Store) (int, error) {
+	bs, err := st.List()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, b := range bs {
+		bare := location.DropPort(b.AOR)
+		if bare == b.AOR {
+			continue
+		}
+		old := b.AOR
+		b.AOR = bare
+		if err := st.Save(bare, b); err != nil {
+			return n, err
+		}
+		if err := st.Remove(old, b.Contact); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
 // sweepEvery is how often lapsed rows are deleted from a store that does
 // not lapse them itself (SQLite): lookups skip them meanwhile, and the
 // sweep reads the whole table.

@@ -131,3 +131,42 @@ func TestCountEvery(t *testing.T) {
 		}
 	}
 }
+
+// A store written with AORs that keep their port is moved to AORs without
+// it, every contact of each, and nothing else changes.
+func TestMoveToPortless(t *testing.T) {
+	t.Parallel()
+	st := location.NewMemory()
+	exp := time.Now().Add(time.Hour)
+	for _, b := range []location.Binding{
+		{AOR: "sip:carol@127.0.0.1:5070", Contact: "sip:carol@10.0.0.1:5090", Expires: exp, Received: "10.0.0.1:5090"},
+		{AOR: "sip:carol@127.0.0.1:5070", Contact: "sip:carol@10.0.0.1:5091", Expires: exp},
+		{AOR: "sip:dave@[::1]:5070", Contact: "sip:dave@[::1]:5092", Expires: exp},
+		{AOR: "sip:erin@example.com", Contact: "sip:erin@10.0.0.2", Expires: exp},
+	} {
+		if err := st.Save(b.AOR, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := moveToPortless(st)
+	if err != nil || n != 3 {
+		t.Fatalf("want 3 bindings moved, have %d (%v)", n, err)
+	}
+	all, _ := st.List()
+	var have []string
+	for _, b := range all {
+		have = append(have, b.AOR+" "+b.Contact+" "+b.Received)
+	}
+	want := []string{
+		"sip:carol@127.0.0.1 sip:carol@10.0.0.1:5090 10.0.0.1:5090",
+		"sip:carol@127.0.0.1 sip:carol@10.0.0.1:5091 ",
+		"sip:dave@[::1] sip:dave@[::1]:5092 ",
+		"sip:erin@example.com sip:erin@10.0.0.2 ",
+	}
+	if strings.Join(have, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("want\n%s\nhave\n%s", strings.Join(want, "\n"), strings.Join(have, "\n"))
+	}
+	if n, err := moveToPortless(st); n != 0 || err != nil {
+		t.Fatalf("again: want nothing moved, have %d (%v)", n, err)
+	}
+}

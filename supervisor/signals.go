@@ -180,6 +180,9 @@ func (s *Supervisor) doReload() (reloadPlan, error) {
 	if plan.changed("echo_interval") {
 		notify(s.echoChanged)
 	}
+	if plan.changed("aor_keep_port") {
+		s.fileWithoutPorts(cfg)
+	}
 	if timers || plan.changed("nat_keepalive_interval") {
 		s.log.Info("reload: timer_route schedule changed")
 		notify(s.timersChanged)

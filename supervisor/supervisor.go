@@ -246,6 +246,7 @@ func New(o Options) (*Supervisor, error) {
 		os.RemoveAll(s.snapDir)
 		return nil, err
 	}
+	s.fileWithoutPorts(o.Config)
 	s.makeGroups()
 	if s.tcp != nil {
 		// The bans' series exist from the start, so that a rule on their

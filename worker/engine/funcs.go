@@ -631,10 +631,6 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 		}
 		ch.Bindings = append(ch.Bindings, b)
 	}
-	if err := w.moveFromOtherAOR(to, &ch); err != nil {
-		w.storeFailed(c, "save", aor, err)
-		return false
-	}
 	return w.saveChange(c, ch)
 }
 
@@ -645,7 +641,7 @@ func fnLookup(c *msgCtx, _ []*script.Literal) bool {
 	aor := c.w.aorOf(&c.req.Recipient)
 	// A REGISTER of this turn is visible to the lookup.
 	c.w.EndTurn()
-	bs, err := c.w.lookupAOR(aor, &c.req.Recipient)
+	bs, err := c.w.opt.Store.Lookup(aor)
 	if err != nil {
 		// Not a 404: the user may well be registered.
 		c.w.storeFailed(c, "lookup", aor, err)

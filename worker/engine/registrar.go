@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,20 +20,10 @@ import (
 // setting), so that a phone registered through one address, or through
 // another node of a cluster, is found through any other.
 func (w *Worker) aorOf(u *sip.Uri) string {
-	return w.aorRule(u, w.opt.AORKeepPort)
-}
-
-// otherAOR is the AOR of u under the other setting of aor_keep_port: where
-// a server that ran with it filed u's bindings. It is aor when both agree.
-func (w *Worker) otherAOR(u *sip.Uri) string {
-	return w.aorRule(u, !w.opt.AORKeepPort)
-}
-
-func (w *Worker) aorRule(u *sip.Uri, keepPort bool) string {
 	host := u.Host
 	if w.isOwnAddr(host, u.Port) {
-		host = homeDomain(w.opt.Domains, w.self, keepPort)
-	} else if keepPort && u.Port != 0 && u.Port != 5060 && u.Port != 5061 {
+		host = w.home
+	} else if w.opt.AORKeepPort && u.Port != 0 && u.Port != 5060 && u.Port != 5061 {
 		host = net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(u.Port))
 	}
 	if u.User == "" {
@@ -58,53 +47,6 @@ func homeDomain(domains []string, self []netip.AddrPort, keepPort bool) string {
 		return a.Addr().String()
 	}
 	return a.String()
-}
-
-// lookupAOR is the bindings of the AOR u names: those filed under aor, then
-// those a server with the other aor_keep_port filed (a store written before
-// the port was dropped) whose contact aor does not hold already.
-func (w *Worker) lookupAOR(aor string, u *sip.Uri) ([]location.Binding, error) {
-	bs, err := w.opt.Store.Lookup(aor)
-	if err != nil {
-		return nil, err
-	}
-	other := w.otherAOR(u)
-	if other == aor {
-		return bs, nil
-	}
-	old, err := w.opt.Store.Lookup(other)
-	if err != nil || len(old) == 0 {
-		return bs, err
-	}
-	for _, b := range old {
-		if !slices.ContainsFunc(bs, func(n location.Binding) bool { return n.Contact == b.Contact }) {
-			bs = append(bs, b)
-		}
-	}
-	return bs, nil
-}
-
-// moveFromOtherAOR drops, from where the other aor_keep_port filed them,
-// the contacts a REGISTER to to now files under the AOR (all of them for
-// Contact: *), so that a phone's refresh or unregistration moves its
-// binding to the AOR as filed now and no stale copy outlives it.
-func (w *Worker) moveFromOtherAOR(to *sip.Uri, ch *location.Change) error {
-	other := w.otherAOR(to)
-	if other == ch.AOR {
-		return nil
-	}
-	old, err := w.opt.Store.Lookup(other)
-	if err != nil || len(old) == 0 {
-		return err
-	}
-	for _, b := range old {
-		if ch.RemoveAll || slices.ContainsFunc(ch.Bindings, func(n location.Binding) bool { return n.Contact == b.Contact }) {
-			if err := w.opt.Store.Remove(other, b.Contact); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // served reports whether host is one of the domain setting's domains.
