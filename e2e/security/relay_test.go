@@ -59,7 +59,8 @@ func TestNoOpenRelay(t *testing.T) {
 	t.Parallel()
 	s := harness.Start(t, harness.DefaultCfg0(t))
 	home := s.SIPAddr("udp")
-	if out, err := s.Ctl("user", "add", "bob@"+home, "s3cret"); err != nil {
+	// The realm of the server's own address: its IP, without the port.
+	if out, err := s.Ctl("user", "add", "bob@127.0.0.1", "s3cret"); err != nil {
 		t.Fatalf("ctl user add: %v: %s", err, out)
 	}
 	victim, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)})
