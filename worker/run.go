@@ -116,6 +116,15 @@ type Drainer interface {
 	Drain()
 }
 
+// A ConnWriter writes on a connection it reads a message another worker
+// made (wire.WriteFrame): a request for a phone whose connection this
+// worker holds, which only this process can write (a TLS session lives in
+// the process that made it). The message is the handler's only for the
+// call.
+type ConnWriter interface {
+	WriteConn(to netip.AddrPort, flags byte, msg []byte)
+}
+
 // Reloader is a Handler that can take a reloaded config without a restart:
 // the supervisor asks it of workers it does not renew, whose connections
 // a restart would cut.
@@ -695,6 +704,11 @@ func (w *workerLoop) handle(f frame) bool {
 			break
 		}
 		w.busy(func() { w.h.HandleMessage(&m) })
+	case wire.FrameWrite:
+		flags, to, msg, ok := wire.ParseWriteFrame(b)
+		if cw, is := w.h.(ConnWriter); ok && is {
+			w.busy(func() { cw.WriteConn(to, flags, msg) })
+		}
 	case wire.FrameJob:
 		name := string(b[1:])
 		w.busy(func() { w.h.HandleJob(name) })

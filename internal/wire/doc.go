@@ -27,7 +27,9 @@
 //	               'R' reload in place (the config snapshot's path),
 //	               'P' profile (SCM_RIGHTS: a pipe's write end; see below),
 //	               'D' drain, 'Z' end of work, 'T' steering table
-//	               (direct reads, below), 'B' bans (below)
+//	               (direct reads, below), 'B' bans (below), 'W' a
+//	               message another worker made, to write on a connection
+//	               this one reads (WriteFrame)
 //	fd 5  stats    a shared memory page. The worker writes and the
 //	               supervisor reads: frames handled, busy nanoseconds, the
 //	               start of the frame in progress, heap in use, sessions
@@ -54,7 +56,9 @@
 // for: an admission question (AdmitRequest: a new session's method and
 // Call-ID, read by a worker from a TCP connection no front door saw),
 // answered with the door's decision; a request to pass to the worker that
-// holds a connection to its destination (PassRequest); or, with the memory location
+// holds a connection to its destination (PassRequest); a message to write
+// on a connection another worker reads (WriteRequest: a phone's flow),
+// which the supervisor gives that worker in a 'W' frame; or, with the memory location
 // store, a location operation (location's binary format).
 //
 // # Notes

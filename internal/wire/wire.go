@@ -48,6 +48,9 @@ const (
 	FrameReload  = 'R' // load the config snapshot named in the frame, keeping connections and transactions
 	FrameProfile = 'P' // write a profile to the pipe passed with the frame: seconds (2 bytes), name
 	FrameEnd     = 'Z'
+	// FrameWrite asks the worker reading a connection to write a message
+	// another worker made on it (WriteFrame).
+	FrameWrite = 'W'
 )
 
 // Control message kinds (worker → supervisor).

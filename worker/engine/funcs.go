@@ -225,6 +225,18 @@ func (c *msgCtx) target() (dest, error) {
 		return d, errLoop
 	}
 	if stream(d.proto) {
+		if c.flowDu != "" && c.du == c.flowDu {
+			d.flow, d.ob = true, c.flowOb
+		}
+		if tc, ok := c.w.conns[d.addr]; ok && !tc.closed && tc.proto() == d.proto {
+			d.conn = tc
+			return d, nil
+		}
+		// A flow, or a connection another worker may read: send asks
+		// for its holder first.
+		if d.flow || c.w.opt.WriteVia != nil {
+			return d, nil
+		}
 		if d.conn, err = c.w.connTo(d.addr, d.proto); err != nil {
 			return d, err
 		}
@@ -247,6 +259,22 @@ func (c *msgCtx) dest() (dest, error) {
 		sock = 0
 	}
 	return c.w.resolve(u, sock)
+}
+
+// writeFor asks the supervisor to have the worker that reads a connection
+// write a message on it.
+func writeFor(env *worker.Env, logger *slog.Logger) func(byte, netip.AddrPort, []byte) bool {
+	if env.Call == nil {
+		return nil
+	}
+	return func(flags byte, to netip.AddrPort, msg []byte) bool {
+		ans, err := env.Call(wire.WriteRequest(flags, to, msg))
+		if err != nil {
+			logger.Warn("asking the worker holding a connection to write on it failed", "to", to.String(), "error", err)
+			return false
+		}
+		return len(ans) == 1 && ans[0] == 1
+	}
 }
 
 // passToHolder hands a request that came over UDP, and is to go over TCP or
@@ -375,16 +403,19 @@ func (c *msgCtx) addRecordRoute(d dest) {
 	c.rrDone = true
 	in, inProto := c.w.local(c.src)
 	out, outProto := c.w.localFor(d)
-	rr := func(a netip.AddrPort, proto string) sip.Header {
-		u := sip.Uri{Scheme: "sip", Host: a.Addr().String(), Port: int(a.Port()), UriParams: sip.HeaderParams{{K: "lr"}}}
+	// The side of a phone's flow carries its flow token, which routes the
+	// dialog's requests to the phone over that flow (loose_route).
+	outTok := c.w.outFlow(d)
+	rr := func(a netip.AddrPort, proto, tok string) sip.Header {
+		u := sip.Uri{Scheme: "sip", User: tok, Host: a.Addr().String(), Port: int(a.Port()), UriParams: sip.HeaderParams{{K: "lr"}}}
 		if proto != "UDP" {
 			u.UriParams.Add("transport", strings.ToLower(proto))
 		}
 		return &sip.RecordRouteHeader{Address: u}
 	}
-	c.req.PrependHeader(rr(in, inProto))
-	if in != out || inProto != outProto {
-		c.req.PrependHeader(rr(out, outProto))
+	c.req.PrependHeader(rr(in, inProto, ""))
+	if in != out || inProto != outProto || outTok != "" {
+		c.req.PrependHeader(rr(out, outProto, outTok))
 	}
 }
 
@@ -453,16 +484,33 @@ func fnLooseRoute(c *msgCtx, _ []*script.Literal) bool {
 	if h == nil {
 		return false
 	}
+	// The last of our Routes says which side the request goes to: one
+	// with a flow token faces a phone's flow (addRecordRoute).
+	var last *sip.Uri
 	for h != nil {
 		rh, ok := h.(*sip.RouteHeader)
 		if !ok || !c.w.isMyself(rh.Address.Host, rh.Address.Port) {
 			break
 		}
+		u := rh.Address
+		last = &u
 		c.req.RemoveHeader("Route")
 		h = first()
 	}
 	if rh, ok := h.(*sip.RouteHeader); ok {
 		c.du = rh.Address.String()
+		return true
+	}
+	if last != nil && last.User != "" {
+		if addr, ob, ok := c.w.parseFlowToken(last.User); ok {
+			proto := "tcp"
+			if t, ok := last.UriParams.Get("transport"); ok {
+				proto = strings.ToLower(t)
+			}
+			if stream(proto) {
+				c.setFlow(addr, proto, ob)
+			}
+		}
 	}
 	return true
 }
@@ -644,12 +692,18 @@ func fnLookup(c *msgCtx, _ []*script.Literal) bool {
 		c.w.storeFailed(c, "lookup", aor, err)
 		return false
 	}
-	for _, b := range bs {
+	for i := range bs {
+		b := &bs[i]
 		var u sip.Uri
 		if err := sip.ParseUri(b.Contact, &u); err != nil || u.Host == "" {
 			continue
 		}
 		c.req.Recipient = u
+		// A phone registered over a connection is reached over it,
+		// whatever its Contact names (flow.go).
+		if addr, ok := bindingFlow(b); ok {
+			c.setFlow(addr, b.Proto, hasOb(&u))
+		}
 		return true
 	}
 	return false

@@ -133,6 +133,11 @@ type Options struct {
 	// TCP or TLS peer that accepts no connections (a phone behind NAT, a
 	// client such as sipload) can only go over the one the peer opened.
 	PassToHolder func(sock int, to, from netip.AddrPort, msg []byte) bool
+	// WriteVia, when set, asks the supervisor to have the worker that
+	// reads the connection from to write msg on it (wire.WriteRequest;
+	// flags wire.FlowOutbound), and reports whether one does: a phone's
+	// flow is written by the worker holding it, TLS session and all.
+	WriteVia func(flags byte, to netip.AddrPort, msg []byte) bool
 }
 
 // Worker is the SIP engine of one worker process: it parses each message,
@@ -218,6 +223,10 @@ type Stats struct {
 	// Passed counts requests handed to the worker that holds the
 	// connection to their destination (Options.PassToHolder).
 	Passed uint64
+	// WrittenVia counts messages written on a connection another worker
+	// reads (Options.WriteVia), and FlowsGone requests answered 480 or 430
+	// because the connection of their flow was gone.
+	WrittenVia, FlowsGone uint64
 	// StoreErrors counts registrar and lookup calls the location store
 	// failed.
 	StoreErrors uint64
@@ -282,6 +291,7 @@ func New(env *worker.Env) (worker.Handler, error) {
 
 		PassResponse:      passResponseFor(env),
 		PassToHolder:      passFor(env, logger),
+		WriteVia:          writeFor(env, logger),
 		Domains:           cfg.Domains,
 		NonceExpire:       cfg.Auth.NonceExpire,
 		AuthAlgorithms:    cfg.Auth.Algorithms,
@@ -618,11 +628,28 @@ type dest struct {
 	sock  int
 	conn  *tcpConn
 	reply bool // over UDP, from the reply socket beside sock
+	// flow: the connection a phone registered on (flow.go), never
+	// connected to; ob: the phone asked for outbound (430 when gone).
+	flow, ob bool
 }
 
 func (w *Worker) send(d *dest, b []byte) error {
 	if stream(d.proto) {
 		if d.conn == nil || d.conn.closed {
+			// This worker's connection, else the one another worker
+			// reads (a phone's flow, a connection handed over), else a
+			// new one: but never to a phone's flow.
+			if tc, ok := w.conns[d.addr]; ok && !tc.closed && tc.proto() == d.proto {
+				d.conn = tc
+				return w.send(d, b)
+			}
+			if w.writeVia(d, b) {
+				return nil
+			}
+			if d.flow {
+				w.Stats.SendErrors++
+				return errFlowGone
+			}
 			c, err := w.connTo(d.addr, d.proto)
 			if err != nil {
 				w.Stats.SendErrors++

@@ -1,0 +1,208 @@
+package engine
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/emiago/sipgo/sip"
+
+	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/location"
+)
+
+// Flows (RFC 5626): a phone that registered over a connection (TCP, TLS,
+// and any stream transport) is reached over that connection, whatever its
+// Contact says: it accepts no connections (no server certificate, a NAT
+// in front) and may name an unroutable *.invalid host. lookup() sets the
+// destination to the binding's flow, the connection's remote address and
+// transport; the request goes there if this worker reads the connection,
+// else the worker that does writes it (Options.WriteVia), and the phone's
+// responses, which that worker reads, come back by the pid in their branch
+// (passResponse). No worker reading it means the flow is gone: the request
+// gets 430 Flow Failed (the phone registered with ;ob) or 480 Temporarily
+// Unavailable, at once, and nothing connects to the phone.
+//
+// In-dialog requests find the flow by the flow token of this server's
+// Record-Route facing it (addRecordRoute, loose_route): the phone's 2xx
+// names its own Contact, which is just as unreachable.
+
+// errFlowGone is a request for a flow no worker reads any more.
+var errFlowGone = errors.New("the connection the phone registered on is gone")
+
+// flowCode is the answer for a request whose flow is gone (RFC 5626 5.3):
+// 430 for a phone that asked for outbound, 480 for others, which know no
+// 430.
+func flowCode(ob bool) (int, string) {
+	if ob {
+		return 430, "Flow Failed"
+	}
+	return 480, "Temporarily Unavailable"
+}
+
+// flowURI is the $du of a flow: where the connection comes from, over its
+// transport.
+func flowURI(addr netip.AddrPort, proto string) string {
+	host := addr.Addr().String()
+	if addr.Addr().Is6() {
+		host = "[" + host + "]"
+	}
+	return "sip:" + host + ":" + strconv.Itoa(int(addr.Port())) + ";transport=" + proto
+}
+
+// setFlow points the request at a flow: $du, marked so that target() does
+// not connect to it.
+func (c *msgCtx) setFlow(addr netip.AddrPort, proto string, ob bool) {
+	c.du = flowURI(addr, proto)
+	c.flowDu, c.flowOb = c.du, ob
+}
+
+// bindingFlow is the flow of a binding registered over a connection.
+func bindingFlow(b *location.Binding) (netip.AddrPort, bool) {
+	if !stream(b.Proto) || b.Received == "" {
+		return netip.AddrPort{}, false
+	}
+	ap, err := netip.ParseAddrPort(b.Received)
+	if err != nil {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), true
+}
+
+// hasOb reports whether a contact asked for outbound (RFC 5626 ;ob).
+func hasOb(u *sip.Uri) bool {
+	_, ok := u.UriParams.Get("ob")
+	return ok
+}
+
+// writeVia has the worker that reads the connection from d.addr write b
+// there, and reports whether it took it.
+func (w *Worker) writeVia(d *dest, b []byte) bool {
+	if w.opt.WriteVia == nil {
+		return false
+	}
+	var flags byte
+	if d.ob {
+		flags |= wire.FlowOutbound
+	}
+	if !w.opt.WriteVia(flags, d.addr, b) {
+		return false
+	}
+	w.Stats.WrittenVia++
+	return true
+}
+
+// WriteConn writes on a connection this worker reads a message another
+// worker made (worker.ConnWriter). A request it cannot write, the
+// connection being gone since, is answered 480 or 430 to the worker whose
+// branch it carries, as the asker would have had no holder answered.
+func (w *Worker) WriteConn(to netip.AddrPort, flags byte, msg []byte) {
+	if tc, ok := w.conns[to]; ok && !tc.closed {
+		if err := tc.write(msg); err == nil {
+			return
+		}
+	}
+	w.Stats.SendErrors++
+	if len(msg) > 8 && string(msg[:8]) == "SIP/2.0 " {
+		return
+	}
+	m, err := w.parser.ParseSIP(msg)
+	if err != nil {
+		return
+	}
+	req, ok := m.(*sip.Request)
+	if !ok || req.Method == sip.ACK || req.Via() == nil || req.CallID() == nil || req.CSeq() == nil || req.From() == nil || req.To() == nil {
+		return
+	}
+	branch, _ := req.Via().Params.Get("branch")
+	pid, ok := branchOwner([]byte(branch))
+	if !ok || w.opt.PassResponse == nil {
+		return
+	}
+	code, reason := flowCode(flags&wire.FlowOutbound != 0)
+	w.opt.PassResponse(pid, "", buildReply(req, code, reason, localTag(req), nil))
+}
+
+// A flow token names a connection a client opened to this server: the
+// user part of the Record-Route this server puts in a request on the side
+// of that connection (RFC 5626 5.2), "ft" and, base64url, a flag byte (1:
+// the phone asked for outbound), the remote address (16 bytes IPv6-mapped,
+// 2 of port) and an HMAC-SHA256 of those, cut to 8 bytes, under the
+// store's shared key: any worker of any node sharing the store reads it,
+// and nobody can make one that routes into another client's connection.
+const flowTokenPrefix = "ft"
+
+const flowTokenLen = 1 + 18 + 8
+
+func (w *Worker) flowKey() []byte {
+	_, secret, err := w.users()
+	if err != nil {
+		return nil
+	}
+	return secret
+}
+
+func flowMAC(key, b []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write(b)
+	return m.Sum(nil)[:8]
+}
+
+// flowToken is the token of the connection from addr, "" without a key.
+func (w *Worker) flowToken(addr netip.AddrPort, ob bool) string {
+	key := w.flowKey()
+	if key == nil {
+		return ""
+	}
+	b := make([]byte, 0, flowTokenLen)
+	if ob {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	ip := addr.Addr().As16()
+	b = append(b, ip[:]...)
+	b = append(b, byte(addr.Port()>>8), byte(addr.Port()))
+	b = append(b, flowMAC(key, b)...)
+	return flowTokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// parseFlowToken reads a token flowToken made; ok is false for any other
+// user part, or a token whose MAC does not hold.
+func (w *Worker) parseFlowToken(user string) (addr netip.AddrPort, ob, ok bool) {
+	if !strings.HasPrefix(user, flowTokenPrefix) {
+		return addr, false, false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(user[len(flowTokenPrefix):])
+	if err != nil || len(b) != flowTokenLen {
+		return addr, false, false
+	}
+	key := w.flowKey()
+	if key == nil || !hmac.Equal(flowMAC(key, b[:19]), b[19:]) {
+		return addr, false, false
+	}
+	ip := netip.AddrFrom16([16]byte(b[1:17])).Unmap()
+	return netip.AddrPortFrom(ip, uint16(b[17])<<8|uint16(b[18])), b[0]&1 != 0, true
+}
+
+// inFlow is the flow a request came over, for the Record-Route on its
+// side: a connection a client opened. The token's ob flag is unknown
+// here; 430 is for what lookup found.
+func (w *Worker) inFlow(src source) string {
+	if src.conn == nil || !src.conn.inbound {
+		return ""
+	}
+	return w.flowToken(src.addr, false)
+}
+
+// outFlow is the flow a request leaves by, when lookup chose it.
+func (w *Worker) outFlow(d dest) string {
+	if !d.flow {
+		return ""
+	}
+	return w.flowToken(d.addr, d.ob)
+}
