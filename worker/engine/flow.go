@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/emiago/sipgo/sip"
 
@@ -205,4 +206,139 @@ func (w *Worker) outFlow(d dest) string {
 		return ""
 	}
 	return w.flowToken(d.addr, d.ob)
+}
+
+// pathOf is a REGISTER's Path (RFC 3327), its name-addrs in order: the
+// proxies between this registrar and the phone, this one's neighbour
+// first, the edge proxy last.
+func pathOf(req *sip.Request) []string {
+	var out []string
+	for _, h := range req.GetHeaders("Path") {
+		out = append(out, splitNameAddrs(h.Value())...)
+	}
+	return out
+}
+
+// splitNameAddrs splits a header value of comma-separated name-addrs,
+// keeping commas inside <> and quotes.
+func splitNameAddrs(v string) []string {
+	var out []string
+	depth, quoted, start := 0, false, 0
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '"':
+			quoted = !quoted
+		case quoted:
+		case c == '<':
+			depth++
+		case c == '>':
+			depth--
+		case c == ',' && depth == 0:
+			if s := strings.TrimSpace(v[start:i]); s != "" {
+				out = append(out, s)
+			}
+			start = i + 1
+		}
+	}
+	if s := strings.TrimSpace(v[start:]); s != "" {
+		out = append(out, s)
+	}
+	return out
+}
+
+// nameAddrURI parses the URI of a name-addr ("<sip:...>" or a bare URI).
+func nameAddrURI(s string) (sip.Uri, bool) {
+	if i := strings.IndexByte(s, '<'); i >= 0 {
+		s = s[i+1:]
+		if j := strings.IndexByte(s, '>'); j >= 0 {
+			s = s[:j]
+		}
+	}
+	var u sip.Uri
+	if err := sip.ParseUri(strings.TrimSpace(s), &u); err != nil || u.Host == "" {
+		return u, false
+	}
+	return u, true
+}
+
+// outboundOf says how a REGISTER's contact is to be filed under RFC 5626
+// (section 6): with its +sip.instance and reg-id when the phone asked for
+// outbound and the first hop supports it, this server reading the phone's
+// connection itself or the edge proxy marking its Path with ;ob. refuse is
+// a reg-id whose first hop lacks outbound (439). Over UDP straight to this
+// server the contact is filed as RFC 3261 says: outbound over UDP keeps
+// its flow alive with STUN on the SIP port, which this server does not
+// answer.
+func outboundOf(ct *sip.ContactHeader, path []string, src source) (instance, regID string, refuse bool) {
+	instance, ok1 := param(ct.Params, "+sip.instance")
+	regID, ok2 := param(ct.Params, "reg-id")
+	if !ok1 || !ok2 || instance == "" || regID == "" {
+		return "", "", false
+	}
+	if len(path) > 0 {
+		u, ok := nameAddrURI(path[0])
+		if !ok || !hasOb(&u) {
+			return "", "", true
+		}
+		return instance, regID, false
+	}
+	if !stream(src.proto) {
+		return "", "", false
+	}
+	return instance, regID, false
+}
+
+// replacedFlows are the removals that make a phone's new flow replace the
+// older one of the same instance and reg-id (RFC 5626 6, step 3): its
+// bindings under another contact.
+func (w *Worker) replacedFlows(aor string, news []location.Binding, now time.Time) ([]location.Binding, error) {
+	outbound := false
+	for _, b := range news {
+		outbound = outbound || b.Instance != ""
+	}
+	if !outbound {
+		return nil, nil
+	}
+	// A REGISTER of this turn is visible, as to a lookup.
+	w.EndTurn()
+	old, err := w.opt.Store.Lookup(aor)
+	if err != nil {
+		return nil, err
+	}
+	var out []location.Binding
+	for _, o := range old {
+		if o.Instance == "" {
+			continue
+		}
+		for _, n := range news {
+			if n.Instance == o.Instance && n.RegID == o.RegID && n.Contact != o.Contact {
+				out = append(out, location.Binding{Contact: o.Contact, Expires: now})
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// applyPath routes a request to a contact registered through proxies
+// (RFC 3327 5.3): the Path as its Route set, $du its first hop.
+func (c *msgCtx) applyPath(path string) bool {
+	hops := splitNameAddrs(path)
+	if len(hops) == 0 {
+		return false
+	}
+	first, ok := nameAddrURI(hops[0])
+	if !ok {
+		return false
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		u, ok := nameAddrURI(hops[i])
+		if !ok {
+			continue
+		}
+		c.req.PrependHeader(&sip.RouteHeader{Address: u})
+	}
+	c.du = first.String()
+	c.flowDu = ""
+	return true
 }

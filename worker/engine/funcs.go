@@ -634,6 +634,7 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 	if c.src.addr.IsValid() {
 		received, proto = c.src.addr.String(), c.src.proto
 	}
+	path := pathOf(req)
 	// The REGISTER's changes go to the store in one call, which brings
 	// back the bindings its 200 OK lists.
 	ch := location.Change{AOR: aor}
@@ -656,6 +657,13 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 				exp = n
 			}
 		}
+		instance, regID, refuse := outboundOf(ct, path, c.src)
+		if refuse {
+			// RFC 5626 6: the phone asked for outbound, and the proxy in
+			// front of this registrar does not do it.
+			w.replyStateless(req, c.src, 439, "First Hop Lacks Outbound Support", nil)
+			return false
+		}
 		b := location.Binding{
 			Contact:   ct.Address.String(),
 			Expires:   now.Add(time.Duration(exp) * time.Second),
@@ -664,6 +672,9 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 			Received:  received,
 			Proto:     proto,
 			UserAgent: headerValue(req, "User-Agent"),
+			Instance:  instance,
+			RegID:     regID,
+			Path:      strings.Join(path, ","),
 		}
 		if exp == 0 {
 			b.Expires = now
@@ -676,6 +687,12 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 		}
 		ch.Bindings = append(ch.Bindings, b)
 	}
+	gone, err := w.replacedFlows(aor, ch.Bindings, now)
+	if err != nil {
+		w.storeFailed(c, "lookup", aor, err)
+		return false
+	}
+	ch.Bindings = append(gone, ch.Bindings...)
 	return w.saveChange(c, ch)
 }
 
@@ -699,8 +716,12 @@ func fnLookup(c *msgCtx, _ []*script.Literal) bool {
 			continue
 		}
 		c.req.Recipient = u
-		// A phone registered over a connection is reached over it,
-		// whatever its Contact names (flow.go).
+		// Through the proxies it registered by (RFC 3327); else a phone
+		// registered over a connection is reached over it, whatever its
+		// Contact names (flow.go).
+		if b.Path != "" && c.applyPath(b.Path) {
+			return true
+		}
 		if addr, ok := bindingFlow(b); ok {
 			c.setFlow(addr, b.Proto, hasOb(&u))
 		}
