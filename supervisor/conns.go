@@ -101,8 +101,11 @@ func (c *connCounts) handedLocked(w *pool.Worker, ap netip.AddrPort, f *os.File)
 // whether the note was a hand-off.
 func (c *connCounts) handOff(from *pool.Worker, note []byte, pick func() *pool.Worker) (bool, error) {
 	remote, prefix, ok := wire.ParseHandOffNote(note)
+	var tlsPayload []byte
 	if !ok {
-		return false, nil
+		if remote, tlsPayload, ok = wire.ParseHandOffTLSNote(note); !ok {
+			return false, nil
+		}
 	}
 	ap, err := netip.ParseAddrPort(remote)
 	if err != nil {
@@ -122,6 +125,8 @@ func (c *connCounts) handOff(from *pool.Worker, note []byte, pick func() *pool.W
 		err = fmt.Errorf("no copy of %s to hand on", ap)
 	case to == nil || to == from:
 		err = fmt.Errorf("no worker to hand %s to", ap)
+	case tlsPayload != nil:
+		err = to.SendTLSConnFile(f, tlsPayload)
 	default:
 		err = to.SendConnFile(f, prefix)
 	}

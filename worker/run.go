@@ -116,6 +116,12 @@ type Drainer interface {
 	Drain()
 }
 
+// A TLSTaker takes a TLS connection another worker handed back with its
+// record layer's state (wire.FrameConnTLS): payload is the frame's.
+type TLSTaker interface {
+	TakeTLS(c net.Conn, payload []byte)
+}
+
 // A ConnWriter writes on a connection it reads a message another worker
 // made (wire.WriteFrame): a request for a phone whose connection this
 // worker holds, which only this process can write (a TLS session lives in
@@ -684,7 +690,7 @@ func (w *workerLoop) handle(f frame) bool {
 	b := f.buf
 	// Only connection and profile frames bring a descriptor; one on any
 	// other frame would stay open for the worker's life.
-	if f.fd >= 0 && b[0] != wire.FrameConn && b[0] != wire.FrameProfile {
+	if f.fd >= 0 && b[0] != wire.FrameConn && b[0] != wire.FrameConnTLS && b[0] != wire.FrameProfile {
 		unix.Close(f.fd)
 		f.fd = -1
 	}
@@ -729,6 +735,23 @@ func (w *workerLoop) handle(f frame) bool {
 			c = &prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(append([]byte(nil), b[1:]...)), c)}
 		}
 		w.busy(func() { w.h.HandleConn(c) })
+	case wire.FrameConnTLS:
+		if f.fd < 0 {
+			return false
+		}
+		file := os.NewFile(uintptr(f.fd), "tls")
+		c, err := net.FileConn(file)
+		file.Close()
+		if err != nil {
+			w.env.Logger.Warn("take tls connection", "error", err)
+			return false
+		}
+		payload := append([]byte(nil), b[1:]...)
+		if tt, ok := w.h.(TLSTaker); ok {
+			w.busy(func() { tt.TakeTLS(c, payload) })
+		} else {
+			c.Close()
+		}
 	case wire.FrameEcho:
 		// Answered at once: the round trip is the time the echo waited in the
 		// queue behind real work.

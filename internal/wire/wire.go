@@ -51,6 +51,9 @@ const (
 	// FrameWrite asks the worker reading a connection to write a message
 	// another worker made on it (WriteFrame).
 	FrameWrite = 'W'
+	// FrameConnTLS hands over a TLS connection (SCM_RIGHTS) with its
+	// record layer's state (HandOffTLSNote's payload).
+	FrameConnTLS = 'S'
 )
 
 // Control message kinds (worker → supervisor).

@@ -121,11 +121,17 @@ func closedFor(env *worker.Env) func(reason, remote string) {
 }
 
 // handOffFor gives connections back to the supervisor.
-func handOffFor(env *worker.Env) func(remote string, prefix []byte) {
+func handOffFor(env *worker.Env) func(remote string, prefix, tlsState []byte) {
 	if env.Note == nil {
 		return nil
 	}
-	return func(remote string, prefix []byte) { env.Note(wire.HandOffNote(remote, prefix)) }
+	return func(remote string, prefix, tlsState []byte) {
+		if tlsState != nil {
+			env.Note(wire.HandOffTLSNote(remote, prefix, tlsState))
+			return
+		}
+		env.Note(wire.HandOffNote(remote, prefix))
+	}
 }
 
 // passResponseFor passes responses to the worker that holds their

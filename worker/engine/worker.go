@@ -99,7 +99,7 @@ type Options struct {
 	ConnClosed func(reason, remote string)
 	// HandOff, when set, gives a draining worker's connection back to the
 	// supervisor (wire.HandOffNote); nil keeps connections to the end.
-	HandOff func(remote string, prefix []byte)
+	HandOff func(remote string, prefix, tlsState []byte)
 	// PassResponse, when set, passes a response to the worker whose pid its
 	// branch names (wire.ForwardNote).
 	PassResponse func(pid int, from string, msg []byte)
@@ -215,8 +215,9 @@ type Stats struct {
 	// TLSHandshakeFailures counts TLS handshakes, in either direction, that
 	// failed or timed out.
 	TLSHandshakeFailures uint64
-	// HandedOff counts connections a draining worker gave back.
-	HandedOff uint64
+	// HandedOff counts connections a draining worker gave back, and
+	// TLSTaken the TLS ones this worker took with their state.
+	HandedOff, TLSTaken uint64
 	// PassedResponses counts responses passed to the worker that holds
 	// their transaction.
 	PassedResponses uint64
