@@ -46,7 +46,7 @@ func newConnCounts(reg prometheus.Registerer) *connCounts {
 		}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "connections_closed_total",
-			Help: "TCP and TLS connections from clients that ended, by reason: peer, idle, message_timeout, handshake, malformed, worker_exit.",
+			Help: "TCP and TLS connections from clients that ended, by reason: peer, idle, message_timeout, handshake, malformed, worker_exit, handoff_failed.",
 		}, []string{"reason"}),
 		handedOff: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "connections_handed_off_total",

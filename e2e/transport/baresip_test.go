@@ -90,7 +90,7 @@ func TestBaresip(t *testing.T) {
 	pki.Issue("server", "127.0.0.1", 2)
 	cfg := harness.DefaultCfg0(t)
 	for old, repl := range map[string]string{
-		"#socket = tls:127.0.0.1:5061": "socket = tls:127.0.0.1:0",
+		"#socket = tls:127.0.0.1:5061":  "socket = tls:127.0.0.1:0",
 		`#tls_certificate = "cert.pem"`: `tls_certificate = "` + pki.Path("server.pem") + `"`,
 		`#tls_private_key = "key.pem"`:  `tls_private_key = "` + pki.Path("server.key") + `"`,
 	} {

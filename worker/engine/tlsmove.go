@@ -386,7 +386,7 @@ type recordConn struct {
 	hsReads  uint64        // readRecs when the handshake ended
 	hsWrites uint64
 
-	keysMu              sync.Mutex
+	keysMu               sync.Mutex
 	clientApp, serverApp []byte
 }
 
