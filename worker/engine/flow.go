@@ -190,16 +190,6 @@ func (w *Worker) parseFlowToken(user string) (addr netip.AddrPort, ob, ok bool) 
 	return netip.AddrPortFrom(ip, uint16(b[17])<<8|uint16(b[18])), b[0]&1 != 0, true
 }
 
-// inFlow is the flow a request came over, for the Record-Route on its
-// side: a connection a client opened. The token's ob flag is unknown
-// here; 430 is for what lookup found.
-func (w *Worker) inFlow(src source) string {
-	if src.conn == nil || !src.conn.inbound {
-		return ""
-	}
-	return w.flowToken(src.addr, false)
-}
-
 // outFlow is the flow a request leaves by, when lookup chose it.
 func (w *Worker) outFlow(d dest) string {
 	if !d.flow {
