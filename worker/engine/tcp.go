@@ -172,7 +172,7 @@ func (w *Worker) TakeTLS(c net.Conn, payload []byte) {
 	}
 	var conn net.Conn = m
 	if len(prefix) > 0 {
-		conn = &prefixed{Conn: m, r: io.MultiReader(bytes.NewReader(bytes.Clone(prefix)), m)}
+		conn = &prefixed{Conn: m, pre: bytes.NewReader(bytes.Clone(prefix))}
 	}
 	w.adoptWith(conn, true, true, func(tc *tcpConn) { tc.moved = m })
 	w.Stats.TLSTaken++
@@ -182,10 +182,15 @@ func (w *Worker) TakeTLS(c net.Conn, payload []byte) {
 // connection.
 type prefixed struct {
 	net.Conn
-	r io.Reader
+	pre *bytes.Reader
 }
 
-func (p *prefixed) Read(b []byte) (int, error) { return p.r.Read(b) }
+func (p *prefixed) Read(b []byte) (int, error) {
+	if p.pre.Len() > 0 {
+		return p.pre.Read(b)
+	}
+	return p.Conn.Read(b)
+}
 
 func (w *Worker) adopt(c net.Conn, inbound, secure bool) *tcpConn {
 	return w.adoptWith(c, inbound, secure, nil)
@@ -590,6 +595,12 @@ func (w *Worker) noteSession(req *sip.Request) {
 func (tc *tcpConn) readMoveState() (*tlsMoveState, []byte, bool) {
 	if tc.moved != nil {
 		st, plain, ok := tc.moved.moveState()
+		// Bytes handed over before and not read yet come first.
+		if p, is := tc.c.(*prefixed); is && ok && p.pre.Len() > 0 {
+			rest := make([]byte, p.pre.Len())
+			p.pre.Read(rest)
+			plain = append(rest, plain...)
+		}
 		return st, plain, ok
 	}
 	rec := tc.rec
