@@ -67,10 +67,16 @@ func MessageFrame(sock int, from netip.AddrPort, at int64, msg []byte) []byte {
 // the message; 0 when none does, and the flow is gone.
 const writeMagic = "WRT1"
 
-// FlowOutbound marks a message for an RFC 5626 flow (the phone registered
-// with ;ob): a request its holder cannot write is answered 430 Flow Failed
-// rather than 480.
-const FlowOutbound = 1
+// Flags of a WriteRequest. FlowOutbound marks a message for an RFC 5626
+// flow (the phone registered with ;ob): a request its holder cannot write
+// is answered 430 Flow Failed rather than 480. FlowDial lets the holder,
+// the connection gone, connect to the request's Request-URI instead: a
+// contact that names an address of its own, not one that only its flow
+// reaches.
+const (
+	FlowOutbound = 1
+	FlowDial     = 2
+)
 
 const writeHeaderLen = len(writeMagic) + 1 + 18
 

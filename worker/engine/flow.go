@@ -74,6 +74,24 @@ func bindingFlow(b *location.Binding) (netip.AddrPort, bool) {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), true
 }
 
+// contactDest is where a flow's contact itself leads, for when the flow is
+// gone: only a contact that names an IP address, over the flow's
+// transport, and did not ask for outbound; nil for one that only its
+// flow reaches (*.invalid, a name, ;ob), which nothing connects to.
+func (w *Worker) contactDest(u *sip.Uri, flow dest) *dest {
+	if hasOb(u) {
+		return nil
+	}
+	if _, err := hostIPNoLookup(u.Host); err != nil {
+		return nil
+	}
+	d, err := w.resolve(u, flow.sock)
+	if err != nil || d.proto != flow.proto || w.ownAddrPort(d.addr) {
+		return nil
+	}
+	return &d
+}
+
 // hasOb reports whether a contact asked for outbound (RFC 5626 ;ob).
 func hasOb(u *sip.Uri) bool {
 	_, ok := u.UriParams.Get("ob")
@@ -89,6 +107,9 @@ func (w *Worker) writeVia(d *dest, b []byte) bool {
 	var flags byte
 	if d.ob {
 		flags |= wire.FlowOutbound
+	}
+	if d.alt != nil {
+		flags |= wire.FlowDial
 	}
 	if !w.opt.WriteVia(flags, d.addr, b) {
 		return false
@@ -107,15 +128,27 @@ func (w *Worker) WriteConn(to netip.AddrPort, flags byte, msg []byte) {
 			return
 		}
 	}
-	w.Stats.SendErrors++
 	if len(msg) > 8 && string(msg[:8]) == "SIP/2.0 " {
+		w.Stats.SendErrors++
 		return
 	}
 	m, err := w.parser.ParseSIP(msg)
 	if err != nil {
+		w.Stats.SendErrors++
 		return
 	}
 	req, ok := m.(*sip.Request)
+	if ok && flags&wire.FlowDial != 0 {
+		// The contact has an address of its own: tried as it says, on a
+		// connection of this worker's, whose responses go back by the
+		// branch's pid as the flow's would have.
+		if d, err := w.resolve(&req.Recipient, 0); err == nil && stream(d.proto) && !w.ownAddrPort(d.addr) {
+			if c, err := w.connTo(d.addr, d.proto); err == nil && c.write(msg) == nil {
+				return
+			}
+		}
+	}
+	w.Stats.SendErrors++
 	if !ok || req.Method == sip.ACK || req.Via() == nil || req.CallID() == nil || req.CSeq() == nil || req.From() == nil || req.To() == nil {
 		return
 	}

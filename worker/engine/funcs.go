@@ -233,6 +233,7 @@ func (c *msgCtx) target() (dest, error) {
 	if stream(d.proto) {
 		if c.flowDu != "" && c.du == c.flowDu {
 			d.flow, d.ob = true, c.flowOb
+			d.alt = c.w.contactDest(&c.req.Recipient, d)
 		}
 		if tc, ok := c.w.conns[d.addr]; ok && !tc.closed && tc.proto() == d.proto {
 			d.conn = tc

@@ -631,7 +631,10 @@ type dest struct {
 	reply bool // over UDP, from the reply socket beside sock
 	// flow: the connection a phone registered on (flow.go), never
 	// connected to; ob: the phone asked for outbound (430 when gone).
+	// alt, for a flow whose contact names an address of its own (no ;ob),
+	// is that contact: connected to when the flow is gone.
 	flow, ob bool
+	alt      *dest
 }
 
 func (w *Worker) send(d *dest, b []byte) error {
@@ -645,6 +648,18 @@ func (w *Worker) send(d *dest, b []byte) error {
 				return w.send(d, b)
 			}
 			if w.writeVia(d, b) {
+				return nil
+			}
+			if d.flow && d.alt != nil {
+				// The flow is gone; the contact is tried as it says, and
+				// failing that the branch ends as a gone flow's does.
+				flow := *d
+				*d = *d.alt
+				err := w.send(d, b)
+				if err != nil {
+					*d = flow
+					return fmt.Errorf("%w; its contact: %w", errFlowGone, err)
+				}
 				return nil
 			}
 			if d.flow {
