@@ -77,8 +77,9 @@
 // it; one that came over another connection stays with its worker, which
 // has the holder write it (Options.WriteVia, flow.go), the peer's
 // responses coming back by the pid in their branch. A phone's flow is
-// never connected to: gone, it is 480 or 430. A next hop that is not a
-// flow and that no worker holds a connection from is connected to. A TLS
+// never connected to: gone, its contact is, only when it names an IP
+// address of its own, else the branch is 480 or 430. A next hop that is
+// not a flow and that no worker holds a connection from is connected to. A TLS
 // connection moves to another worker on scale-down only for TLS 1.3 with
 // AES-GCM (tlsmove.go). Next hops named by a host name are resolved on the
 // loop.

@@ -26,7 +26,9 @@ import (
 // responses, which that worker reads, come back by the pid in their branch
 // (passResponse). No worker reading it means the flow is gone: the request
 // gets 430 Flow Failed (the phone registered with ;ob) or 480 Temporarily
-// Unavailable, at once, and nothing connects to the phone.
+// Unavailable, at once, and nothing connects to the phone, unless its
+// contact names an IP address of its own (contactDest): a registration
+// made over a connection for a contact that accepts them.
 //
 // In-dialog requests find the flow by the flow token of this server's
 // Record-Route facing it (addRecordRoute, loose_route): the phone's 2xx
