@@ -89,3 +89,34 @@ func TestOutboundRegistrarAndPath(t *testing.T) {
 	caller.recvResponse(100)
 	caller.recvResponse(486)
 }
+
+// A flow token reads back as the connection it names, and one altered in
+// any byte, or made under another key, does not.
+func TestFlowToken(t *testing.T) {
+	p := startProxy(t, outboundScript, nil)
+	var tok string
+	addr := netip.MustParseAddrPort("192.0.2.7:40312")
+	p.do(func() { tok = p.w.flowToken(addr, true) })
+	if tok == "" {
+		t.Fatal("no flow token")
+	}
+	p.do(func() {
+		got, ob, ok := p.w.parseFlowToken(tok)
+		if !ok || got != addr || !ob {
+			t.Errorf("the token read back: want %v with ob, have %v %v %v", addr, got, ob, ok)
+		}
+		for i := len(flowTokenPrefix); i < len(tok); i++ {
+			b := []byte(tok)
+			b[i] ^= 1
+			if _, _, ok := p.w.parseFlowToken(string(b)); ok {
+				t.Errorf("a token altered at byte %d was taken", i)
+			}
+		}
+	})
+	other := startProxy(t, outboundScript, nil)
+	other.do(func() {
+		if _, _, ok := other.w.parseFlowToken(tok); ok {
+			t.Error("a token made under another store's key was taken")
+		}
+	})
+}
