@@ -32,6 +32,14 @@ type streamPhone struct {
 	got     []string // methods and statuses read, in order
 	regDone chan harness.Resp
 	byes    chan string
+	// finals are the final responses to the phone's INVITEs.
+	finals chan phoneFinal
+}
+
+type phoneFinal struct {
+	code            int
+	to, contact, id string
+	rr              []string
 }
 
 func dialPhone(t *testing.T, pki *harness.PKI, s *harness.Server, user, tr string, ob bool) *streamPhone {
@@ -50,7 +58,7 @@ func dialPhone(t *testing.T, pki *harness.PKI, s *harness.Server, user, tr strin
 	t.Cleanup(func() { c.Close() })
 	p := &streamPhone{t: t, c: c, r: textproto.NewReader(bufio.NewReader(c)), user: user, tr: tr,
 		contact: "sip:" + user + "@" + harness.NewID() + ".invalid;transport=" + tr,
-		regDone: make(chan harness.Resp, 4), byes: make(chan string, 8)}
+		regDone: make(chan harness.Resp, 4), byes: make(chan string, 8), finals: make(chan phoneFinal, 4)}
 	if ob {
 		p.contact += ";ob"
 	}
@@ -116,6 +124,15 @@ func (p *streamPhone) serve() {
 					p.regDone <- m
 				}
 			}
+			if code, _ := strconv.Atoi(strings.Fields(first)[1]); code >= 200 && strings.HasSuffix(hdr.Get("CSeq"), "INVITE") {
+				f := phoneFinal{code: code, to: hdr.Get("To"), contact: strings.Trim(hdr.Get("Contact"), "<> "), id: hdr.Get("Call-ID")}
+				for _, v := range hdr.Values("Record-Route") {
+					for _, x := range strings.Split(v, ",") {
+						f.rr = append(f.rr, strings.TrimSpace(x))
+					}
+				}
+				p.finals <- f
+			}
 			continue
 		}
 		method, _, _ := strings.Cut(first, " ")
@@ -141,6 +158,40 @@ func (p *streamPhone) serve() {
 			p.byes <- hdr.Get("Call-ID")
 		}
 	}
+}
+
+// callOut places a call from the phone, over its connection, to ruri
+// and ACKs its 200 along the route set; the callee is to hang up.
+func (p *streamPhone) callOut(ruri string) string {
+	p.t.Helper()
+	id := harness.NewID() + "@phone"
+	req := func(method, uri, to string, route []string) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s %s SIP/2.0\r\nVia: SIP/2.0/%s %s.invalid;branch=z9hG4bK-%s;rport\r\nMax-Forwards: 70\r\n",
+			method, uri, strings.ToUpper(p.tr), id[:8], harness.NewID())
+		for _, r := range route {
+			b.WriteString("Route: " + r + "\r\n")
+		}
+		fmt.Fprintf(&b, "From: <sip:%s@127.0.0.1>;tag=%s\r\nTo: %s\r\nCall-ID: %s\r\nCSeq: 1 %s\r\nContact: <%s>\r\nContent-Length: 0\r\n\r\n",
+			p.user, id[:8], to, id, method, p.contact)
+		return b.String()
+	}
+	p.write(req("INVITE", ruri, "<"+ruri+">", nil))
+	var f phoneFinal
+	select {
+	case f = <-p.finals:
+	case <-time.After(10 * time.Second):
+		p.t.Fatalf("phone %s: no final answer to its INVITE", p.user)
+	}
+	if f.code != 200 || f.id != id {
+		p.t.Fatalf("phone %s: INVITE to %s: want 200, have %d (%s)", p.user, ruri, f.code, f.id)
+	}
+	var route []string
+	for i := len(f.rr) - 1; i >= 0; i-- {
+		route = append(route, f.rr[i])
+	}
+	p.write(req("ACK", f.contact, f.to, route))
+	return id
 }
 
 // streamCall is a caller's side of a call over a connection: INVITE, its
@@ -266,6 +317,13 @@ func TestFlows(t *testing.T) {
 	cfg := strings.Replace(harness.TLSConfig(pki, ""), "tcp_workers = 1", "tcp_workers = 2", 1)
 	s := harness.Start(t, cfg)
 	udp := s.SIPAddr("udp")
+	// dave hangs up the calls the phones make, sending the BYE by the
+	// route set to sipvisor's UDP socket.
+	dave := startRouteFollowingCallee(t)
+	if ok, failed, out := runCaller(t, pki, "udp", udp, "-sf", harness.Testdata("register_transport.xml"), "-s", "dave-udp",
+		"-key", "contact_port", strconv.Itoa(dave.Port()), "-key", "contact_transport", "udp", "-m", "1"); ok != 1 || failed != 0 {
+		t.Fatalf("register dave-udp: have %d/%d\n%s", ok, failed, harness.Tail(out, 30))
+	}
 
 	for _, tc := range []struct {
 		tr string
@@ -298,6 +356,23 @@ func TestFlows(t *testing.T) {
 				}
 			}
 			harness.WaitFor(t, "the phone to see 4 BYEs", 10*time.Second, func() bool { return len(phone.byes) == 4 })
+			for range 4 {
+				<-phone.byes
+			}
+
+			// The phone calls a UDP callee that hangs up: the callee's BYE
+			// comes to sipvisor's UDP socket, by the Record-Route, and goes
+			// to the phone over its connection, by the flow token of the
+			// Record-Route on the phone's side.
+			id := phone.callOut("sip:dave-udp@" + udp)
+			select {
+			case got := <-phone.byes:
+				if got != id {
+					t.Fatalf("the phone got a BYE for %s, want %s", got, id)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the callee's BYE did not reach the %s phone over its connection\n%s", tc.tr, harness.Tail(s.Log.String(), 20))
+			}
 
 			// The phone's connection closes: a call to it is answered at once.
 			closed := s.MetricAbsentAs0("sipvisor_frontdoor_connections_closed_total", `reason="peer"`)

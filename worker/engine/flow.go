@@ -61,7 +61,7 @@ func flowURI(addr netip.AddrPort, proto string) string {
 // not connect to it.
 func (c *msgCtx) setFlow(addr netip.AddrPort, proto string, ob bool) {
 	c.du = flowURI(addr, proto)
-	c.flowDu, c.flowOb = c.du, ob
+	c.flowDu, c.flowOb, c.flowCaller = c.du, ob, false
 }
 
 // bindingFlow is the flow of a binding registered over a connection.
@@ -79,12 +79,14 @@ func bindingFlow(b *location.Binding) (netip.AddrPort, bool) {
 // contactDest is where a flow's contact itself leads, for when the flow is
 // gone: only a contact that names an IP address, over the flow's
 // transport, and did not ask for outbound; nil for one that only its
-// flow reaches (*.invalid, a name, ;ob), which nothing connects to.
-func (w *Worker) contactDest(u *sip.Uri, flow dest) *dest {
+// flow reaches (*.invalid, a name, ;ob), which nothing connects to. names
+// allows a host name, resolved as any next hop's is: for the flow of a
+// caller, which may be a server.
+func (w *Worker) contactDest(u *sip.Uri, flow dest, names bool) *dest {
 	if hasOb(u) {
 		return nil
 	}
-	if _, err := hostIPNoLookup(u.Host); err != nil {
+	if _, err := hostIPNoLookup(u.Host); err != nil && !names {
 		return nil
 	}
 	d, err := w.resolve(u, flow.sock)
@@ -166,7 +168,8 @@ func (w *Worker) WriteConn(to netip.AddrPort, flags byte, msg []byte) {
 // A flow token names a connection a client opened to this server: the
 // user part of the Record-Route this server puts in a request on the side
 // of that connection (RFC 5626 5.2), "ft" and, base64url, a flag byte (1:
-// the phone asked for outbound), the remote address (16 bytes IPv6-mapped,
+// the phone asked for outbound; 2: the caller's side, a client that may be
+// a server with a name of its own), the remote address (16 bytes IPv6-mapped,
 // 2 of port) and an HMAC-SHA256 of those, cut to 8 bytes, under the
 // store's shared key: any worker of any node sharing the store reads it,
 // and nobody can make one that routes into another client's connection.
@@ -188,18 +191,20 @@ func flowMAC(key, b []byte) []byte {
 	return m.Sum(nil)[:8]
 }
 
+// Flags of a flow token.
+const (
+	flowTokenOb     = 1
+	flowTokenCaller = 2
+)
+
 // flowToken is the token of the connection from addr, "" without a key.
-func (w *Worker) flowToken(addr netip.AddrPort, ob bool) string {
+func (w *Worker) flowToken(addr netip.AddrPort, flags byte) string {
 	key := w.flowKey()
 	if key == nil {
 		return ""
 	}
 	b := make([]byte, 0, flowTokenLen)
-	if ob {
-		b = append(b, 1)
-	} else {
-		b = append(b, 0)
-	}
+	b = append(b, flags)
 	ip := addr.Addr().As16()
 	b = append(b, ip[:]...)
 	b = append(b, byte(addr.Port()>>8), byte(addr.Port()))
@@ -209,20 +214,30 @@ func (w *Worker) flowToken(addr netip.AddrPort, ob bool) string {
 
 // parseFlowToken reads a token flowToken made; ok is false for any other
 // user part, or a token whose MAC does not hold.
-func (w *Worker) parseFlowToken(user string) (addr netip.AddrPort, ob, ok bool) {
+func (w *Worker) parseFlowToken(user string) (addr netip.AddrPort, flags byte, ok bool) {
 	if !strings.HasPrefix(user, flowTokenPrefix) {
-		return addr, false, false
+		return addr, 0, false
 	}
 	b, err := base64.RawURLEncoding.DecodeString(user[len(flowTokenPrefix):])
 	if err != nil || len(b) != flowTokenLen {
-		return addr, false, false
+		return addr, 0, false
 	}
 	key := w.flowKey()
 	if key == nil || !hmac.Equal(flowMAC(key, b[:19]), b[19:]) {
-		return addr, false, false
+		return addr, 0, false
 	}
 	ip := netip.AddrFrom16([16]byte(b[1:17])).Unmap()
-	return netip.AddrPortFrom(ip, uint16(b[17])<<8|uint16(b[18])), b[0]&1 != 0, true
+	return netip.AddrPortFrom(ip, uint16(b[17])<<8|uint16(b[18])), b[0], true
+}
+
+// inFlow is the flow a request came over, for the Record-Route on its
+// side: a connection a client opened, so that the dialog's requests from
+// the other side reach a caller that accepts no connections.
+func (w *Worker) inFlow(src source) string {
+	if src.conn == nil || !src.conn.inbound {
+		return ""
+	}
+	return w.flowToken(src.addr, flowTokenCaller)
 }
 
 // outFlow is the flow a request leaves by, when lookup chose it.
@@ -230,7 +245,11 @@ func (w *Worker) outFlow(d dest) string {
 	if !d.flow {
 		return ""
 	}
-	return w.flowToken(d.addr, d.ob)
+	var flags byte
+	if d.ob {
+		flags = flowTokenOb
+	}
+	return w.flowToken(d.addr, flags)
 }
 
 // pathOf is a REGISTER's Path (RFC 3327), its name-addrs in order: the

@@ -233,7 +233,7 @@ func (c *msgCtx) target() (dest, error) {
 	if stream(d.proto) {
 		if c.flowDu != "" && c.du == c.flowDu {
 			d.flow, d.ob = true, c.flowOb
-			d.alt = c.w.contactDest(&c.req.Recipient, d)
+			d.alt = c.w.contactDest(&c.req.Recipient, d, c.flowCaller)
 		}
 		if tc, ok := c.w.conns[d.addr]; ok && !tc.closed && tc.proto() == d.proto {
 			d.conn = tc
@@ -412,7 +412,7 @@ func (c *msgCtx) addRecordRoute(d dest) {
 	out, outProto := c.w.localFor(d)
 	// The side of a phone's flow carries its flow token, which routes the
 	// dialog's requests to the phone over that flow (loose_route).
-	outTok := c.w.outFlow(d)
+	inTok, outTok := c.w.inFlow(c.src), c.w.outFlow(d)
 	rr := func(a netip.AddrPort, proto, tok string) sip.Header {
 		u := sip.Uri{Scheme: "sip", User: tok, Host: a.Addr().String(), Port: int(a.Port()), UriParams: sip.HeaderParams{{K: "lr"}}}
 		if proto != "UDP" {
@@ -420,8 +420,8 @@ func (c *msgCtx) addRecordRoute(d dest) {
 		}
 		return &sip.RecordRouteHeader{Address: u}
 	}
-	c.req.PrependHeader(rr(in, inProto, ""))
-	if in != out || inProto != outProto || outTok != "" {
+	c.req.PrependHeader(rr(in, inProto, inTok))
+	if in != out || inProto != outProto || inTok != outTok {
 		c.req.PrependHeader(rr(out, outProto, outTok))
 	}
 }
@@ -509,13 +509,15 @@ func fnLooseRoute(c *msgCtx, _ []*script.Literal) bool {
 		return true
 	}
 	if last != nil && last.User != "" {
-		if addr, ob, ok := c.w.parseFlowToken(last.User); ok {
+		if addr, flags, ok := c.w.parseFlowToken(last.User); ok {
 			proto := "tcp"
 			if t, ok := last.UriParams.Get("transport"); ok {
 				proto = strings.ToLower(t)
 			}
-			if stream(proto) {
-				c.setFlow(addr, proto, ob)
+			// A request from the flow itself goes by its Request-URI.
+			if stream(proto) && !(c.src.conn != nil && c.src.addr == addr) {
+				c.setFlow(addr, proto, flags&flowTokenOb != 0)
+				c.flowCaller = flags&flowTokenCaller != 0
 			}
 		}
 	}

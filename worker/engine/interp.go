@@ -26,6 +26,8 @@ type msgCtx struct {
 	// still that, the request goes over the flow or is answered 480/430.
 	flowDu string
 	flowOb bool
+	// flowCaller: the flow is a caller's connection (flowTokenCaller).
+	flowCaller bool
 
 	// stx is the request's server transaction once t_relay made one, or the
 	// one a failure_route or onreply_route runs for.

@@ -96,14 +96,14 @@ func TestFlowToken(t *testing.T) {
 	p := startProxy(t, outboundScript, nil)
 	var tok string
 	addr := netip.MustParseAddrPort("192.0.2.7:40312")
-	p.do(func() { tok = p.w.flowToken(addr, true) })
+	p.do(func() { tok = p.w.flowToken(addr, flowTokenOb) })
 	if tok == "" {
 		t.Fatal("no flow token")
 	}
 	p.do(func() {
-		got, ob, ok := p.w.parseFlowToken(tok)
-		if !ok || got != addr || !ob {
-			t.Errorf("the token read back: want %v with ob, have %v %v %v", addr, got, ob, ok)
+		got, flags, ok := p.w.parseFlowToken(tok)
+		if !ok || got != addr || flags != flowTokenOb {
+			t.Errorf("the token read back: want %v with ob, have %v %v %v", addr, got, flags, ok)
 		}
 		for i := len(flowTokenPrefix); i < len(tok); i++ {
 			b := []byte(tok)
