@@ -32,11 +32,18 @@ type Binding struct {
 	CallID string
 	CSeq   uint32
 	// Received is the source address the REGISTER came from (ip:port), and
-	// Proto its transport ("udp" or "tcp"): where to reach a contact behind NAT.
+	// Proto its transport ("udp", "tcp", "tls"): where to reach a contact
+	// behind NAT, and the flow of one registered over a connection.
 	Received string
 	Proto    string
 	// UserAgent is the registering client's User-Agent, for ul show.
 	UserAgent string
+	// Instance and RegID are the Contact's +sip.instance and reg-id of a
+	// phone that registered for outbound (RFC 5626): a new REGISTER with
+	// both replaces the binding of the same pair. Path is the REGISTER's
+	// Path (RFC 3327), its URIs comma-separated in order: the route to the
+	// contact through the proxies in front.
+	Instance, RegID, Path string
 }
 
 // Store keeps bindings by AOR. Implementations are safe for concurrent use.

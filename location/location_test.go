@@ -228,7 +228,8 @@ func TestWireRoundTrip(t *testing.T) {
 	t.Parallel()
 	full := Binding{AOR: "sip:alice@example.com", Contact: "sip:alice@[2001:db8::1]:5062;transport=tcp",
 		Expires: time.Unix(1_700_000_000, 123456789), CallID: "a84b4c76e66710@pc33", CSeq: 1<<32 - 1,
-		Received: "10.0.0.1:5062", Proto: "tcp", UserAgent: "Linphone/5.2.0 (belle-sip) ünïcode"}
+		Received: "10.0.0.1:5062", Proto: "tcp", UserAgent: "Linphone/5.2.0 (belle-sip) ünïcode",
+		Instance: "<urn:uuid:00000000-0000-1000-8000-000a95a0e128>", RegID: "1", Path: "<sip:ft@edge.example.com;lr;ob>"}
 	for _, q := range []request{
 		{Op: opRegister, AOR: full.AOR, Binding: &full},
 		{Op: opSave, AOR: "a", Binding: &Binding{}},

@@ -212,7 +212,7 @@ func decodeValues(vals []any, now time.Time) ([]Binding, error) {
 			continue
 		}
 		rd := reader{b: []byte(s)}
-		b := rd.binding()
+		b := rd.base()
 		if err := rd.end(); err != nil {
 			return nil, fmt.Errorf("redis: unreadable binding: %w", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,6 +65,9 @@ CREATE TABLE IF NOT EXISTS location (
 	received   TEXT    NOT NULL,
 	proto      TEXT    NOT NULL,
 	user_agent TEXT    NOT NULL,
+	instance   TEXT    NOT NULL DEFAULT '',
+	reg_id     TEXT    NOT NULL DEFAULT '',
+	path       TEXT    NOT NULL DEFAULT '',
 	PRIMARY KEY (aor, contact)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS location_expires ON location (expires);
@@ -86,10 +90,11 @@ CREATE TABLE IF NOT EXISTS secret (
 `
 
 const (
-	bindingCols = `aor, contact, expires, call_id, cseq, received, proto, user_agent`
-	upsertSQL   = `INSERT INTO location (` + bindingCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+	bindingCols = `aor, contact, expires, call_id, cseq, received, proto, user_agent, instance, reg_id, path`
+	upsertSQL   = `INSERT INTO location (` + bindingCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (aor, contact) DO UPDATE SET expires = excluded.expires, call_id = excluded.call_id,
-		cseq = excluded.cseq, received = excluded.received, proto = excluded.proto, user_agent = excluded.user_agent`
+		cseq = excluded.cseq, received = excluded.received, proto = excluded.proto, user_agent = excluded.user_agent,
+		instance = excluded.instance, reg_id = excluded.reg_id, path = excluded.path`
 	deleteSQL    = `DELETE FROM location WHERE aor = ? AND contact = ?`
 	deleteAllSQL = `DELETE FROM location WHERE aor = ?`
 	lookupSQL    = `SELECT ` + bindingCols + ` FROM location WHERE aor = ? AND +expires > ? ORDER BY expires DESC`
@@ -127,6 +132,9 @@ func (s *SQLite) init() error {
 	defer cancel()
 	if _, err := s.db.ExecContext(ctx, sqliteSchema); err != nil {
 		return fmt.Errorf("create table: %w", err)
+	}
+	if err := s.addOutboundColumns(ctx); err != nil {
+		return err
 	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
@@ -201,7 +209,7 @@ func (s *SQLite) Save(aor string, b Binding) error {
 	if !b.Expires.After(s.Now()) {
 		_, err = s.del.ExecContext(ctx, aor, b.Contact)
 	} else {
-		_, err = s.upsert.ExecContext(ctx, aor, b.Contact, b.Expires.UnixNano(), b.CallID, int64(b.CSeq), b.Received, b.Proto, b.UserAgent)
+		_, err = s.upsert.ExecContext(ctx, aor, b.Contact, b.Expires.UnixNano(), b.CallID, int64(b.CSeq), b.Received, b.Proto, b.UserAgent, b.Instance, b.RegID, b.Path)
 	}
 	return s.fail("save", err)
 }
@@ -303,7 +311,7 @@ func (s *SQLite) write(ctx context.Context, now time.Time, aor string, b Binding
 	if !b.Expires.After(now) {
 		_, err = s.regDel.ExecContext(ctx, aor, b.Contact)
 	} else {
-		_, err = s.regUpsert.ExecContext(ctx, aor, b.Contact, b.Expires.UnixNano(), b.CallID, int64(b.CSeq), b.Received, b.Proto, b.UserAgent)
+		_, err = s.regUpsert.ExecContext(ctx, aor, b.Contact, b.Expires.UnixNano(), b.CallID, int64(b.CSeq), b.Received, b.Proto, b.UserAgent, b.Instance, b.RegID, b.Path)
 	}
 	return err
 }
@@ -314,7 +322,7 @@ func (s *SQLite) register(ctx context.Context, aor string, b Binding) ([]Binding
 	if !b.Expires.After(now) {
 		_, err = s.regDel.ExecContext(ctx, aor, b.Contact)
 	} else {
-		_, err = s.regUpsert.ExecContext(ctx, aor, b.Contact, b.Expires.UnixNano(), b.CallID, int64(b.CSeq), b.Received, b.Proto, b.UserAgent)
+		_, err = s.regUpsert.ExecContext(ctx, aor, b.Contact, b.Expires.UnixNano(), b.CallID, int64(b.CSeq), b.Received, b.Proto, b.UserAgent, b.Instance, b.RegID, b.Path)
 	}
 	if err != nil {
 		return nil, err
@@ -446,7 +454,7 @@ func scanBindings(rows *sql.Rows) ([]Binding, error) {
 			b       Binding
 			exp, cs int64
 		)
-		if err := rows.Scan(&b.AOR, &b.Contact, &exp, &b.CallID, &cs, &b.Received, &b.Proto, &b.UserAgent); err != nil {
+		if err := rows.Scan(&b.AOR, &b.Contact, &exp, &b.CallID, &cs, &b.Received, &b.Proto, &b.UserAgent, &b.Instance, &b.RegID, &b.Path); err != nil {
 			return nil, err
 		}
 		b.Expires = time.Unix(0, exp)
@@ -542,4 +550,35 @@ func (s *SQLite) Secret() ([]byte, error) {
 	}
 	s.secret = key
 	return key, nil
+}
+
+// addOutboundColumns brings a location table made before outbound (RFC
+// 5626) up to date: the columns instance, reg_id and path, empty for the
+// bindings already there. Workers open the file at once, so another may
+// have added a column since this one looked: that is no error.
+func (s *SQLite) addOutboundColumns(ctx context.Context) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT name FROM pragma_table_info('location')`)
+	if err != nil {
+		return fmt.Errorf("read the location table's columns: %w", err)
+	}
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return err
+		}
+		have[name] = true
+	}
+	rows.Close()
+	for _, col := range []string{"instance", "reg_id", "path"} {
+		if have[col] {
+			continue
+		}
+		_, err := s.db.ExecContext(ctx, `ALTER TABLE location ADD COLUMN `+col+` TEXT NOT NULL DEFAULT ''`)
+		if err != nil && !strings.Contains(err.Error(), "duplicate column") {
+			return fmt.Errorf("add column %s to the location table: %w", col, err)
+		}
+	}
+	return nil
 }

@@ -2,8 +2,10 @@ package location
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -77,6 +79,44 @@ func TestSQLiteSharedAndDurable(t *testing.T) {
 	if err != nil || len(bs) != 2 || !bs[0].Expires.Equal(exp) {
 		t.Fatalf("after reopening: want both bindings, have %+v, %v", bs, err)
 	}
+}
+
+// A location table written before outbound gets its columns at the next
+// open: its bindings stay, with no instance, reg-id or path, and new ones
+// keep theirs.
+func TestSQLiteAddsOutboundColumns(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "location.db")
+	old, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Now().Add(time.Hour).UnixNano()
+	for _, q := range []string{`CREATE TABLE location (aor TEXT NOT NULL, contact TEXT NOT NULL, expires INTEGER NOT NULL,
+		call_id TEXT NOT NULL, cseq INTEGER NOT NULL, received TEXT NOT NULL, proto TEXT NOT NULL, user_agent TEXT NOT NULL,
+		PRIMARY KEY (aor, contact)) WITHOUT ROWID`,
+		`INSERT INTO location VALUES ('sip:alice@example.com', 'sip:alice@10.0.0.1', ` + strconv.FormatInt(exp, 10) + `, 'c1', 1, '10.0.0.1:5060', 'udp', 'ua')`} {
+		if _, err := old.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	old.Close()
+	s := openPatientSQLite(t, path)
+	defer s.Close()
+	bob := Binding{Contact: "sip:bob@x.invalid;transport=tls;ob", Expires: time.Now().Add(time.Hour), Received: "10.0.0.2:40000", Proto: "tls",
+		Instance: "<urn:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6>", RegID: "2", Path: "<sip:edge.example.com;lr;ob>"}
+	if _, err := s.Register("sip:bob@example.com", bob); err != nil {
+		t.Fatal(err)
+	}
+	if bs, err := s.Lookup("sip:alice@example.com"); err != nil || len(bs) != 1 || bs[0].CallID != "c1" || bs[0].Instance != "" {
+		t.Fatalf("the binding written before: have %+v, %v", bs, err)
+	}
+	bs, err := s.Lookup("sip:bob@example.com")
+	if err != nil || len(bs) != 1 || bs[0].Instance != bob.Instance || bs[0].RegID != "2" || bs[0].Path != bob.Path {
+		t.Fatalf("a new binding: want its instance, reg-id and path, have %+v, %v", bs, err)
+	}
+	// A second handle, as another worker, finds the columns there.
+	openPatientSQLite(t, path).Close()
 }
 
 func TestSQLiteOpenErrors(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 //	request:  'L' op aor contact flag [binding] now
 //	response: n err count binding...
 //	binding:  aor contact expires call-id cseq received proto user-agent
+//	          instance reg-id path
 //
 // A string is its length (uvarint) and its bytes, n and now are varints,
 // cseq a uvarint, flag a byte (1: a binding follows), and a time its Unix
@@ -31,9 +32,9 @@ const (
 	opReport   = 'f'
 )
 
-// minBinding is the fewest bytes a binding takes (eight empty or zero
+// minBinding is the fewest bytes a binding takes (eleven empty or zero
 // fields), which bounds the count a response may claim.
-const minBinding = 8
+const minBinding = 11
 
 var errTruncated = errors.New("truncated")
 
@@ -57,7 +58,10 @@ func appendBinding(b []byte, x *Binding) []byte {
 	b = binary.AppendUvarint(b, uint64(x.CSeq))
 	b = appendString(b, x.Received)
 	b = appendString(b, x.Proto)
-	return appendString(b, x.UserAgent)
+	b = appendString(b, x.UserAgent)
+	b = appendString(b, x.Instance)
+	b = appendString(b, x.RegID)
+	return appendString(b, x.Path)
 }
 
 func (q *request) append(b []byte) []byte {
@@ -167,7 +171,36 @@ func (r *reader) binding() Binding {
 	x.Received = r.string("received")
 	x.Proto = r.string("proto")
 	x.UserAgent = r.string("user-agent")
+	r.outbound(&x)
 	return x
+}
+
+// base reads a binding as stores wrote it before outbound (Redis values
+// live across upgrades): the fields after user-agent only when present.
+func (r *reader) base() Binding {
+	var x Binding
+	x.AOR = r.string("aor")
+	x.Contact = r.string("contact")
+	x.Expires = r.time("expires")
+	x.CallID = r.string("call-id")
+	cseq := r.uvarint("cseq")
+	if cseq > 1<<32-1 {
+		r.fail("cseq", fmt.Errorf("%d over 2^32-1", cseq))
+	}
+	x.CSeq = uint32(cseq)
+	x.Received = r.string("received")
+	x.Proto = r.string("proto")
+	x.UserAgent = r.string("user-agent")
+	if r.err == nil && len(r.b) > 0 {
+		r.outbound(&x)
+	}
+	return x
+}
+
+func (r *reader) outbound(x *Binding) {
+	x.Instance = r.string("instance")
+	x.RegID = r.string("reg-id")
+	x.Path = r.string("path")
 }
 
 func (r *reader) end() error {

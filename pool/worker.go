@@ -188,6 +188,16 @@ func (w *Worker) SendConnFile(f *os.File, prefix []byte) error {
 	return w.sendFile(append([]byte{wire.FrameConn}, prefix...), f)
 }
 
+// SendTLSConnFile hands the worker a TLS connection the supervisor holds a
+// copy of, with the state another worker's record layer had
+// (wire.HandOffTLSNote).
+func (w *Worker) SendTLSConnFile(f *os.File, payload []byte) error {
+	if len(payload)+1 > wire.MaxFrame {
+		return errors.New("hand-off state too large")
+	}
+	return w.sendFile(append([]byte{wire.FrameConnTLS}, payload...), f)
+}
+
 // end sends the end-of-work frame; after it the worker gets nothing more.
 func (w *Worker) end() {
 	w.sendMu.Lock()

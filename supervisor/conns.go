@@ -46,7 +46,7 @@ func newConnCounts(reg prometheus.Registerer) *connCounts {
 		}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "connections_closed_total",
-			Help: "TCP and TLS connections from clients that ended, by reason: peer, idle, message_timeout, handshake, malformed, worker_exit.",
+			Help: "TCP and TLS connections from clients that ended, by reason: peer, idle, message_timeout, handshake, malformed, worker_exit, handoff_failed.",
 		}, []string{"reason"}),
 		handedOff: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "connections_handed_off_total",
@@ -101,8 +101,11 @@ func (c *connCounts) handedLocked(w *pool.Worker, ap netip.AddrPort, f *os.File)
 // whether the note was a hand-off.
 func (c *connCounts) handOff(from *pool.Worker, note []byte, pick func() *pool.Worker) (bool, error) {
 	remote, prefix, ok := wire.ParseHandOffNote(note)
+	var tlsPayload []byte
 	if !ok {
-		return false, nil
+		if remote, tlsPayload, ok = wire.ParseHandOffTLSNote(note); !ok {
+			return false, nil
+		}
 	}
 	ap, err := netip.ParseAddrPort(remote)
 	if err != nil {
@@ -122,6 +125,8 @@ func (c *connCounts) handOff(from *pool.Worker, note []byte, pick func() *pool.W
 		err = fmt.Errorf("no copy of %s to hand on", ap)
 	case to == nil || to == from:
 		err = fmt.Errorf("no worker to hand %s to", ap)
+	case tlsPayload != nil:
+		err = to.SendTLSConnFile(f, tlsPayload)
 	default:
 		err = to.SendConnFile(f, prefix)
 	}

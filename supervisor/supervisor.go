@@ -781,6 +781,9 @@ func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
 	if sock, to, from, msg, ok := wire.ParsePassRequest(req); ok {
 		return s.answerPass(w, sock, to, from, msg)
 	}
+	if flags, to, msg, ok := wire.ParseWriteRequest(req); ok {
+		return s.answerWrite(w, flags, to, msg)
+	}
 	return nil
 }
 

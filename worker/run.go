@@ -116,6 +116,21 @@ type Drainer interface {
 	Drain()
 }
 
+// A TLSTaker takes a TLS connection another worker handed back with its
+// record layer's state (wire.FrameConnTLS): payload is the frame's.
+type TLSTaker interface {
+	TakeTLS(c net.Conn, payload []byte)
+}
+
+// A ConnWriter writes on a connection it reads a message another worker
+// made (wire.WriteFrame): a request for a phone whose connection this
+// worker holds, which only this process can write (a TLS session lives in
+// the process that made it). The message is the handler's only for the
+// call.
+type ConnWriter interface {
+	WriteConn(to netip.AddrPort, flags byte, msg []byte)
+}
+
 // Reloader is a Handler that can take a reloaded config without a restart:
 // the supervisor asks it of workers it does not renew, whose connections
 // a restart would cut.
@@ -675,7 +690,7 @@ func (w *workerLoop) handle(f frame) bool {
 	b := f.buf
 	// Only connection and profile frames bring a descriptor; one on any
 	// other frame would stay open for the worker's life.
-	if f.fd >= 0 && b[0] != wire.FrameConn && b[0] != wire.FrameProfile {
+	if f.fd >= 0 && b[0] != wire.FrameConn && b[0] != wire.FrameConnTLS && b[0] != wire.FrameProfile {
 		unix.Close(f.fd)
 		f.fd = -1
 	}
@@ -695,6 +710,11 @@ func (w *workerLoop) handle(f frame) bool {
 			break
 		}
 		w.busy(func() { w.h.HandleMessage(&m) })
+	case wire.FrameWrite:
+		flags, to, msg, ok := wire.ParseWriteFrame(b)
+		if cw, is := w.h.(ConnWriter); ok && is {
+			w.busy(func() { cw.WriteConn(to, flags, msg) })
+		}
 	case wire.FrameJob:
 		name := string(b[1:])
 		w.busy(func() { w.h.HandleJob(name) })
@@ -715,6 +735,23 @@ func (w *workerLoop) handle(f frame) bool {
 			c = &prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(append([]byte(nil), b[1:]...)), c)}
 		}
 		w.busy(func() { w.h.HandleConn(c) })
+	case wire.FrameConnTLS:
+		if f.fd < 0 {
+			return false
+		}
+		file := os.NewFile(uintptr(f.fd), "tls")
+		c, err := net.FileConn(file)
+		file.Close()
+		if err != nil {
+			w.env.Logger.Warn("take tls connection", "error", err)
+			return false
+		}
+		payload := append([]byte(nil), b[1:]...)
+		if tt, ok := w.h.(TLSTaker); ok {
+			w.busy(func() { tt.TakeTLS(c, payload) })
+		} else {
+			c.Close()
+		}
 	case wire.FrameEcho:
 		// Answered at once: the round trip is the time the echo waited in the
 		// queue behind real work.

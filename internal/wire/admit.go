@@ -122,6 +122,50 @@ func HandOffNote(remote string, prefix []byte) []byte {
 	return append(b, prefix...)
 }
 
+// A TLS 1.3 connection is handed back with its record layer's state
+// (package engine's tlsMoveState), which the next worker goes on with:
+// handOffTLSMagic, the remote address, a zero byte, the plaintext read
+// past the last message (uvarint length, bytes), then the state.
+const handOffTLSMagic = "HNT1"
+
+// HandOffTLSNote encodes a TLS connection's hand-off.
+func HandOffTLSNote(remote string, prefix, state []byte) []byte {
+	b := make([]byte, 0, len(handOffTLSMagic)+len(remote)+1+binary.MaxVarintLen64+len(prefix)+len(state))
+	b = append(b, handOffTLSMagic...)
+	b = append(b, remote...)
+	b = append(b, 0)
+	b = binary.AppendUvarint(b, uint64(len(prefix)))
+	b = append(b, prefix...)
+	return append(b, state...)
+}
+
+// ParseHandOffTLSNote decodes HandOffTLSNote: payload is what the next
+// worker gets in its FrameConnTLS frame (ParseConnTLSPayload).
+func ParseHandOffTLSNote(b []byte) (remote string, payload []byte, ok bool) {
+	if len(b) < len(handOffTLSMagic) || string(b[:len(handOffTLSMagic)]) != handOffTLSMagic {
+		return "", nil, false
+	}
+	b = b[len(handOffTLSMagic):]
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		return "", nil, false
+	}
+	if _, _, ok := ParseConnTLSPayload(b[i+1:]); !ok {
+		return "", nil, false
+	}
+	return string(b[:i]), b[i+1:], true
+}
+
+// ParseConnTLSPayload splits a FrameConnTLS frame's payload into the
+// plaintext read past the last message and the record layer's state.
+func ParseConnTLSPayload(b []byte) (prefix, state []byte, ok bool) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) {
+		return nil, nil, false
+	}
+	return b[k : k+int(n)], b[k+int(n):], true
+}
+
 // ParseHandOffNote decodes HandOffNote; ok is false for another note.
 func ParseHandOffNote(b []byte) (remote string, prefix []byte, ok bool) {
 	if len(b) < len(handOffMagic) || string(b[:len(handOffMagic)]) != handOffMagic {

@@ -27,7 +27,11 @@
 //	               'R' reload in place (the config snapshot's path),
 //	               'P' profile (SCM_RIGHTS: a pipe's write end; see below),
 //	               'D' drain, 'Z' end of work, 'T' steering table
-//	               (direct reads, below), 'B' bans (below)
+//	               (direct reads, below), 'B' bans (below), 'S' a TLS
+//	               1.3 connection (SCM_RIGHTS) with its record layer's
+//	               state (HandOffTLSNote), 'W' a message another worker
+//	               made, to write on a connection this one reads
+//	               (WriteFrame)
 //	fd 5  stats    a shared memory page. The worker writes and the
 //	               supervisor reads: frames handled, busy nanoseconds, the
 //	               start of the frame in progress, heap in use, sessions
@@ -54,7 +58,9 @@
 // for: an admission question (AdmitRequest: a new session's method and
 // Call-ID, read by a worker from a TCP connection no front door saw),
 // answered with the door's decision; a request to pass to the worker that
-// holds a connection to its destination (PassRequest); or, with the memory location
+// holds a connection to its destination (PassRequest); a message to write
+// on a connection another worker reads (WriteRequest: a phone's flow),
+// which the supervisor gives that worker in a 'W' frame; or, with the memory location
 // store, a location operation (location's binary format).
 //
 // # Notes
@@ -63,7 +69,8 @@
 // the worker's calls: a request read from a connection that moves a session
 // on (SessionNote), a connection that ended and why (ConnClosedNote), a
 // draining worker's connection given back at a message boundary with the
-// bytes read past it (HandOffNote), and a response whose branch another
+// bytes read past it (HandOffNote; a TLS one with its record layer's
+// state, HandOffTLSNote), and a response whose branch another
 // worker made, to pass to that worker (ForwardNote), a datagram a worker
 // read itself but leaves to the supervisor's door (DoorNote), a source whose
 // requests in the counting window grew by a step (PikeNote), and a failed

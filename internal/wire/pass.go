@@ -57,3 +57,62 @@ func MessageFrame(sock int, from netip.AddrPort, at int64, msg []byte) []byte {
 	copy(f[MsgHeaderLen:], msg)
 	return f
 }
+
+// A worker that is to send a message over a connection another worker
+// reads (a phone's flow: the connection it registered on, which only that
+// worker can write, TLS state included) asks the supervisor, with a call,
+// to have that worker write it: writeMagic, flags (FlowOutbound), the
+// connection's remote address (18 bytes as above), then the message. The
+// answer is one byte, 1 when a worker reads that connection and was given
+// the message; 0 when none does, and the flow is gone.
+const writeMagic = "WRT1"
+
+// Flags of a WriteRequest. FlowOutbound marks a message for an RFC 5626
+// flow (the phone registered with ;ob): a request its holder cannot write
+// is answered 430 Flow Failed rather than 480. FlowDial lets the holder,
+// the connection gone, connect to the request's Request-URI instead: a
+// contact that names an address of its own, not one that only its flow
+// reaches.
+const (
+	FlowOutbound = 1
+	FlowDial     = 2
+)
+
+const writeHeaderLen = len(writeMagic) + 1 + 18
+
+// WriteRequest encodes the call that asks for msg to be written on the
+// connection from to.
+func WriteRequest(flags byte, to netip.AddrPort, msg []byte) []byte {
+	b := make([]byte, 0, writeHeaderLen+len(msg))
+	b = append(b, writeMagic...)
+	b = append(b, flags)
+	b = appendAddrPort(b, to)
+	return append(b, msg...)
+}
+
+// ParseWriteRequest decodes WriteRequest; ok is false for another call.
+func ParseWriteRequest(req []byte) (flags byte, to netip.AddrPort, msg []byte, ok bool) {
+	if len(req) <= writeHeaderLen || string(req[:len(writeMagic)]) != writeMagic {
+		return 0, netip.AddrPort{}, nil, false
+	}
+	b := req[len(writeMagic):]
+	return b[0], readAddrPort(b[1:19]), b[19:], true
+}
+
+// WriteFrame is the frame (FrameWrite) that gives the worker reading the
+// connection from to msg to write on it: the kind, flags, the address,
+// the message.
+func WriteFrame(flags byte, to netip.AddrPort, msg []byte) []byte {
+	b := make([]byte, 0, 2+18+len(msg))
+	b = append(b, FrameWrite, flags)
+	b = appendAddrPort(b, to)
+	return append(b, msg...)
+}
+
+// ParseWriteFrame decodes WriteFrame.
+func ParseWriteFrame(f []byte) (flags byte, to netip.AddrPort, msg []byte, ok bool) {
+	if len(f) < 2+18 || f[0] != FrameWrite {
+		return 0, netip.AddrPort{}, nil, false
+	}
+	return f[1], readAddrPort(f[2:20]), f[20:], true
+}

@@ -22,3 +22,22 @@ func TestPassRequestRoundTrip(t *testing.T) {
 		t.Errorf("frame: want 2 %v 7 x, have %d %v %d %q", from, s, a, at, f[MsgHeaderLen:])
 	}
 }
+
+func TestWriteRequestRoundTrip(t *testing.T) {
+	to := netip.MustParseAddrPort("127.0.0.1:40123")
+	msg := []byte("INVITE sip:a@b.invalid SIP/2.0\r\n\r\n")
+	flags, gotTo, gotMsg, ok := ParseWriteRequest(WriteRequest(FlowOutbound, to, msg))
+	if !ok || flags != FlowOutbound || gotTo != to || string(gotMsg) != string(msg) {
+		t.Fatalf("ParseWriteRequest = %d %v %q %v", flags, gotTo, gotMsg, ok)
+	}
+	flags, gotTo, gotMsg, ok = ParseWriteFrame(WriteFrame(0, to, msg))
+	if !ok || flags != 0 || gotTo != to || string(gotMsg) != string(msg) {
+		t.Fatalf("ParseWriteFrame = %d %v %q %v", flags, gotTo, gotMsg, ok)
+	}
+	if _, _, _, ok := ParseWriteRequest(PassRequest(0, to, to, msg)); ok {
+		t.Fatal("a pass request read as a write request")
+	}
+	if _, _, _, ok := ParseWriteRequest([]byte("WRT1")); ok {
+		t.Fatal("a truncated write request read")
+	}
+}

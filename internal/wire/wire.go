@@ -53,6 +53,12 @@ const (
 	FrameReload  = 'R' // load the config snapshot named in the frame, keeping connections and transactions
 	FrameProfile = 'P' // write a profile to the pipe passed with the frame: seconds (2 bytes), name
 	FrameEnd     = 'Z'
+	// FrameWrite asks the worker reading a connection to write a message
+	// another worker made on it (WriteFrame).
+	FrameWrite = 'W'
+	// FrameConnTLS hands over a TLS connection (SCM_RIGHTS) with its
+	// record layer's state (HandOffTLSNote's payload).
+	FrameConnTLS = 'S'
 )
 
 // Control message kinds (worker → supervisor).

@@ -70,11 +70,17 @@
 // # Limits
 //
 // One branch at a time (serial forking through failure_route; no parallel
-// forking). TCP connections live in the worker that reads them, so a
-// peer that accepts no connections is reached only by the worker holding
-// its connection: a request that came over UDP for such a peer is handed
-// to that worker through the supervisor (Options.PassToHolder), but one
-// that came over another connection is not, since its responses must go
-// back on that connection; that worker connects to the peer instead. Next
-// hops named by a host name are resolved on the loop.
+// forking). TCP and TLS connections live in the worker that reads them, and
+// a peer that accepts no connections is reached only over its own: a
+// request that came over UDP for such a peer is handed to that worker
+// through the supervisor (Options.PassToHolder), which runs the script for
+// it; one that came over another connection stays with its worker, which
+// has the holder write it (Options.WriteVia, flow.go), the peer's
+// responses coming back by the pid in their branch. A phone's flow is
+// never connected to: gone, its contact is, only when it names an IP
+// address of its own, else the branch is 480 or 430. A next hop that is
+// not a flow and that no worker holds a connection from is connected to. A TLS
+// connection moves to another worker on scale-down only for TLS 1.3 with
+// AES-GCM (tlsmove.go). Next hops named by a host name are resolved on the
+// loop.
 package engine

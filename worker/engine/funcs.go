@@ -121,11 +121,17 @@ func closedFor(env *worker.Env) func(reason, remote string) {
 }
 
 // handOffFor gives connections back to the supervisor.
-func handOffFor(env *worker.Env) func(remote string, prefix []byte) {
+func handOffFor(env *worker.Env) func(remote string, prefix, tlsState []byte) {
 	if env.Note == nil {
 		return nil
 	}
-	return func(remote string, prefix []byte) { env.Note(wire.HandOffNote(remote, prefix)) }
+	return func(remote string, prefix, tlsState []byte) {
+		if tlsState != nil {
+			env.Note(wire.HandOffTLSNote(remote, prefix, tlsState))
+			return
+		}
+		env.Note(wire.HandOffNote(remote, prefix))
+	}
 }
 
 // passResponseFor passes responses to the worker that holds their
@@ -228,6 +234,19 @@ func (c *msgCtx) target() (dest, error) {
 		return d, errLoop
 	}
 	if stream(d.proto) {
+		if c.flowDu != "" && c.du == c.flowDu {
+			d.flow, d.ob = true, c.flowOb
+			d.alt = c.w.contactDest(&c.req.Recipient, d, c.flowCaller)
+		}
+		if tc, ok := c.w.conns[d.addr]; ok && !tc.closed && tc.proto() == d.proto {
+			d.conn = tc
+			return d, nil
+		}
+		// A flow, or a connection another worker may read: send asks
+		// for its holder first.
+		if d.flow || c.w.opt.WriteVia != nil {
+			return d, nil
+		}
 		if d.conn, err = c.w.connTo(d.addr, d.proto); err != nil {
 			return d, err
 		}
@@ -250,6 +269,22 @@ func (c *msgCtx) dest() (dest, error) {
 		sock = 0
 	}
 	return c.w.resolve(u, sock)
+}
+
+// writeFor asks the supervisor to have the worker that reads a connection
+// write a message on it.
+func writeFor(env *worker.Env, logger *slog.Logger) func(byte, netip.AddrPort, []byte) bool {
+	if env.Call == nil {
+		return nil
+	}
+	return func(flags byte, to netip.AddrPort, msg []byte) bool {
+		ans, err := env.Call(wire.WriteRequest(flags, to, msg))
+		if err != nil {
+			logger.Warn("asking the worker holding a connection to write on it failed", "to", to.String(), "error", err)
+			return false
+		}
+		return len(ans) == 1 && ans[0] == 1
+	}
 }
 
 // passToHolder hands a request that came over UDP, and is to go over TCP or
@@ -378,16 +413,19 @@ func (c *msgCtx) addRecordRoute(d dest) {
 	c.rrDone = true
 	in, inProto := c.w.local(c.src)
 	out, outProto := c.w.localFor(d)
-	rr := func(a netip.AddrPort, proto string) sip.Header {
-		u := sip.Uri{Scheme: "sip", Host: a.Addr().String(), Port: int(a.Port()), UriParams: sip.HeaderParams{{K: "lr"}}}
+	// The side of a phone's flow carries its flow token, which routes the
+	// dialog's requests to the phone over that flow (loose_route).
+	inTok, outTok := c.w.inFlow(c.src), c.w.outFlow(d)
+	rr := func(a netip.AddrPort, proto, tok string) sip.Header {
+		u := sip.Uri{Scheme: "sip", User: tok, Host: a.Addr().String(), Port: int(a.Port()), UriParams: sip.HeaderParams{{K: "lr"}}}
 		if proto != "UDP" {
 			u.UriParams.Add("transport", strings.ToLower(proto))
 		}
 		return &sip.RecordRouteHeader{Address: u}
 	}
-	c.req.PrependHeader(rr(in, inProto))
-	if in != out || inProto != outProto {
-		c.req.PrependHeader(rr(out, outProto))
+	c.req.PrependHeader(rr(in, inProto, inTok))
+	if in != out || inProto != outProto || inTok != outTok {
+		c.req.PrependHeader(rr(out, outProto, outTok))
 	}
 }
 
@@ -456,16 +494,35 @@ func fnLooseRoute(c *msgCtx, _ []*script.Literal) bool {
 	if h == nil {
 		return false
 	}
+	// The last of our Routes says which side the request goes to: one
+	// with a flow token faces a phone's flow (addRecordRoute).
+	var last *sip.Uri
 	for h != nil {
 		rh, ok := h.(*sip.RouteHeader)
 		if !ok || !c.w.isMyself(rh.Address.Host, rh.Address.Port) {
 			break
 		}
+		u := rh.Address
+		last = &u
 		c.req.RemoveHeader("Route")
 		h = first()
 	}
 	if rh, ok := h.(*sip.RouteHeader); ok {
 		c.du = rh.Address.String()
+		return true
+	}
+	if last != nil && last.User != "" {
+		if addr, flags, ok := c.w.parseFlowToken(last.User); ok {
+			proto := "tcp"
+			if t, ok := last.UriParams.Get("transport"); ok {
+				proto = strings.ToLower(t)
+			}
+			// A request from the flow itself goes by its Request-URI.
+			if stream(proto) && !(c.src.conn != nil && c.src.addr == addr) {
+				c.setFlow(addr, proto, flags&flowTokenOb != 0)
+				c.flowCaller = flags&flowTokenCaller != 0
+			}
+		}
 	}
 	return true
 }
@@ -589,6 +646,7 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 	if c.src.addr.IsValid() {
 		received, proto = c.natReceived(c.src.addr.String()), c.src.proto
 	}
+	path := pathOf(req)
 	// The REGISTER's changes go to the store in one call, which brings
 	// back the bindings its 200 OK lists.
 	ch := location.Change{AOR: aor}
@@ -611,6 +669,13 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 				exp = n
 			}
 		}
+		instance, regID, refuse := outboundOf(ct, path, c.src)
+		if refuse {
+			// RFC 5626 6: the phone asked for outbound, and the proxy in
+			// front of this registrar does not do it.
+			w.replyStateless(req, c.src, 439, "First Hop Lacks Outbound Support", nil)
+			return false
+		}
 		b := location.Binding{
 			Contact:   ct.Address.String(),
 			Expires:   now.Add(time.Duration(exp) * time.Second),
@@ -619,6 +684,9 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 			Received:  received,
 			Proto:     proto,
 			UserAgent: headerValue(req, "User-Agent"),
+			Instance:  instance,
+			RegID:     regID,
+			Path:      strings.Join(path, ","),
 		}
 		if exp == 0 {
 			b.Expires = now
@@ -631,6 +699,12 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 		}
 		ch.Bindings = append(ch.Bindings, b)
 	}
+	gone, err := w.replacedFlows(aor, ch.Bindings, now)
+	if err != nil {
+		w.storeFailed(c, "lookup", aor, err)
+		return false
+	}
+	ch.Bindings = append(gone, ch.Bindings...)
 	return w.saveChange(c, ch)
 }
 
@@ -647,13 +721,25 @@ func fnLookup(c *msgCtx, _ []*script.Literal) bool {
 		c.w.storeFailed(c, "lookup", aor, err)
 		return false
 	}
-	for _, b := range bs {
+	for i := range bs {
+		b := &bs[i]
 		var u sip.Uri
 		if err := sip.ParseUri(b.Contact, &u); err != nil || u.Host == "" {
 			continue
 		}
 		c.req.Recipient = u
-		c.natRoute(&b)
+		// Through the proxies it registered by (RFC 3327); else a phone
+		// registered over a connection is reached over it, whatever its
+		// Contact names (flow.go); one behind NAT over UDP at the
+		// address its REGISTER came from (nat.go).
+		if b.Path != "" && c.applyPath(b.Path) {
+			return true
+		}
+		if addr, ok := bindingFlow(b); ok {
+			c.setFlow(addr, b.Proto, hasOb(&u))
+			return true
+		}
+		c.natRoute(b)
 		return true
 	}
 	return false

@@ -21,6 +21,13 @@ type msgCtx struct {
 
 	du   string
 	vars map[string]string
+	// flowDu is the $du lookup or loose_route set to a phone's flow
+	// (flow.go), flowOb whether the phone asked for outbound: while $du is
+	// still that, the request goes over the flow or is answered 480/430.
+	flowDu string
+	flowOb bool
+	// flowCaller: the flow is a caller's connection (flowTokenCaller).
+	flowCaller bool
 
 	// stx is the request's server transaction once t_relay made one, or the
 	// one a failure_route or onreply_route runs for.

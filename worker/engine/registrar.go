@@ -245,11 +245,26 @@ func (w *Worker) EndTurn() {
 }
 
 // replyRegistered is a REGISTER's 200 OK, listing the AOR's bindings.
+// A contact filed for outbound is listed with its instance and reg-id, and
+// the answer requires outbound (RFC 5626 6); the Path the registrar keeps
+// is echoed (RFC 3327 5.3).
 func (w *Worker) replyRegistered(req *sip.Request, src source, bs []location.Binding) {
-	extra := make([]string, 0, len(bs))
+	extra := make([]string, 0, len(bs)+3)
+	outbound := false
 	for _, b := range bs {
 		left := int(time.Until(b.Expires).Round(time.Second) / time.Second)
-		extra = append(extra, "Contact: <"+b.Contact+">;expires="+strconv.Itoa(left))
+		ct := "Contact: <" + b.Contact + ">;expires=" + strconv.Itoa(left)
+		if b.Instance != "" {
+			ct += ";+sip.instance=" + b.Instance + ";reg-id=" + b.RegID
+			outbound = outbound || b.CallID == string(*req.CallID())
+		}
+		extra = append(extra, ct)
+	}
+	if outbound {
+		extra = append(extra, "Require: outbound", "Supported: outbound")
+	}
+	for _, h := range req.GetHeaders("Path") {
+		extra = append(extra, "Path: "+h.Value())
 	}
 	w.replyStateless(req, src, 200, "OK", extra)
 }

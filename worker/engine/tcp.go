@@ -19,6 +19,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/internal/wire"
 )
 
 // maxTCPMessage bounds one framed message: a peer that sends more without a
@@ -54,6 +55,37 @@ type tcpConn struct {
 	// from it waits for its final answer here.
 	parked bool
 	prefix []byte
+
+	// A TLS connection that can move to another worker (tlsmove.go): rec
+	// under crypto/tls for one accepted here, moved for one taken over;
+	// expectW is the records this worker's writes made since the
+	// handshake; lastFull says the reader's last read may have left
+	// plaintext in crypto/tls; moveRead is the reading half of the state,
+	// taken when the reader parked.
+	rec      *recordConn
+	moved    *movedTLS
+	expectW  uint64
+	lastFull bool
+	moveRead *tlsMoveState
+}
+
+// movable reports whether a draining worker may try to hand the
+// connection over: TCP, or TLS whose record layer can move.
+func (c *tcpConn) movable() bool {
+	return !c.secure || c.rec != nil || c.moved != nil
+}
+
+// fullTracker notes whether a read filled its buffer, after which the
+// TLS layer may hold more plaintext than the reader took.
+type fullTracker struct {
+	r  io.Reader
+	tc *tcpConn
+}
+
+func (f *fullTracker) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	f.tc.lastFull = n == len(p) && n > 0
+	return n, err
 }
 
 // stream reports whether messages of proto travel over a connection.
@@ -82,6 +114,9 @@ func (c *tcpConn) write(b []byte) error {
 	now := time.Now()
 	c.lastWrite.Store(now.UnixNano())
 	c.c.SetWriteDeadline(now.Add(2 * time.Second))
+	if c.rec != nil {
+		c.expectW += uint64((len(b) + maxPlaintext - 1) / maxPlaintext)
+	}
 	_, err := c.c.Write(b)
 	return err
 }
@@ -104,16 +139,71 @@ func (w *Worker) HandleConn(c net.Conn) {
 	local := addrPortOf(c.LocalAddr())
 	for _, l := range w.tlsListen {
 		if l == local && w.tlsServer != nil {
-			w.adopt(tls.Server(c, w.tlsServer), true, true)
+			rec := &recordConn{Conn: c}
+			w.adoptWith(tls.Server(rec, serverTLSConfig(w.tlsServer, rec)), true, true, func(tc *tcpConn) { tc.rec = rec })
 			return
 		}
 	}
 	w.adopt(c, true, false)
 }
 
+// TakeTLS takes a TLS connection another worker handed back, with its
+// record layer's state (worker.TLSTaker).
+func (w *Worker) TakeTLS(c net.Conn, payload []byte) {
+	prefix, state, ok := wire.ParseConnTLSPayload(payload)
+	var st *tlsMoveState
+	var err error
+	if ok {
+		st, err = parseTLSMoveState(state)
+	} else {
+		err = errors.New("bad payload")
+	}
+	var m *movedTLS
+	if err == nil {
+		m, err = newMovedTLS(c, st)
+	}
+	if err != nil {
+		// The connection cannot go on without its state: closed, which
+		// the supervisor is told, and the phone connects again.
+		w.log.Warn("tls connection handed over without a usable state; closed", "peer", c.RemoteAddr().String(), "error", err)
+		tc := &tcpConn{c: c, remote: addrPortOf(c.RemoteAddr()), inbound: true, secure: true}
+		w.closeConn(tc, closedHandOff)
+		return
+	}
+	var conn net.Conn = m
+	if len(prefix) > 0 {
+		conn = &prefixed{Conn: m, pre: bytes.NewReader(bytes.Clone(prefix))}
+	}
+	w.adoptWith(conn, true, true, func(tc *tcpConn) { tc.moved = m })
+	w.Stats.TLSTaken++
+}
+
+// prefixed reads bytes read before from another worker, then the
+// connection.
+type prefixed struct {
+	net.Conn
+	pre *bytes.Reader
+}
+
+func (p *prefixed) Read(b []byte) (int, error) {
+	if p.pre.Len() > 0 {
+		return p.pre.Read(b)
+	}
+	return p.Conn.Read(b)
+}
+
 func (w *Worker) adopt(c net.Conn, inbound, secure bool) *tcpConn {
+	return w.adoptWith(c, inbound, secure, nil)
+}
+
+// adoptWith is adopt with set run on the connection before its reader
+// starts.
+func (w *Worker) adoptWith(c net.Conn, inbound, secure bool, set func(*tcpConn)) *tcpConn {
 	tc := &tcpConn{c: c, remote: addrPortOf(c.RemoteAddr()), local: addrPortOf(c.LocalAddr()), inbound: inbound, secure: secure,
 		limits: w.opt.Conn}
+	if set != nil {
+		set(tc)
+	}
 	if inbound {
 		w.self = appendUnique(w.self, tc.local)
 	}
@@ -139,6 +229,7 @@ const (
 	closedHandshake   = "handshake"       // the TLS handshake failed or timed out
 	closedBadMessage  = "malformed"       // not SIP framing, or over the size bound
 	closedBanned      = "banned"          // its source was banned (package overload/pike)
+	closedHandOff     = "handoff_failed"  // a TLS connection whose state could not go on
 )
 
 // readConn frames SIP messages on a stream (RFC 3261 18.3: Content-Length
@@ -160,9 +251,16 @@ func (w *Worker) readConn(tc *tcpConn) {
 			})
 			return
 		}
+		if tc.rec != nil {
+			tc.rec.handshakeDone()
+		}
 	}
 	lifetime, msgTimeout := orDefault(lim.Lifetime, 120*time.Second), orDefault(lim.MessageTimeout, 20*time.Second)
-	r := bufio.NewReaderSize(tc.c, 8<<10)
+	var src io.Reader = tc.c
+	if tc.secure {
+		src = &fullTracker{r: tc.c, tc: tc}
+	}
+	r := bufio.NewReaderSize(src, 8<<10)
 	crlf := 0
 	for {
 		// Between messages: idle until a byte comes, unless the loop
@@ -173,6 +271,15 @@ func (w *Worker) readConn(tc *tcpConn) {
 			tc.rmu.Unlock()
 			prefix, _ := r.Peek(r.Buffered())
 			prefix = append([]byte(nil), prefix...)
+			if tc.secure {
+				st, plain, ok := tc.readMoveState()
+				if !ok {
+					// Not between records now: it stays here, until idle.
+					tc.handoff.Store(false)
+					continue
+				}
+				tc.moveRead, prefix = st, append(prefix, plain...)
+			}
 			w.opt.Submit(func() { w.park(tc, prefix) })
 			return
 		}
@@ -482,19 +589,81 @@ func (w *Worker) noteSession(req *sip.Request) {
 	w.opt.NoteSession(m, toTag, expires, []byte(branch), []byte(*req.CallID()))
 }
 
+// readMoveState is the reading half of a TLS connection's state, on the
+// reader's goroutine once it stopped between messages, with the plaintext
+// the record layer read past them; false when it cannot move now.
+func (tc *tcpConn) readMoveState() (*tlsMoveState, []byte, bool) {
+	if tc.moved != nil {
+		st, plain, ok := tc.moved.moveState()
+		// Bytes handed over before and not read yet come first.
+		if p, is := tc.c.(*prefixed); is && ok && p.pre.Len() > 0 {
+			rest := make([]byte, p.pre.Len())
+			p.pre.Read(rest)
+			plain = append(rest, plain...)
+		}
+		return st, plain, ok
+	}
+	rec := tc.rec
+	t, ok := tc.c.(*tls.Conn)
+	if rec == nil || !ok || tc.lastFull {
+		return nil, nil, false
+	}
+	cs := t.ConnectionState()
+	if cs.Version != tls.VersionTLS13 {
+		return nil, nil, false
+	}
+	if _, _, err := suiteParams(cs.CipherSuite); err != nil {
+		return nil, nil, false
+	}
+	raw, seq, ok := rec.readState()
+	rec.keysMu.Lock()
+	secret := rec.clientApp
+	rec.keysMu.Unlock()
+	if !ok || secret == nil {
+		return nil, nil, false
+	}
+	return &tlsMoveState{suite: cs.CipherSuite, readSecret: secret, readSeq: seq, raw: raw}, nil, true
+}
+
+// writeMoveState completes a parked TLS connection's state with the
+// writing half, on the loop: false when crypto/tls wrote records of its
+// own (a KeyUpdate's answer), after which its secrets are not the first.
+func (tc *tcpConn) writeMoveState() (*tlsMoveState, bool) {
+	st := tc.moveRead
+	if st == nil {
+		return nil, false
+	}
+	if tc.moved != nil {
+		tc.moved.wmu.Lock()
+		st.writeSecret, st.writeSeq = tc.moved.out.secret, tc.moved.out.seq
+		tc.moved.wmu.Unlock()
+		return st, true
+	}
+	rec := tc.rec
+	wrote := rec.wrote.Load() - rec.hsWrites
+	rec.keysMu.Lock()
+	secret := rec.serverApp
+	rec.keysMu.Unlock()
+	if wrote != tc.expectW || secret == nil {
+		return nil, false
+	}
+	st.writeSecret, st.writeSeq = secret, wrote
+	return st, true
+}
+
 // Drain hands the connections clients opened back to the supervisor, for
 // another worker to read, so that scaling the group down closes none
 // (pool.Drainer). Each is handed over at a message boundary, once every
-// request read from it has its final answer; a TLS connection cannot be
-// (its session lives in this process) and is kept until it is idle or the
-// drain times out.
+// request read from it has its final answer; a TLS 1.3 one with its record
+// layer's state (tlsmove.go). A TLS connection that cannot move is kept
+// until it is idle or the drain times out.
 func (w *Worker) Drain() {
 	w.draining = true
 	if w.opt.HandOff == nil {
 		return
 	}
 	for _, tc := range w.conns {
-		if !tc.inbound || tc.secure || tc.closed {
+		if !tc.inbound || !tc.movable() || tc.closed {
 			continue
 		}
 		tc.rmu.Lock()
@@ -532,12 +701,29 @@ func (w *Worker) handOffParked() {
 		if waiting {
 			continue
 		}
+		var state []byte
+		raw := tc.c
+		if tc.secure {
+			st, ok := tc.writeMoveState()
+			if !ok {
+				w.log.Info("tls connection cannot move: its keys changed; closed", "peer", tc.remote.String())
+				w.closeConn(tc, closedHandOff)
+				continue
+			}
+			state = st.marshal()
+			// Closing crypto/tls's connection would say close_notify.
+			if tc.rec != nil {
+				raw = tc.rec.Conn
+			} else {
+				raw = tc.moved.Conn
+			}
+		}
 		tc.closed = true
 		delete(w.conns, tc.remote)
-		w.opt.HandOff(tc.remote.String(), tc.prefix)
+		w.opt.HandOff(tc.remote.String(), tc.prefix, state)
 		// The supervisor's copy keeps the connection open for the next
 		// worker: this closes only ours.
-		tc.c.Close()
+		raw.Close()
 		w.Stats.HandedOff++
 	}
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -512,7 +513,8 @@ func (w *Worker) relayBranch(t *serverTx, req *sip.Request, d dest) bool {
 	b, branch := w.withVia(req, &d)
 	ct := &clientTx{branch: branch, stx: t, invite: t.invite, bytes: b, dst: d}
 	ct.key = branch + "|" + string(req.Method)
-	if err := w.send(&ct.dst, b); err != nil {
+	err := w.send(&ct.dst, b)
+	if err != nil && !errors.Is(err, errFlowGone) {
 		w.log.Warn("relay failed", "to", d.addr.String(), "proto", d.proto, "error", err)
 		return false
 	}
@@ -525,8 +527,24 @@ func (w *Worker) relayBranch(t *serverTx, req *sip.Request, d dest) bool {
 	if t.firstRelay == nil {
 		t.firstRelay = b
 	}
+	if err != nil {
+		w.flowGone(ct)
+		return true
+	}
 	w.startClient(ct)
 	return true
+}
+
+// flowGone ends a branch whose phone's connection is gone with the answer
+// RFC 5626 gives it (480, or 430 for outbound), as if the phone had sent
+// it, so failure_route may try elsewhere.
+func (w *Worker) flowGone(ct *clientTx) {
+	w.Stats.FlowsGone++
+	code, reason := flowCode(ct.dst.ob)
+	w.log.Info("the connection the callee registered on is gone", "flow", ct.dst.addr.String(), "proto", ct.dst.proto, "answer", code)
+	w.linger(ct, stCompleted)
+	t := ct.stx
+	w.branchFinal(ct, code, reason, buildReply(t.req, code, reason, t.toTag, nil), nil)
 }
 
 // withVia serialises req with this server's Via on top, for destination d,
@@ -599,6 +617,11 @@ func appendVia(via []byte, proto string, local netip.AddrPort, branch string) []
 func (w *Worker) localFor(d dest) (netip.AddrPort, string) {
 	if stream(d.proto) && d.conn != nil {
 		return w.tcpAdvertised(d.conn), d.conn.transport()
+	}
+	if stream(d.proto) {
+		// Over a connection another worker reads, or one not yet made:
+		// the listening address, as for any connection this server opens.
+		return w.tcpAdvertised(&tcpConn{secure: d.proto == "tls"}), strings.ToUpper(d.proto)
 	}
 	return w.local(source{proto: "udp", sock: d.sock})
 }
@@ -1014,7 +1037,7 @@ func branchOwner(branch []byte) (int, bool) {
 // reaches the worker that relayed the INVITE with the answer to a BYE
 // another worker relayed, after a TCP connection moved between workers.
 func (w *Worker) passResponse(data []byte, src source) bool {
-	if w.opt.PassResponse == nil || src.conn != nil {
+	if w.opt.PassResponse == nil {
 		return false
 	}
 	m := &w.scan

@@ -104,7 +104,7 @@ type Options struct {
 	ConnClosed func(reason, remote string)
 	// HandOff, when set, gives a draining worker's connection back to the
 	// supervisor (wire.HandOffNote); nil keeps connections to the end.
-	HandOff func(remote string, prefix []byte)
+	HandOff func(remote string, prefix, tlsState []byte)
 	// PassResponse, when set, passes a response to the worker whose pid its
 	// branch names (wire.ForwardNote).
 	PassResponse func(pid int, from string, msg []byte)
@@ -138,6 +138,11 @@ type Options struct {
 	// TCP or TLS peer that accepts no connections (a phone behind NAT, a
 	// client such as sipload) can only go over the one the peer opened.
 	PassToHolder func(sock int, to, from netip.AddrPort, msg []byte) bool
+	// WriteVia, when set, asks the supervisor to have the worker that
+	// reads the connection from to write msg on it (wire.WriteRequest;
+	// flags wire.FlowOutbound), and reports whether one does: a phone's
+	// flow is written by the worker holding it, TLS session and all.
+	WriteVia func(flags byte, to netip.AddrPort, msg []byte) bool
 }
 
 // Worker is the SIP engine of one worker process: it parses each message,
@@ -215,8 +220,9 @@ type Stats struct {
 	// TLSHandshakeFailures counts TLS handshakes, in either direction, that
 	// failed or timed out.
 	TLSHandshakeFailures uint64
-	// HandedOff counts connections a draining worker gave back.
-	HandedOff uint64
+	// HandedOff counts connections a draining worker gave back, and
+	// TLSTaken the TLS ones this worker took with their state.
+	HandedOff, TLSTaken uint64
 	// PassedResponses counts responses passed to the worker that holds
 	// their transaction.
 	PassedResponses uint64
@@ -225,6 +231,10 @@ type Stats struct {
 	Passed uint64
 	// NATKeepalives counts the keep-alives sent to phones behind NAT.
 	NATKeepalives uint64
+	// WrittenVia counts messages written on a connection another worker
+	// reads (Options.WriteVia), and FlowsGone requests answered 480 or 430
+	// because the connection of their flow was gone.
+	WrittenVia, FlowsGone uint64
 	// StoreErrors counts registrar and lookup calls the location store
 	// failed.
 	StoreErrors uint64
@@ -289,6 +299,7 @@ func New(env *worker.Env) (worker.Handler, error) {
 
 		PassResponse:       passResponseFor(env),
 		PassToHolder:       passFor(env, logger),
+		WriteVia:           writeFor(env, logger),
 		Domains:            cfg.Domains,
 		AORKeepPort:        cfg.AORKeepPort,
 		NATKeepaliveMethod: cfg.NAT.KeepaliveMethod,
@@ -632,11 +643,43 @@ type dest struct {
 	sock  int
 	conn  *tcpConn
 	reply bool // over UDP, from the reply socket beside sock
+	// flow: the connection a phone registered on (flow.go), never
+	// connected to; ob: the phone asked for outbound (430 when gone).
+	// alt, for a flow whose contact names an address of its own (no ;ob),
+	// is that contact: connected to when the flow is gone.
+	flow, ob bool
+	alt      *dest
 }
 
 func (w *Worker) send(d *dest, b []byte) error {
 	if stream(d.proto) {
 		if d.conn == nil || d.conn.closed {
+			// This worker's connection, else the one another worker
+			// reads (a phone's flow, a connection handed over), else a
+			// new one: but never to a phone's flow.
+			if tc, ok := w.conns[d.addr]; ok && !tc.closed && tc.proto() == d.proto {
+				d.conn = tc
+				return w.send(d, b)
+			}
+			if w.writeVia(d, b) {
+				return nil
+			}
+			if d.flow && d.alt != nil {
+				// The flow is gone; the contact is tried as it says, and
+				// failing that the branch ends as a gone flow's does.
+				flow := *d
+				*d = *d.alt
+				err := w.send(d, b)
+				if err != nil {
+					*d = flow
+					return fmt.Errorf("%w; its contact: %w", errFlowGone, err)
+				}
+				return nil
+			}
+			if d.flow {
+				w.Stats.SendErrors++
+				return errFlowGone
+			}
 			c, err := w.connTo(d.addr, d.proto)
 			if err != nil {
 				w.Stats.SendErrors++
