@@ -287,9 +287,9 @@ func New(env *worker.Env) (worker.Handler, error) {
 		TLS:         cfg.TLS,
 
 		WSAllowedOrigins: cfg.WSAllowedOrigins,
-		Conn:        cfg.Conn,
-		ConnClosed:  closedFor(env),
-		HandOff:     handOffFor(env),
+		Conn:             cfg.Conn,
+		ConnClosed:       closedFor(env),
+		HandOff:          handOffFor(env),
 
 		PassResponse:      passResponseFor(env),
 		PassToHolder:      passFor(env, logger),

@@ -72,7 +72,9 @@ type wsRefusal struct {
 	why    string
 }
 
-func (e *wsRefusal) Error() string { return fmt.Sprintf("websocket upgrade refused %d: %s", e.code, e.why) }
+func (e *wsRefusal) Error() string {
+	return fmt.Sprintf("websocket upgrade refused %d: %s", e.code, e.why)
+}
 
 // response is the HTTP answer that refuses the Upgrade.
 func (e *wsRefusal) response() []byte {
