@@ -285,11 +285,11 @@ func New(env *worker.Env) (worker.Handler, error) {
 		RefusedLate: env.RefusedLate,
 		RetryAfter:  cfg.RetryAfter,
 		TLS:         cfg.TLS,
+		Conn:        cfg.Conn,
+		ConnClosed:  closedFor(env),
+		HandOff:     handOffFor(env),
 
 		WSAllowedOrigins: cfg.WSAllowedOrigins,
-		Conn:             cfg.Conn,
-		ConnClosed:       closedFor(env),
-		HandOff:          handOffFor(env),
 
 		PassResponse:      passResponseFor(env),
 		PassToHolder:      passFor(env, logger),
