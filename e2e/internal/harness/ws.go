@@ -204,7 +204,9 @@ func (ws *WS) Recv(within time.Duration) (string, error) {
 // WSClosed is the server's close frame.
 type WSClosed struct{ Status int }
 
-func (e *WSClosed) Error() string { return fmt.Sprintf("websocket closed by the server, status %d", e.Status) }
+func (e *WSClosed) Error() string {
+	return fmt.Sprintf("websocket closed by the server, status %d", e.Status)
+}
 
 // Expect reads SIP messages until one satisfies want, failing the test
 // after within.
