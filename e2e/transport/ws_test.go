@@ -155,6 +155,42 @@ func TestWebSocket(t *testing.T) {
 		})
 	}
 
+	// A request toward a WebSocket client goes over its connection when
+	// routing names the connection's source address with ;transport=ws,
+	// whichever worker the request comes to: here a UDP peer's in-dialog
+	// request whose Route names it (as a dialog's route set or a flow
+	// would), and the client's answer comes back to the peer.
+	t.Run("toward the client", func(t *testing.T) {
+		ws := harness.SIPOverWS(t, s.SIPAddr("ws"), nil)
+		defer ws.Close()
+		ua := newWSUA(ws, "dave", "WS")
+		if m := ua.register(t); m.Status() != 200 {
+			t.Fatalf("REGISTER: %s", m.First)
+		}
+		client := ws.C.LocalAddr().String()
+		peer := harness.NewPeer(t)
+		id := harness.NewID()
+		peer.Send(harness.Local(harness.PortOf(t, udp)), fmt.Sprintf("INFO sip:dave@%s;transport=ws SIP/2.0\r\n"+
+			"Via: SIP/2.0/UDP 127.0.0.1:%d;branch=z9hG4bK-%s\r\n"+
+			"Route: <sip:%s;transport=ws;lr>\r\n"+
+			"Max-Forwards: 70\r\n"+
+			"From: <sip:erin@127.0.0.1>;tag=e1\r\n"+
+			"To: <sip:dave@127.0.0.1>;tag=d1\r\n"+
+			"Call-ID: %s\r\n"+
+			"CSeq: 2 INFO\r\n"+
+			"Content-Length: 0\r\n\r\n", ua.host, peer.Port(), id, client, id))
+		req := ws.Expect(10*time.Second, "the INFO over the client's connection", harness.IsMethod("INFO"))
+		ws.Send(harness.ReplyTo(req, 200, "OK", ""))
+		if m, _ := peer.Expect(10*time.Second, "the client's 200", func(m harness.Msg) bool { return m.Status() >= 200 }); m.Status() != 200 {
+			t.Fatalf("the INFO to the client was answered %s", m.First)
+		}
+		// A UDP worker took it, and handed it to the one reading the
+		// connection.
+		if v := s.Metric("sipvisor_frontdoor_requests_passed_total", `outcome="passed"`); v < 1 {
+			t.Errorf("want the INFO passed to the worker that reads the connection, have %v passed", v)
+		}
+	})
+
 	t.Run("origin", func(t *testing.T) {
 		addr := s.SIPAddr("ws")
 		for origin, want := range map[string]int{"https://evil.example": 403, "https://phone.example.com": 101} {

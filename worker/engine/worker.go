@@ -723,6 +723,12 @@ func hostIP(host string) (netip.Addr, error) {
 	if ip, err := netip.ParseAddr(host); err == nil {
 		return ip.Unmap(), nil
 	}
+	// RFC 6761 6.4: never looked up. WebSocket clients (RFC 7118 5.2)
+	// and other clients that accept no connections name such a host in
+	// their Via and Contact.
+	if h := strings.ToLower(strings.TrimSuffix(host, ".")); h == "invalid" || strings.HasSuffix(h, ".invalid") {
+		return netip.Addr{}, fmt.Errorf("resolve %s: a .invalid name is never resolved (RFC 6761)", host)
+	}
 	if strings.EqualFold(host, "localhost") {
 		return netip.AddrFrom4([4]byte{127, 0, 0, 1}), nil
 	}
