@@ -73,22 +73,38 @@ func eval(t *testing.T, p *harness.Page, what, expr string) string {
 	return s
 }
 
-// webrtcConfig is the built-in config (registrar, digest authentication,
-// record-routing proxy) with a wss: socket, a certificate of the test's
-// own, the page's origin allowed, and MD5 digest, which JsSIP speaks.
+// webrtcConfig is examples/webrtc.cfg (the built-in registrar and proxy,
+// with digest authentication, behind a wss: socket) on ports the kernel
+// picks, with a certificate of the test's own, the test page's origin
+// allowed, and the domain of SIPp's register-auth.xml.
 func webrtcConfig(t *testing.T, pki *harness.PKI, origin string) string {
-	cfg := harness.DefaultCfg0(t)
-	return strings.Replace(cfg, "http_listen", `socket = wss:127.0.0.1:0
-tls_certificate = "`+pki.Path("server.pem")+`"
-tls_private_key = "`+pki.Path("server.key")+`"
-ws_allowed_origins = "`+origin+`"
-domain = "example.test"
-auth_algorithms = "MD5"
-http_listen`, 1)
+	t.Helper()
+	b, err := os.ReadFile(harness.Path("examples/webrtc.cfg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := string(b)
+	for _, r := range [][2]string{
+		{"socket = udp:127.0.0.1:5060\n", "socket = udp:127.0.0.1:0\n"},
+		{"socket = tcp:127.0.0.1:5060\n", "socket = tcp:127.0.0.1:0\n"},
+		{"socket = wss:127.0.0.1:8443\n", "socket = wss:127.0.0.1:0\n"},
+		{"http_listen = 127.0.0.1:8888\n", "http_listen = 127.0.0.1:0\n"},
+		{`tls_certificate = "cert.pem"`, `tls_certificate = "` + pki.Path("server.pem") + `"`},
+		{`tls_private_key = "key.pem"`, `tls_private_key = "` + pki.Path("server.key") + `"`},
+		{`ws_allowed_origins = "https://phone.example.com"`, `ws_allowed_origins = "` + origin + `"`},
+		{`domain = "example.com"`, `domain = "example.test"`},
+	} {
+		if !strings.Contains(cfg, r[0]) {
+			t.Fatalf("examples/webrtc.cfg has no line %q any more", r[0])
+		}
+		cfg = strings.Replace(cfg, r[0], r[1], 1)
+	}
+	return cfg
 }
 
-// A browser registers over wss: with digest credentials, calls a SIPp
-// callee on UDP through sipvisor, and hangs up: JsSIP's registered,
+// A browser registers over wss: with digest credentials, behind
+// examples/webrtc.cfg, calls a SIPp callee on UDP through sipvisor, and
+// hangs up: JsSIP's registered,
 // progress, confirmed and ended events, and SIPp's exit status (the
 // callee saw the INVITE, ACK and BYE of one call).
 func TestBrowserCallsUDPPhone(t *testing.T) {
