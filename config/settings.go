@@ -127,7 +127,7 @@ var settings = []setting{
 	{Name: "tls_verify_server", Kind: kindBool, Default: "yes", Doc: "Check the certificate of a TLS next hop against tls_ca_list (or the system's roots) and the host it was reached by; no only for tests.",
 		set: func(c *Config, v value) { c.TLS.VerifyServer = v.b }},
 
-	{Name: "ws_allowed_origins", Kind: kindString, Doc: "The web origins (`scheme://host[:port]`, separated by spaces or commas) whose pages may open a WebSocket to the ws: and wss: sockets, as the browser names them in the Upgrade's Origin header: `\"https://phone.example.com\"`. An Upgrade from another origin is refused with 403, so that a page on another site cannot use a visitor's browser as a SIP client. Clients that are not browsers send no Origin and are not refused for it. Empty (the default) allows every origin, as Kamailio's websocket module does unless its xhttp route checks.",
+	{Name: "ws_allowed_origins", Kind: kindString, Doc: "The web origins (`scheme://host[:port]`, separated by spaces or commas) whose pages may open a WebSocket to the ws: and wss: sockets, as the browser names them in the Upgrade's Origin header: `\"https://phone.example.com\"`. An Upgrade from another origin is refused with 403, so that a page on another site cannot use a visitor's browser as a SIP client. Clients that are not browsers send no Origin and are not refused for it. Empty (the default) allows every origin, as Kamailio's websocket module does unless its xhttp route checks. A reload applies it to new connections.",
 		set: func(c *Config, v value) { c.WSAllowedOrigins = splitList(v.s) }},
 
 	{Name: "http_listen", Kind: kindHostPort, Default: "127.0.0.1:8888", Doc: "Address of the control, metrics and health HTTP server.",
