@@ -254,7 +254,7 @@ func TestWebSocketLimits(t *testing.T) {
 	t.Parallel()
 	pki := harness.NewPKI(t)
 	pki.Issue("server", "sipvisor one", 2)
-	s := harness.Start(t, wsConfig(pki, "tcp_max_connections_per_ip = 3\ntls_handshake_timeout = 1\ntcp_connection_lifetime = 2\n"))
+	s := harness.Start(t, wsConfig(pki, "tcp_max_connections_per_ip = 3\ntls_handshake_timeout = 1\ntcp_connection_lifetime = 2\ntcp_message_timeout = 1\n"))
 	addr := s.SIPAddr("ws")
 
 	// The idle one is closed with 1001 (going away) after 2 s.
@@ -267,6 +267,44 @@ func TestWebSocketLimits(t *testing.T) {
 	}
 	t.Logf("idle connection closed after %v", time.Since(start).Round(100*time.Millisecond))
 	s.AwaitMetricAtLeast(1, 10*time.Second, "sipvisor_frontdoor_connections_closed_total", `reason="idle"`)
+
+	// A message begun and never ended is cut at tcp_message_timeout,
+	// however many pings come between its fragments.
+	slow := harness.SIPOverWS(t, addr, nil)
+	defer slow.Close()
+	slow.WriteRaw(harness.Frame(false, 1, []byte("INVITE sip:bob@127.0.0.1 SIP/2.0\r\n"), false))
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond): // a client's pings, paced
+				if slow.WriteRaw(harness.Frame(true, 9, nil, false)) != nil {
+					return
+				}
+			}
+		}
+	}()
+	start = time.Now()
+	for {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("a message begun 20 s ago, kept open by pings, still holds its connection")
+		}
+		_, op, _, err := slow.ReadFrame(20 * time.Second)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("a message never ended: %v; want its connection closed", err)
+			}
+			break
+		}
+		if op != 10 {
+			t.Fatalf("a message never ended: frame %d before the close, want pongs", op)
+		}
+	}
+	t.Logf("a message never ended was cut after %v", time.Since(start).Round(100*time.Millisecond))
+	s.AwaitMetricAtLeast(1, 10*time.Second, "sipvisor_frontdoor_connections_closed_total", `reason="message_timeout"`)
 
 	// No Upgrade within tls_handshake_timeout: closed.
 	c, err := net.Dial("tcp", addr)

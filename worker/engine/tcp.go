@@ -362,13 +362,16 @@ func (w *Worker) readWS(tc *tcpConn, r *bufio.Reader, lifetime, msgTimeout time.
 	wr := &wsReader{r: r, max: maxTCPMessage}
 	for {
 		// A control frame may come between the fragments of a message,
-		// which is then still under way: no idle wait, no hand-off.
-		if !wr.midMessage() && !w.awaitMessage(tc, r, lifetime) {
-			return
+		// which is then still under way: no idle wait, no hand-off, and
+		// the message's deadline stands (pings do not stretch it).
+		if !wr.midMessage() {
+			if !w.awaitMessage(tc, r, lifetime) {
+				return
+			}
+			tc.rmu.Lock()
+			tc.c.SetReadDeadline(time.Now().Add(msgTimeout))
+			tc.rmu.Unlock()
 		}
-		tc.rmu.Lock()
-		tc.c.SetReadDeadline(time.Now().Add(msgTimeout))
-		tc.rmu.Unlock()
 		f, err := wr.read()
 		if err != nil {
 			w.readFailed(tc, err)
