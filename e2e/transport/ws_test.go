@@ -61,9 +61,9 @@ func (u *wsUA) register(t *testing.T) harness.Msg {
 }
 
 // call calls ruri and hangs up: INVITE, 200, ACK and BYE, the in-dialog
-// requests by the route set the 200's Record-Route gave. It returns the
-// 200 to the INVITE.
-func (u *wsUA) call(t *testing.T, ruri string) harness.Msg {
+// requests by the route set the 200's Record-Route gave; up, when set,
+// runs while the call is up. It returns the 200 to the INVITE.
+func (u *wsUA) call(t *testing.T, ruri string, up func()) harness.Msg {
 	t.Helper()
 	callID, to := harness.NewID(), "<"+ruri+">"
 	sdp := "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0\r\n"
@@ -90,6 +90,9 @@ func (u *wsUA) call(t *testing.T, ruri string) harness.Msg {
 	remote := strings.Trim(ok.Header("Contact"), "<>")
 	toTagged := ok.Header("To")
 	u.ws.Send(strings.Replace(u.request("ACK", remote, toTagged, callID, "c", route, ""), fmt.Sprintf("CSeq: %d ACK", u.seq), "CSeq: 1 ACK", 1))
+	if up != nil {
+		up()
+	}
 	u.ws.Send(u.request("BYE", remote, toTagged, callID, "c", route, ""))
 	bye := u.ws.Expect(10*time.Second, "200 to the BYE", func(m harness.Msg) bool { return m.Status() >= 200 && strings.HasSuffix(m.Header("CSeq"), "BYE") })
 	if bye.Status() != 200 {
@@ -143,7 +146,12 @@ func TestWebSocket(t *testing.T) {
 			if b := s.Bindings("sip:alice-" + tr.proto + "@127.0.0.1"); len(b) != 1 {
 				t.Fatalf("want alice-%s's one binding, have %v", tr.proto, b)
 			}
-			ua.call(t, bob)
+			// The call counts as a session of the TCP group while it is up,
+			// as one over TCP does, and no longer once it ended.
+			ua.call(t, bob, func() {
+				s.AwaitMetricAtLeast(1, 10*time.Second, "sipvisor_frontdoor_sessions", `group="tcp"`, `kind="call"`)
+			})
+			s.AwaitMetric(0, "sipvisor_frontdoor_sessions", `group="tcp"`, `kind="call"`)
 			// A ping between messages is answered with its payload.
 			if err := ws.WriteRaw(harness.Frame(true, 9, []byte("hi"), false)); err != nil {
 				t.Fatal(err)
