@@ -104,9 +104,9 @@ func webrtcConfig(t *testing.T, pki *harness.PKI, origin string) string {
 
 // A browser registers over wss: with digest credentials, behind
 // examples/webrtc.cfg, calls a SIPp callee on UDP through sipvisor, and
-// hangs up: JsSIP's registered,
-// progress, confirmed and ended events, and SIPp's exit status (the
-// callee saw the INVITE, ACK and BYE of one call).
+// hangs up: JsSIP's registered, progress, confirmed and ended events, and
+// SIPp's exit status (the callee saw the INVITE, ACK and BYE of one call).
+// A page of an origin not allowed is refused its WebSocket.
 func TestBrowserCallsUDPPhone(t *testing.T) {
 	harness.NeedChromium(t)
 	needBundle(t)
@@ -147,4 +147,13 @@ func TestBrowserCallsUDPPhone(t *testing.T) {
 	if code, out := uas.Wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("SIPp callee exited %d, want 0 (one call with INVITE, ACK and BYE)\n%s", code, harness.Tail(out, 30))
 	}
+
+	// A page of another origin (another port is another origin) is
+	// refused its WebSocket: the browser's Origin header is checked.
+	other := servePage(t)
+	q := b.NewPage(other.URL + "/")
+	if v, err := q.Eval(`phone.connect("`+wss+`")`, 30*time.Second); err == nil || !strings.Contains(err.Error(), "disconnected") {
+		t.Fatalf("a page from %s connected (%s, %v); want its Upgrade refused", other.URL, v, err)
+	}
+	s.AwaitMetricAtLeast(1, 10*time.Second, "sipvisor_frontdoor_connections_closed_total", `reason="origin"`)
 }

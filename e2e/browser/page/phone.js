@@ -70,6 +70,18 @@ function start(wsURL, uri, password) {
   return p;
 }
 
+// connect opens the WebSocket alone (no registration) and settles on
+// connected, or rejects on disconnected: a refused Upgrade.
+function connect(wsURL) {
+  const ua = new JsSIP.UA({ sockets: [new JsSIP.WebSocketInterface(wsURL)], uri: 'sip:probe@example.test', register: false });
+  state.ua = ua;
+  ua.on('connected', () => emit('connected'));
+  ua.on('disconnected', (e) => emit('disconnected', e.code === undefined ? '' : String(e.code)));
+  const p = wait(['connected'], ['disconnected'], 20000);
+  ua.start();
+  return p.finally(() => ua.stop());
+}
+
 // call calls target and settles once the call is up (confirmed).
 function call(target) {
   const p = wait(['confirmed'], ['failed', 'ended'], 20000);
@@ -98,4 +110,4 @@ function ended() {
   return wait(['ended'], ['failed'], 20000);
 }
 
-window.phone = { start, call, incoming, hangup, ended, events: () => state.events.slice() };
+window.phone = { start, connect, call, incoming, hangup, ended, events: () => state.events.slice() };
