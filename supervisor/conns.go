@@ -46,7 +46,7 @@ func newConnCounts(reg prometheus.Registerer) *connCounts {
 		}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "connections_closed_total",
-			Help: "TCP, TLS, WS and WSS connections from clients that ended, by reason: peer, idle, message_timeout, handshake, origin, malformed, worker_exit.",
+			Help: "TCP, TLS, WS and WSS connections from clients that ended, by reason: peer, idle, message_timeout, handshake, origin, malformed, banned, worker_exit.",
 		}, []string{"reason"}),
 		handedOff: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "connections_handed_off_total",
