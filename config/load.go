@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -119,7 +120,7 @@ type loader struct {
 	first   *script.Pos           // first socket line, for "no main route"
 	groups  []groupRef
 	udpAt   []udpRef
-	tlsAt   *script.Pos // the first tls: socket
+	tlsAt   *script.Pos // the first tls: or wss: socket
 
 	profiles map[string]script.Pos            // lower-case name → where defined
 	routes   map[string]map[string]script.Pos // block kind → name → where defined
@@ -319,6 +320,11 @@ func (l *loader) build() {
 	}
 	if _, err := parseExempt(c.Params["ban_exempt"]); err != nil {
 		l.errorf(l.setAt["ban_exempt"], "%v", err)
+	}
+	for _, o := range c.WSAllowedOrigins {
+		if err := checkOrigin(o); err != nil {
+			l.errorf(l.setAt["ws_allowed_origins"], "ws_allowed_origins: %v", err)
+		}
 	}
 	for _, d := range c.Domains {
 		if strings.ContainsAny(d, "@:;<>/") {
@@ -616,18 +622,23 @@ func (l *loader) socket(g *globalAST, raw string, vp script.Pos) {
 	}
 	proto, rest, ok := strings.Cut(raw, ":")
 	if !ok || rest == "" {
-		l.errorf(vp, "%s wants udp:IP:PORT, tcp:IP:PORT or tls:IP:PORT, have %q", g.Name.Val, raw)
+		l.errorf(vp, "%s wants udp:IP:PORT, tcp:IP:PORT, tls:IP:PORT, ws:IP:PORT or wss:IP:PORT, have %q", g.Name.Val, raw)
 		return
 	}
 	proto = strings.ToLower(proto)
-	if proto != "udp" && proto != "tcp" && proto != "tls" {
-		l.errorf(vp, "protocol %q is not supported; want udp, tcp or tls", proto)
+	if proto != "udp" && proto != "tcp" && proto != "tls" && proto != "ws" && proto != "wss" {
+		l.errorf(vp, "protocol %q is not supported; want udp, tcp, tls, ws or wss", proto)
 		return
 	}
 	hostOff := len(proto) + 1
 	host, port := rest, "5060"
-	if proto == "tls" {
+	switch proto {
+	case "tls":
 		port = "5061" // RFC 3261 19.1.2
+	case "ws":
+		port = "80" // RFC 7118 uses the ports of HTTP
+	case "wss":
+		port = "443"
 	}
 	portOff := -1
 	if strings.HasPrefix(rest, "[") {
@@ -665,7 +676,7 @@ func (l *loader) socket(g *globalAST, raw string, vp script.Pos) {
 		switch m.Key {
 		case "use_workers":
 			if proto != "udp" {
-				l.errorf(mp, "use_workers applies to UDP sockets; all TCP and TLS sockets share tcp_workers")
+				l.errorf(mp, "use_workers applies to UDP sockets; all TCP, TLS, WS and WSS sockets share tcp_workers")
 				good = false
 				continue
 			}
@@ -678,7 +689,7 @@ func (l *loader) socket(g *globalAST, raw string, vp script.Pos) {
 			sock.Workers = n
 		case "use_auto_scaling_profile":
 			if proto != "udp" {
-				l.errorf(mp, "a TCP or TLS socket cannot have its own profile; all TCP and TLS sockets share one group: use tcp_workers = N use_auto_scaling_profile NAME")
+				l.errorf(mp, "a TCP, TLS, WS or WSS socket cannot have its own profile; they all share one group: use tcp_workers = N use_auto_scaling_profile NAME")
 				good = false
 				continue
 			}
@@ -693,11 +704,12 @@ func (l *loader) socket(g *globalAST, raw string, vp script.Pos) {
 	}
 	if pn != 0 {
 		for _, o := range l.cfg.Sockets {
-			// TCP and TLS listen on one kind of socket: they cannot share a port.
+			// TCP, TLS, WS and WSS listen on one kind of socket: they cannot
+			// share a port.
 			sameKind := o.Proto == sock.Proto || o.Proto != "udp" && sock.Proto != "udp"
 			if sameKind && o.Host == sock.Host && o.Port == sock.Port {
 				if o.Proto != sock.Proto {
-					l.errorf(vp, "socket %s:%s takes the port of %s:%s; TCP and TLS need a port each", proto, net.JoinHostPort(sock.Host, port), o.Proto, net.JoinHostPort(o.Host, port))
+					l.errorf(vp, "socket %s:%s takes the port of %s:%s; TCP, TLS, WS and WSS need a port each", proto, net.JoinHostPort(sock.Host, port), o.Proto, net.JoinHostPort(o.Host, port))
 				} else {
 					l.errorf(vp, "socket %s:%s is listed twice", proto, net.JoinHostPort(sock.Host, port))
 				}
@@ -714,7 +726,7 @@ func (l *loader) socket(g *globalAST, raw string, vp script.Pos) {
 	if l.first == nil {
 		l.first = &vp
 	}
-	if proto == "tls" && l.tlsAt == nil {
+	if (proto == "tls" || proto == "wss") && l.tlsAt == nil {
 		l.tlsAt = &vp
 	}
 	l.cfg.Sockets = append(l.cfg.Sockets, sock)
@@ -831,4 +843,20 @@ func readInclude(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileSize)
 	}
 	return os.ReadFile(path)
+}
+
+// checkOrigin tells what is wrong with a web origin as ws_allowed_origins
+// lists it: a browser's Origin header is scheme://host[:port], nothing
+// more (RFC 6454), so anything else would never match.
+func checkOrigin(o string) error {
+	u, err := url.Parse(o)
+	switch {
+	case err != nil:
+		return fmt.Errorf("origin %q: %v", o, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("origin %q: want http://HOST or https://HOST[:PORT], as a browser's Origin header names a page", o)
+	case u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
+		return fmt.Errorf("origin %q: want scheme://host[:port] alone, without path, query or user", o)
+	}
+	return nil
 }

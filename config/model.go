@@ -74,6 +74,10 @@ type Config struct {
 	TLS TLS `json:"tls"`
 	// Conn holds the bounds on TCP and TLS connections.
 	Conn ConnLimits `json:"connections"`
+	// WSAllowedOrigins: ws_allowed_origins = "https://a.example ...", the
+	// web origins (scheme://host[:port], lower-case) whose pages may open
+	// a WebSocket to the ws: and wss: sockets; empty allows any.
+	WSAllowedOrigins []string `json:"ws_allowed_origins,omitempty"`
 
 	// LocationStore: location_store = URL, where registrations live, as
 	// written (default sqlite:location.db); Store resolves it.
@@ -117,7 +121,7 @@ type Config struct {
 
 // Socket is one socket= (or listen=) line.
 type Socket struct {
-	Proto string `json:"proto"` // "udp", "tcp" or "tls"
+	Proto string `json:"proto"` // "udp", "tcp", "tls", "ws" or "wss"
 	Host  string `json:"host"`
 	Port  int    `json:"port"`
 	// Workers: use_workers N; 0 means udp_workers applies.

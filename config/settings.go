@@ -116,9 +116,9 @@ var settings = []setting{
 		set: func(c *Config, v value) { c.Conn.MessageTimeout = v.d }},
 	{Name: "tls_handshake_timeout", Kind: kindDuration, Default: "10s", Min: 0.1, Max: 600, HasMax: true, Doc: "A TLS handshake, with a client or a next hop, must end within this long, or the connection is closed.",
 		set: func(c *Config, v value) { c.Conn.HandshakeTimeout = v.d }},
-	{Name: "tls_certificate", Kind: kindString, Doc: "PEM file of the certificate (and its chain) that tls: sockets present; required with a tls: socket. A relative path is relative to the directory of the config file that names it. Re-read on a reload; connections already up keep theirs.",
+	{Name: "tls_certificate", Kind: kindString, Doc: "PEM file of the certificate (and its chain) that tls: and wss: sockets present; required with either. A relative path is relative to the directory of the config file that names it. Re-read on a reload; connections already up keep theirs.",
 		set: func(c *Config, v value) { c.TLS.Certificate = v.s }},
-	{Name: "tls_private_key", Kind: kindString, Doc: "PEM file of the certificate's private key; required with a tls: socket.",
+	{Name: "tls_private_key", Kind: kindString, Doc: "PEM file of the certificate's private key; required with a tls: or wss: socket.",
 		set: func(c *Config, v value) { c.TLS.PrivateKey = v.s }},
 	{Name: "tls_ca_list", Kind: kindString, Doc: "PEM file of the certificate authorities that client certificates (tls_verify_client) and TLS next hops (tls_verify_server) are checked against; without it, next hops are checked against the system's roots.",
 		set: func(c *Config, v value) { c.TLS.CAList = v.s }},
@@ -126,6 +126,9 @@ var settings = []setting{
 		set: func(c *Config, v value) { c.TLS.VerifyClient = v.b }},
 	{Name: "tls_verify_server", Kind: kindBool, Default: "yes", Doc: "Check the certificate of a TLS next hop against tls_ca_list (or the system's roots) and the host it was reached by; no only for tests.",
 		set: func(c *Config, v value) { c.TLS.VerifyServer = v.b }},
+
+	{Name: "ws_allowed_origins", Kind: kindString, Doc: "The web origins (`scheme://host[:port]`, separated by spaces or commas) whose pages may open a WebSocket to the ws: and wss: sockets, as the browser names them in the Upgrade's Origin header: `\"https://phone.example.com\"`. An Upgrade from another origin is refused with 403, so that a page on another site cannot use a visitor's browser as a SIP client. Clients that are not browsers send no Origin and are not refused for it. Empty (the default) allows every origin, as Kamailio's websocket module does unless its xhttp route checks. A reload applies it to new connections.",
+		set: func(c *Config, v value) { c.WSAllowedOrigins = splitList(v.s) }},
 
 	{Name: "http_listen", Kind: kindHostPort, Default: "127.0.0.1:8888", Doc: "Address of the control, metrics and health HTTP server.",
 		set: func(c *Config, v value) { c.HTTPListen = v.s }},

@@ -21,12 +21,13 @@ type TLS struct {
 // (RFC 8996).
 const MinTLSVersion = tls.VersionTLS12
 
-// ServerConfig is the configuration tls: sockets accept connections with:
+// ServerConfig is the configuration tls: and wss: sockets accept
+// connections with:
 // the certificate read now, and client certificates verified when
 // VerifyClient is set.
 func (t TLS) ServerConfig() (*tls.Config, error) {
 	if t.Certificate == "" || t.PrivateKey == "" {
-		return nil, errors.New("a tls: socket needs tls_certificate and tls_private_key")
+		return nil, errors.New("a tls: or wss: socket needs tls_certificate and tls_private_key")
 	}
 	cert, err := tls.LoadX509KeyPair(t.Certificate, t.PrivateKey)
 	if err != nil {

@@ -72,7 +72,7 @@ type Ban struct {
 
 // Socket is one address the server serves, as `ctl sockets` shows it.
 type Socket struct {
-	// Proto is udp, tcp or tls for a SIP socket, http for the control
+	// Proto is udp, tcp, tls, ws or wss for a SIP socket, http for the control
 	// address (control API, metrics, health).
 	Proto string `json:"proto"`
 	// Address is IP:PORT as bound.

@@ -22,7 +22,7 @@ import (
 
 // Addr is a SIP socket address such as udp:127.0.0.1:5060.
 type Addr struct {
-	Proto string // "udp", "tcp" or "tls"
+	Proto string // "udp", "tcp", "tls", "ws" or "wss"
 	Host  string
 	Port  int
 }
@@ -39,8 +39,8 @@ func ParseAddr(s string) (Addr, error) {
 		return Addr{}, fmt.Errorf("socket %q: want proto:host:port", s)
 	}
 	proto = strings.ToLower(proto)
-	if proto != "udp" && proto != "tcp" && proto != "tls" {
-		return Addr{}, fmt.Errorf("socket %q: protocol %q is not udp, tcp or tls", s, proto)
+	if !Stream(proto) && proto != "udp" {
+		return Addr{}, fmt.Errorf("socket %q: protocol %q is not udp, tcp, tls, ws or wss", s, proto)
 	}
 	host, port, err := net.SplitHostPort(rest)
 	if err != nil {
@@ -51,6 +51,12 @@ func ParseAddr(s string) (Addr, error) {
 		return Addr{}, fmt.Errorf("socket %q: port %q is not a number from 0 to 65535", s, port)
 	}
 	return Addr{Proto: proto, Host: host, Port: p}, nil
+}
+
+// Stream reports whether proto's sockets take connections: tcp, tls, ws
+// and wss all listen on TCP and are read by the TCP group.
+func Stream(proto string) bool {
+	return proto == "tcp" || proto == "tls" || proto == "ws" || proto == "wss"
 }
 
 // EnvBound names the environment variable in which the supervisor tells
@@ -92,8 +98,8 @@ type Socket struct {
 	// (differs when the configured port is 0).
 	Addr  Addr
 	Bound Addr
-	// Exactly one of UDP and TCP is set; a TLS socket listens on TCP (the
-	// worker that takes a connection does the handshake).
+	// Exactly one of UDP and TCP is set; TLS and WebSocket sockets listen
+	// on TCP (the worker that takes a connection does the handshakes).
 	UDP *net.UDPConn
 	TCP *net.TCPListener
 }
@@ -137,7 +143,7 @@ func BindUDPGroups(addrs []Addr, groups bool) ([]*Socket, error) {
 			_ = c.SetWriteBuffer(ReadBuffer)
 			s.UDP = c
 			s.Bound = boundAddr("udp", c.LocalAddr())
-		case "tcp", "tls":
+		case "tcp", "tls", "ws", "wss":
 			ta, err := net.ResolveTCPAddr("tcp", hp)
 			if err != nil {
 				return fail(fmt.Errorf("bind %s: %w", a, err))

@@ -185,7 +185,7 @@ func (w *Worker) SendConnFile(f *os.File, prefix []byte) error {
 	if len(prefix)+1 > wire.MaxFrame {
 		return errors.New("hand-off prefix too large")
 	}
-	return w.sendFile(append([]byte{wire.FrameConn}, prefix...), f)
+	return w.sendFile(append([]byte{wire.FrameHandOff}, prefix...), f)
 }
 
 // SendTLSConnFile hands the worker a TLS connection the supervisor holds a

@@ -21,6 +21,7 @@ var PseudoVars = map[string]PVSpec{
 	"du":  {true, false, "destination URI, where t_relay sends the request; empty when unset"},
 	"si":  {false, false, "source IP of the message"},
 	"sp":  {false, false, "source port of the message"},
+	"pr":  {false, false, "transport the message came over: udp, tcp, tls, ws or wss"},
 	"fu":  {false, false, "From URI"},
 	"fU":  {false, false, "user part of the From URI"},
 	"fd":  {false, false, "host part of the From URI"},

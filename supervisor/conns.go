@@ -42,11 +42,11 @@ func newConnCounts(reg prometheus.Registerer) *connCounts {
 	c := &connCounts{byIP: map[netip.Addr]int{}, byWorker: map[*pool.Worker]map[netip.AddrPort]*os.File{},
 		open: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "connections",
-			Help: "TCP and TLS connections open from clients.",
+			Help: "TCP, TLS, WS and WSS connections open from clients.",
 		}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "connections_closed_total",
-			Help: "TCP and TLS connections from clients that ended, by reason: peer, idle, message_timeout, handshake, malformed, worker_exit, handoff_failed.",
+			Help: "TCP, TLS, WS and WSS connections from clients that ended, by reason: peer, idle, message_timeout, handshake, origin, malformed, banned, worker_exit, handoff_failed.",
 		}, []string{"reason"}),
 		handedOff: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "connections_handed_off_total",

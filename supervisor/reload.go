@@ -80,6 +80,7 @@ var liveSettings = []struct {
 	{"tls_ca_list", func(c *config.Config) any { return c.TLS.CAList }},
 	{"tls_verify_client", func(c *config.Config) any { return c.TLS.VerifyClient }},
 	{"tls_verify_server", func(c *config.Config) any { return c.TLS.VerifyServer }},
+	{"ws_allowed_origins", func(c *config.Config) any { return fmt.Sprint(c.WSAllowedOrigins) }},
 	{"suspend_enable", func(c *config.Config) any { return c.Suspend.Enable }},
 	{"suspend_event_queue_usage_high", func(c *config.Config) any { return c.Suspend.EventQueueUsage.High }},
 	{"suspend_event_queue_usage_low", func(c *config.Config) any { return c.Suspend.EventQueueUsage.Low }},

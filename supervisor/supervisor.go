@@ -556,7 +556,7 @@ func (s *Supervisor) makeGroups() {
 		udpIndex++
 	}
 	for _, sk := range cfg.Sockets {
-		if sk.Proto == "tcp" || sk.Proto == "tls" {
+		if listeners.Stream(sk.Proto) {
 			s.tcp = mk("tcp", pool.KindTCP, max(cfg.TCPWorkers.Workers, 1), cfg.TCPWorkers.Profile, nil)
 			break
 		}

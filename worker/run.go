@@ -690,7 +690,7 @@ func (w *workerLoop) handle(f frame) bool {
 	b := f.buf
 	// Only connection and profile frames bring a descriptor; one on any
 	// other frame would stay open for the worker's life.
-	if f.fd >= 0 && b[0] != wire.FrameConn && b[0] != wire.FrameConnTLS && b[0] != wire.FrameProfile {
+	if f.fd >= 0 && b[0] != wire.FrameConn && b[0] != wire.FrameConnTLS && b[0] != wire.FrameHandOff && b[0] != wire.FrameProfile {
 		unix.Close(f.fd)
 		f.fd = -1
 	}
@@ -718,7 +718,7 @@ func (w *workerLoop) handle(f frame) bool {
 	case wire.FrameJob:
 		name := string(b[1:])
 		w.busy(func() { w.h.HandleJob(name) })
-	case wire.FrameConn:
+	case wire.FrameConn, wire.FrameHandOff:
 		if f.fd < 0 {
 			return false
 		}
@@ -731,7 +731,7 @@ func (w *workerLoop) handle(f frame) bool {
 		}
 		// A connection handed over from a draining worker comes with the
 		// bytes that worker had read past its last message.
-		if len(b) > 1 {
+		if b[0] == wire.FrameHandOff {
 			c = &prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(append([]byte(nil), b[1:]...)), c)}
 		}
 		w.busy(func() { w.h.HandleConn(c) })
@@ -851,11 +851,22 @@ func (w *workerLoop) reportHeap(now time.Time) {
 	w.heapDue = now.Add(heapEvery)
 }
 
-// prefixConn is a connection whose first bytes were read by another
-// process.
+// prefixConn is a connection another worker read before this one: its
+// first bytes were read by that process.
 type prefixConn struct {
 	net.Conn
 	r io.Reader
 }
 
 func (c *prefixConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// HandedOver tells a Handler that another worker read the connection
+// before (HandedOver).
+func (c *prefixConn) HandedOver() bool { return true }
+
+// HandedOver reports whether c was handed over by a draining worker,
+// rather than newly accepted: its handshakes are done.
+func HandedOver(c net.Conn) bool {
+	h, ok := c.(interface{ HandedOver() bool })
+	return ok && h.HandedOver()
+}

@@ -21,9 +21,10 @@
 //	               gone, and it exits at once
 //	fd 4  data     unix SOCK_SEQPACKET, supervisor → worker, one frame per
 //	               packet, handled strictly in order: 'M' SIP message,
-//	               'E' echo, 'J' timer job, 'C' TCP connection (SCM_RIGHTS;
-//	               any bytes after the kind were read from it by the
-//	               worker that handed it back),
+//	               'E' echo, 'J' timer job, 'C' TCP connection (SCM_RIGHTS),
+//	               'H' a connection handed back by a draining worker
+//	               (SCM_RIGHTS; the bytes after the kind were read from
+//	               it by that worker, and a WebSocket one had its Upgrade),
 //	               'R' reload in place (the config snapshot's path),
 //	               'P' profile (SCM_RIGHTS: a pipe's write end; see below),
 //	               'D' drain, 'Z' end of work, 'T' steering table

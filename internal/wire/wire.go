@@ -49,6 +49,10 @@ const (
 	FrameEcho    = 'E'
 	FrameJob     = 'J'
 	FrameConn    = 'C'
+	// FrameHandOff brings a connection another worker gave back, with the
+	// bytes it read past its last message: a WebSocket connection so
+	// handed over has had its Upgrade, and another must not be asked of it.
+	FrameHandOff = 'H'
 	FrameDrain   = 'D'
 	FrameReload  = 'R' // load the config snapshot named in the frame, keeping connections and transactions
 	FrameProfile = 'P' // write a profile to the pipe passed with the frame: seconds (2 bytes), name

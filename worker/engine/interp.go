@@ -390,6 +390,9 @@ func (c *msgCtx) get(v *script.PseudoVar) value {
 			return value{i: int64(c.src.addr.Port()), isInt: true}
 		}
 		return value{}
+	case "pr":
+		// Kamailio's names for the transports, lower-case.
+		return value{s: c.src.proto}
 	case "rs":
 		if c.rsCode == 0 {
 			return value{}

@@ -80,6 +80,7 @@ func TestConditions(t *testing.T) {
 		{`$ci == "cid-1@x" && $ua == "tester/1.0"`, true},
 		{`$ct == "<sip:alice@10.0.0.9:5070>"`, true},
 		{`$si == "10.0.0.9" && $sp == 5070`, true},
+		{`$pr == "udp"`, true},
 		{`$hdr(X-Num) > 41 && $hdr(X-Num) <= 42`, true},
 		{`$hdr(x-num) < 42`, false},
 		{`$hdr(X-Num) >= 43`, false},

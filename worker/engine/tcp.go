@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,15 +21,16 @@ import (
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/worker"
 )
 
 // maxTCPMessage bounds one framed message: a peer that sends more without a
 // message boundary is cut off.
 const maxTCPMessage = 64 << 10
 
-// tcpConn is a TCP or TLS connection this worker reads: one the supervisor
-// handed over (inbound) or one it opened to a next hop. Writes happen on the
-// loop.
+// tcpConn is a TCP, TLS, WS or WSS connection this worker reads: one the
+// supervisor handed over (inbound) or one it opened to a next hop. Writes
+// happen on the loop.
 type tcpConn struct {
 	c      net.Conn
 	remote netip.AddrPort
@@ -38,6 +40,13 @@ type tcpConn struct {
 	inbound bool
 	closed  bool
 	secure  bool // TLS
+	// ws: SIP over WebSocket (RFC 7118), each message in a frame; wss
+	// when secure too. handed: another worker read it before, so its
+	// Upgrade is done. origins are the ws_allowed_origins in force when
+	// it came.
+	ws      bool
+	handed  bool
+	origins []string
 	// lastWrite is when the loop last wrote (unix ns): a connection we only
 	// write to is not idle.
 	lastWrite atomic.Int64
@@ -89,25 +98,36 @@ func (f *fullTracker) Read(p []byte) (int, error) {
 }
 
 // stream reports whether messages of proto travel over a connection.
-func stream(proto string) bool { return proto == "tcp" || proto == "tls" }
+func stream(proto string) bool {
+	return proto == "tcp" || proto == "tls" || proto == "ws" || proto == "wss"
+}
 
 // proto is the connection's transport as dest names it.
 func (c *tcpConn) proto() string {
-	if c.secure {
+	switch {
+	case c.ws && c.secure:
+		return "wss"
+	case c.ws:
+		return "ws"
+	case c.secure:
 		return "tls"
 	}
 	return "tcp"
 }
 
 // transport is the connection's transport as a Via names it.
-func (c *tcpConn) transport() string {
-	if c.secure {
-		return "TLS"
+func (c *tcpConn) transport() string { return strings.ToUpper(c.proto()) }
+
+// write sends one SIP message; over WebSocket, in a frame of its own.
+func (c *tcpConn) write(b []byte) error {
+	if c.ws {
+		b = wsMessageFrame(b)
 	}
-	return "TCP"
+	return c.writeRaw(b)
 }
 
-func (c *tcpConn) write(b []byte) error {
+// writeRaw sends b as it is.
+func (c *tcpConn) writeRaw(b []byte) error {
 	if c.closed {
 		return errors.New("tcp connection closed")
 	}
@@ -134,17 +154,31 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 // messages are read on a goroutine and handled on the loop, and replies go
 // back on it.
 func (w *Worker) HandleConn(c net.Conn) {
-	// A connection to a tls: socket starts with the TLS handshake, which
-	// its reader does.
+	// A connection to a tls: or wss: socket starts with the TLS
+	// handshake, one to a ws: or wss: socket with the WebSocket Upgrade,
+	// which its reader does; a connection another worker handed over had
+	// them, and keeps its TLS session there (a TLS one is never handed).
 	local := addrPortOf(c.LocalAddr())
-	for _, l := range w.tlsListen {
-		if l == local && w.tlsServer != nil {
-			rec := &recordConn{Conn: c}
-			w.adoptWith(tls.Server(rec, serverTLSConfig(w.tlsServer, rec)), true, true, func(tc *tcpConn) { tc.rec = rec })
-			return
+	handed := worker.HandedOver(c)
+	has := func(list []netip.AddrPort) bool {
+		for _, l := range list {
+			if l == local {
+				return true
+			}
 		}
+		return false
 	}
-	w.adopt(c, true, false)
+	switch {
+	case has(w.tlsListen) && w.tlsServer != nil:
+		rec := &recordConn{Conn: c}
+		w.adoptWith(tls.Server(rec, serverTLSConfig(w.tlsServer, rec)), true, true, false, false, func(tc *tcpConn) { tc.rec = rec })
+	case has(w.wssListen) && w.tlsServer != nil:
+		w.adopt(tls.Server(c, w.tlsServer), true, true, true, false)
+	case has(w.wsListen):
+		w.adopt(c, true, false, true, handed)
+	default:
+		w.adopt(c, true, false, false, false)
+	}
 }
 
 // TakeTLS takes a TLS connection another worker handed back, with its
@@ -174,7 +208,7 @@ func (w *Worker) TakeTLS(c net.Conn, payload []byte) {
 	if len(prefix) > 0 {
 		conn = &prefixed{Conn: m, pre: bytes.NewReader(bytes.Clone(prefix))}
 	}
-	w.adoptWith(conn, true, true, func(tc *tcpConn) { tc.moved = m })
+	w.adoptWith(conn, true, true, false, false, func(tc *tcpConn) { tc.moved = m })
 	w.Stats.TLSTaken++
 }
 
@@ -192,15 +226,15 @@ func (p *prefixed) Read(b []byte) (int, error) {
 	return p.Conn.Read(b)
 }
 
-func (w *Worker) adopt(c net.Conn, inbound, secure bool) *tcpConn {
-	return w.adoptWith(c, inbound, secure, nil)
+func (w *Worker) adopt(c net.Conn, inbound, secure, ws, handed bool) *tcpConn {
+	return w.adoptWith(c, inbound, secure, ws, handed, nil)
 }
 
 // adoptWith is adopt with set run on the connection before its reader
 // starts.
-func (w *Worker) adoptWith(c net.Conn, inbound, secure bool, set func(*tcpConn)) *tcpConn {
+func (w *Worker) adoptWith(c net.Conn, inbound, secure, ws, handed bool, set func(*tcpConn)) *tcpConn {
 	tc := &tcpConn{c: c, remote: addrPortOf(c.RemoteAddr()), local: addrPortOf(c.LocalAddr()), inbound: inbound, secure: secure,
-		limits: w.opt.Conn}
+		ws: ws, handed: handed, origins: w.opt.WSAllowedOrigins, limits: w.opt.Conn}
 	if set != nil {
 		set(tc)
 	}
@@ -226,8 +260,9 @@ const (
 	closedByPeer      = "peer"            // the peer closed it, or it broke
 	closedIdle        = "idle"            // tcp_connection_lifetime passed without a byte
 	closedSlowMessage = "message_timeout" // a message took longer than tcp_message_timeout
-	closedHandshake   = "handshake"       // the TLS handshake failed or timed out
-	closedBadMessage  = "malformed"       // not SIP framing, or over the size bound
+	closedHandshake   = "handshake"       // the TLS handshake or the WebSocket Upgrade failed or timed out
+	closedOrigin      = "origin"          // a WebSocket Upgrade from an origin not allowed
+	closedBadMessage  = "malformed"       // not SIP (or WebSocket) framing, or over the size bound
 	closedBanned      = "banned"          // its source was banned (package overload/pike)
 	closedHandOff     = "handoff_failed"  // a TLS connection whose state could not go on
 )
@@ -261,48 +296,19 @@ func (w *Worker) readConn(tc *tcpConn) {
 		src = &fullTracker{r: tc.c, tc: tc}
 	}
 	r := bufio.NewReaderSize(src, 8<<10)
+	if tc.ws {
+		if !tc.handed && !w.upgradeWS(tc, r) {
+			return
+		}
+		w.readWS(tc, r, lifetime, msgTimeout)
+		return
+	}
 	crlf := 0
 	for {
-		// Between messages: idle until a byte comes, unless the loop
-		// writes on the connection meanwhile.
-		tc.rmu.Lock()
-		tc.c.SetReadDeadline(time.Now().Add(lifetime))
-		if tc.handoff.Load() {
-			tc.rmu.Unlock()
-			prefix, _ := r.Peek(r.Buffered())
-			prefix = append([]byte(nil), prefix...)
-			if tc.secure {
-				st, plain, ok := tc.readMoveState()
-				if !ok {
-					// Not between records now: it stays here, until idle.
-					tc.handoff.Store(false)
-					continue
-				}
-				tc.moveRead, prefix = st, append(prefix, plain...)
-			}
-			w.opt.Submit(func() { w.park(tc, prefix) })
+		if !w.awaitMessage(tc, r, lifetime) {
 			return
 		}
-		tc.waiting = true
-		tc.rmu.Unlock()
-		b, err := r.Peek(1)
-		tc.rmu.Lock()
-		tc.waiting = false
-		tc.rmu.Unlock()
-		if err != nil {
-			if isTimeout(err) && tc.handoff.Load() {
-				continue
-			}
-			if isTimeout(err) {
-				if last := tc.lastWrite.Load(); time.Since(time.Unix(0, last)) < lifetime {
-					continue
-				}
-				w.opt.Submit(func() { w.closeConn(tc, closedIdle) })
-				return
-			}
-			w.opt.Submit(func() { w.closeConn(tc, closedByPeer) })
-			return
-		}
+		b, _ := r.Peek(1)
 		// RFC 5626 keep-alives between messages: a double CRLF ping gets a
 		// CRLF pong, and keeps the connection from being idle.
 		if b[0] == '\r' || b[0] == '\n' {
@@ -327,25 +333,172 @@ func (w *Worker) readConn(tc *tcpConn) {
 		tc.rmu.Unlock()
 		msg, err := readStreamMessage(r)
 		if err != nil {
-			reason := closedBadMessage
-			switch {
-			case isTimeout(err):
-				reason = closedSlowMessage
-			case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
-				reason = closedByPeer
-			}
-			w.opt.Submit(func() {
-				if reason != closedByPeer {
-					w.log.Info("tcp connection closed", "peer", tc.remote.String(), "reason", reason, "error", err)
-				}
-				w.closeConn(tc, reason)
-			})
+			w.readFailed(tc, err)
 			return
 		}
 		at := time.Now().UnixNano()
 		w.opt.Submit(func() {
 			w.handle(msg, source{proto: tc.proto(), addr: tc.remote, sock: -1, conn: tc, readAt: at})
 		})
+	}
+}
+
+// awaitMessage waits between messages until a byte comes: idle, unless
+// the loop writes on the connection meanwhile. It reports false when the
+// reader is to stop: the connection was closed (for being idle, or by the
+// peer), or parked for a hand-off, with what was read past the last
+// message.
+func (w *Worker) awaitMessage(tc *tcpConn, r *bufio.Reader, lifetime time.Duration) bool {
+	for {
+		tc.rmu.Lock()
+		tc.c.SetReadDeadline(time.Now().Add(lifetime))
+		if tc.handoff.Load() {
+			tc.rmu.Unlock()
+			prefix, _ := r.Peek(r.Buffered())
+			prefix = append([]byte(nil), prefix...)
+			if tc.secure {
+				st, plain, ok := tc.readMoveState()
+				if !ok {
+					// Not between records now: it stays here, until idle.
+					tc.handoff.Store(false)
+					continue
+				}
+				tc.moveRead, prefix = st, append(prefix, plain...)
+			}
+			w.opt.Submit(func() { w.park(tc, prefix) })
+			return false
+		}
+		tc.waiting = true
+		tc.rmu.Unlock()
+		_, err := r.Peek(1)
+		tc.rmu.Lock()
+		tc.waiting = false
+		tc.rmu.Unlock()
+		if err == nil {
+			return true
+		}
+		if isTimeout(err) && tc.handoff.Load() {
+			continue
+		}
+		if isTimeout(err) {
+			if last := tc.lastWrite.Load(); time.Since(time.Unix(0, last)) < lifetime {
+				continue
+			}
+			w.opt.Submit(func() {
+				if tc.ws && !tc.closed {
+					tc.writeRaw(wsCloseFrame(wsStatusGoingAway))
+				}
+				w.closeConn(tc, closedIdle)
+			})
+			return false
+		}
+		w.opt.Submit(func() { w.closeConn(tc, closedByPeer) })
+		return false
+	}
+}
+
+// readFailed closes a connection whose message could not be read, with
+// the reason the supervisor counts.
+func (w *Worker) readFailed(tc *tcpConn, err error) {
+	reason := closedBadMessage
+	var wsErr *wsError
+	switch {
+	case isTimeout(err):
+		reason = closedSlowMessage
+	case errors.Is(err, errWSClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		reason = closedByPeer
+	}
+	errors.As(err, &wsErr)
+	w.opt.Submit(func() {
+		if reason != closedByPeer {
+			w.log.Info(tc.proto()+" connection closed", "peer", tc.remote.String(), "reason", reason, "error", err)
+		}
+		// A WebSocket peer is told why, or has its close answered
+		// (RFC 6455 5.5.1).
+		switch {
+		case tc.closed:
+		case wsErr != nil:
+			tc.writeRaw(wsCloseFrame(wsErr.status))
+		case errors.Is(err, errWSClosed):
+			tc.writeRaw(wsCloseFrame(wsStatusNormal))
+		}
+		w.closeConn(tc, reason)
+	})
+}
+
+// upgradeWS reads a new WebSocket connection's HTTP Upgrade, within the
+// handshake timeout, and answers it: 101 with the sip subprotocol, or the
+// refusal (403 for an origin not allowed). It reports whether the
+// connection goes on. The answer is written here, not on the loop: no
+// message has come over the connection, so nothing else writes on it yet.
+func (w *Worker) upgradeWS(tc *tcpConn, r *bufio.Reader) bool {
+	tc.c.SetReadDeadline(time.Now().Add(orDefault(tc.limits.HandshakeTimeout, 10*time.Second)))
+	resp, err := wsUpgrade(r, tc.origins)
+	reason := closedHandshake
+	var ref *wsRefusal
+	if errors.As(err, &ref) {
+		resp = ref.response()
+		if ref.code == 403 {
+			reason = closedOrigin
+		}
+	}
+	if resp != nil {
+		tc.c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		if _, werr := tc.c.Write(resp); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err == nil {
+		return true
+	}
+	w.opt.Submit(func() {
+		w.Stats.WSRefused++
+		w.log.Info("websocket upgrade failed", "peer", tc.remote.String(), "reason", reason, "error", err)
+		w.closeConn(tc, reason)
+	})
+	return false
+}
+
+// readWS reads the frames of an upgraded WebSocket connection (RFC 6455,
+// RFC 7118): each data message is one SIP message, handled on the loop as
+// one read from a stream is; pings are answered there. The bounds of the
+// TCP path hold: idle between messages, message_timeout from a message's
+// first byte to its last, the size of a message, and the hand-off at a
+// message boundary.
+func (w *Worker) readWS(tc *tcpConn, r *bufio.Reader, lifetime, msgTimeout time.Duration) {
+	wr := &wsReader{r: r, max: maxTCPMessage}
+	for {
+		// A control frame may come between the fragments of a message,
+		// which is then still under way: no idle wait, no hand-off, and
+		// the message's deadline stands (pings do not stretch it).
+		if !wr.midMessage() {
+			if !w.awaitMessage(tc, r, lifetime) {
+				return
+			}
+			tc.rmu.Lock()
+			tc.c.SetReadDeadline(time.Now().Add(msgTimeout))
+			tc.rmu.Unlock()
+		}
+		f, err := wr.read()
+		if err != nil {
+			w.readFailed(tc, err)
+			return
+		}
+		switch {
+		case f.isPing:
+			pong := appendWSFrame(nil, wsPong, f.ping)
+			w.opt.Submit(func() {
+				if !tc.closed {
+					tc.writeRaw(pong)
+				}
+			})
+		case f.data != nil && !blank(f.data):
+			at := time.Now().UnixNano()
+			msg := f.data
+			w.opt.Submit(func() {
+				w.handle(msg, source{proto: tc.proto(), addr: tc.remote, sock: -1, conn: tc, readAt: at})
+			})
+		}
 	}
 }
 
@@ -423,20 +576,25 @@ func readStreamMessage(r *bufio.Reader) ([]byte, error) {
 	return buf, nil
 }
 
-// connTo returns a connection of proto ("tcp" or "tls") to addr: one
-// already open (either way), or a new one. Dialing, and the TLS handshake,
-// block the loop for at most DialTimeout.
+// connTo returns a connection of proto ("tcp", "tls", "ws" or "wss") to
+// addr: one already open (either way), or a new one over TCP or TLS.
+// Dialing, and the TLS handshake, block the loop for at most DialTimeout.
+// A WebSocket peer is a client (a browser) reached only over the
+// connection it opened: none is opened to it.
 func (w *Worker) connTo(addr netip.AddrPort, proto string) (*tcpConn, error) {
-	secure := proto == "tls"
-	if c, ok := w.conns[addr]; ok && !c.closed && c.secure == secure {
+	if c, ok := w.conns[addr]; ok && !c.closed && c.proto() == proto {
 		return c, nil
 	}
+	if proto == "ws" || proto == "wss" {
+		return nil, fmt.Errorf("no %s connection from %s: a WebSocket client is reached only over the connection it opened", proto, addr)
+	}
+	secure := proto == "tls"
 	c, err := net.DialTimeout("tcp", addr.String(), w.opt.DialTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}
 	if !secure {
-		return w.adopt(c, false, false), nil
+		return w.adopt(c, false, false, false, false), nil
 	}
 	if w.tlsClient == nil {
 		if w.tlsClient, err = w.opt.TLS.ClientConfig(); err != nil {
@@ -454,7 +612,7 @@ func (w *Worker) connTo(addr netip.AddrPort, proto string) (*tcpConn, error) {
 		w.Stats.TLSHandshakeFailures++
 		return nil, fmt.Errorf("tls to %s: %w", addr, err)
 	}
-	return w.adopt(t, false, true), nil
+	return w.adopt(t, false, true, false, false), nil
 }
 
 // tcpAdvertised is the address to put in Via and Record-Route for a TCP
@@ -464,8 +622,13 @@ func (w *Worker) tcpAdvertised(c *tcpConn) netip.AddrPort {
 		return c.local
 	}
 	listen := w.tcpListen
-	if c.secure {
+	switch c.proto() {
+	case "tls":
 		listen = w.tlsListen
+	case "ws":
+		listen = w.wsListen
+	case "wss":
+		listen = w.wssListen
 	}
 	for _, l := range listen {
 		if l.Port() != 0 {
@@ -655,8 +818,10 @@ func (tc *tcpConn) writeMoveState() (*tlsMoveState, bool) {
 // another worker to read, so that scaling the group down closes none
 // (pool.Drainer). Each is handed over at a message boundary, once every
 // request read from it has its final answer; a TLS 1.3 one with its record
-// layer's state (tlsmove.go). A TLS connection that cannot move is kept
-// until it is idle or the drain times out.
+// layer's state (tlsmove.go). A TLS connection that cannot move, and a WSS
+// one, is kept until it is idle or the drain times out. A WS one is handed
+// over between WebSocket messages: the worker that takes it reads frames
+// at once.
 func (w *Worker) Drain() {
 	w.draining = true
 	if w.opt.HandOff == nil {

@@ -373,6 +373,10 @@ func (w *Worker) viaDest(v *sip.ViaHeader, src source) dest {
 		d.proto = "tcp"
 	case strings.EqualFold(v.Transport, "TLS"):
 		d.proto = "tls"
+	case strings.EqualFold(v.Transport, "WS"):
+		d.proto = "ws"
+	case strings.EqualFold(v.Transport, "WSS"):
+		d.proto = "wss"
 	}
 	if ip, err := hostIP(host); err == nil {
 		d.addr = netipAddrPort(ip, port)

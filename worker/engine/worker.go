@@ -94,8 +94,13 @@ type Options struct {
 	NoteSession func(method sipscan.Method, toTag bool, expires int32, branch, callID []byte)
 	// RetryAfter is what the worker's own refusals send, as the door's do.
 	RetryAfter config.RetryAfter
-	// TLS holds the certificates of tls: sockets and TLS next hops.
+	// TLS holds the certificates of tls: and wss: sockets and TLS next
+	// hops.
 	TLS config.TLS
+	// WSAllowedOrigins are the web origins whose pages may open a
+	// WebSocket to the ws: and wss: sockets (ws_allowed_origins); empty
+	// allows any.
+	WSAllowedOrigins []string
 	// Conn bounds what a connection may cost in time; zero fields take
 	// Kamailio's defaults.
 	Conn config.ConnLimits
@@ -164,6 +169,8 @@ type Worker struct {
 	replyPort []uint16 // of the reply sockets, by socket index
 	tcpListen []netip.AddrPort
 	tlsListen []netip.AddrPort
+	wsListen  []netip.AddrPort
+	wssListen []netip.AddrPort
 	// tlsServer and tlsClient are the TLS configurations of the tls:
 	// sockets and of connections to TLS next hops, nil without TLS
 	// settings; a reload replaces them for new connections.
@@ -220,6 +227,8 @@ type Stats struct {
 	// TLSHandshakeFailures counts TLS handshakes, in either direction, that
 	// failed or timed out.
 	TLSHandshakeFailures uint64
+	// WSRefused counts WebSocket Upgrades refused, failed or timed out.
+	WSRefused uint64
 	// HandedOff counts connections a draining worker gave back, and
 	// TLSTaken the TLS ones this worker took with their state.
 	HandedOff, TLSTaken uint64
@@ -296,6 +305,8 @@ func New(env *worker.Env) (worker.Handler, error) {
 		Conn:        cfg.Conn,
 		ConnClosed:  closedFor(env),
 		HandOff:     handOffFor(env),
+
+		WSAllowedOrigins: cfg.WSAllowedOrigins,
 
 		PassResponse:       passResponseFor(env),
 		PassToHolder:       passFor(env, logger),
@@ -423,14 +434,19 @@ func NewWorker(opt Options) (*Worker, error) {
 		if s.Proto == "tcp" {
 			w.tcpListen = append(w.tcpListen, ap)
 		}
-		if s.Proto == "tls" {
+		switch s.Proto {
+		case "tls":
 			w.tlsListen = append(w.tlsListen, ap)
+		case "ws":
+			w.wsListen = append(w.wsListen, ap)
+		case "wss":
+			w.wssListen = append(w.wssListen, ap)
 		}
 		if s.Port != 0 {
 			w.self = append(w.self, ap)
 		}
 	}
-	if len(w.tlsListen) > 0 {
+	if len(w.tlsListen) > 0 || len(w.wssListen) > 0 {
 		var err error
 		if w.tlsServer, err = opt.TLS.ServerConfig(); err != nil {
 			return nil, fmt.Errorf("sip engine: %w", err)
@@ -455,7 +471,7 @@ func (w *Worker) Reload(path string) error {
 	if err != nil {
 		return err
 	}
-	if len(w.tlsListen) > 0 {
+	if len(w.tlsListen) > 0 || len(w.wssListen) > 0 {
 		// New certificates for new connections; those up keep theirs.
 		srv, err := cfg.TLS.ServerConfig()
 		if err != nil {
@@ -466,6 +482,7 @@ func (w *Worker) Reload(path string) error {
 	w.tlsClient = nil
 	w.opt.TLS = cfg.TLS
 	w.opt.Conn = cfg.Conn
+	w.opt.WSAllowedOrigins = cfg.WSAllowedOrigins
 	w.opt.Script = cfg.Script
 	w.opt.RetryAfter = cfg.RetryAfter
 	w.opt.Domains, w.opt.AORKeepPort = cfg.Domains, cfg.AORKeepPort
@@ -520,7 +537,7 @@ func (w *Worker) Tick(now time.Time) {
 
 // source is where a message came from and how to answer it.
 type source struct {
-	proto string // "udp" or "tcp"
+	proto string // "udp", "tcp", "tls", "ws" or "wss"
 	addr  netip.AddrPort
 	sock  int      // UDP socket index
 	conn  *tcpConn // TCP connection, nil for UDP
@@ -718,26 +735,36 @@ func (w *Worker) send(d *dest, b []byte) error {
 }
 
 // resolve turns a URI into a destination. Hosts are IP addresses or names
-// resolved once here; the transport parameter picks TCP or TLS, and a sips:
-// URI asks for TLS (RFC 3261 19.1, 26.2).
+// resolved once here; the transport parameter picks TCP, TLS, WS or WSS,
+// and a sips: URI asks for TLS, or WSS over WebSocket (RFC 3261 19.1,
+// 26.2; RFC 7118 5).
 func (w *Worker) resolve(u *sip.Uri, sock int) (dest, error) {
 	d := dest{proto: "udp", sock: sock}
 	if t, ok := u.UriParams.Get("transport"); ok {
-		switch {
-		case strings.EqualFold(t, "tcp"):
-			d.proto = "tcp"
-		case strings.EqualFold(t, "tls"):
-			d.proto = "tls"
+		switch t = strings.ToLower(t); t {
+		case "tcp", "tls", "ws", "wss":
+			d.proto = t
 		}
 	}
 	if strings.EqualFold(u.Scheme, "sips") {
-		d.proto = "tls"
+		switch d.proto {
+		case "ws", "wss":
+			d.proto = "wss"
+		default:
+			d.proto = "tls"
+		}
 	}
 	port := u.Port
 	if port == 0 {
-		port = 5060
-		if d.proto == "tls" {
+		switch d.proto {
+		case "tls":
 			port = 5061
+		case "ws":
+			port = 80
+		case "wss":
+			port = 443
+		default:
+			port = 5060
 		}
 	}
 	ip, err := hostIP(u.Host)
@@ -752,6 +779,12 @@ func hostIP(host string) (netip.Addr, error) {
 	host = strings.Trim(host, "[]")
 	if ip, err := netip.ParseAddr(host); err == nil {
 		return ip.Unmap(), nil
+	}
+	// RFC 6761 6.4: never looked up. WebSocket clients (RFC 7118 5.2)
+	// and other clients that accept no connections name such a host in
+	// their Via and Contact.
+	if h := strings.ToLower(strings.TrimSuffix(host, ".")); h == "invalid" || strings.HasSuffix(h, ".invalid") {
+		return netip.Addr{}, fmt.Errorf("resolve %s: a .invalid name is never resolved (RFC 6761)", host)
 	}
 	if strings.EqualFold(host, "localhost") {
 		return netip.AddrFrom4([4]byte{127, 0, 0, 1}), nil
