@@ -88,6 +88,10 @@ type Config struct {
 	// banned, for how long, and how a banned source is refused.
 	Bans Bans `json:"bans"`
 
+	// Dispatcher holds the destination sets (ds_list_file) and their
+	// probing (ds_*).
+	Dispatcher Dispatcher `json:"dispatcher"`
+
 	// LogLevel: log_level = debug|info|warn|error (default info).
 	LogLevel string `json:"log_level"`
 	// LogFormat: log_format = text|json (default text).

@@ -209,3 +209,28 @@ func DecodeStates(b []byte) (States, error) {
 	}
 	return s, nil
 }
+
+// Report is what a worker tells the supervisor of the destinations, by
+// key: the new sessions it sent each (Sent) and those it sent there after
+// another failed (Failovers) since its last report, and the states a
+// script set (ds_mark_dst: Inactive or Active).
+type Report struct {
+	Sent      map[string]uint64 `json:"sent,omitempty"`
+	Failovers map[string]uint64 `json:"failovers,omitempty"`
+	Mark      map[string]Status `json:"mark,omitempty"`
+}
+
+// EncodeReport writes a Report for a note.
+func EncodeReport(r Report) []byte {
+	b, _ := json.Marshal(r) // maps of strings to numbers always encode
+	return b
+}
+
+// DecodeReport reads EncodeReport.
+func DecodeReport(b []byte) (Report, error) {
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("destination report: %w", err)
+	}
+	return r, nil
+}
