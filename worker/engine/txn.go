@@ -610,8 +610,8 @@ func (w *Worker) localFor(d dest) (netip.AddrPort, string) {
 func (w *Worker) startClient(ct *clientTx) {
 	now := time.Now()
 	ct.timeoutAt = now.Add(64 * w.opt.T1) // timers B and F
-	if fr := ct.stx.fr; fr > 0 && fr < 64*w.opt.T1 {
-		ct.timeoutAt = now.Add(fr)
+	if ct.stx != nil && ct.stx.fr > 0 && ct.stx.fr < 64*w.opt.T1 {
+		ct.timeoutAt = now.Add(ct.stx.fr)
 	}
 	ct.retransAt = ct.timeoutAt
 	if ct.dst.proto == "udp" {
@@ -754,7 +754,7 @@ func (w *Worker) provisional(ct *clientTx) {
 		ct.state = stProceeding
 		if ct.invite {
 			inv := w.opt.InviteTimeout
-			if ct.stx.frInv > 0 {
+			if ct.stx != nil && ct.stx.frInv > 0 {
 				inv = ct.stx.frInv
 			}
 			ct.timeoutAt = time.Now().Add(inv)
