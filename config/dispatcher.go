@@ -119,12 +119,12 @@ func (l *loader) checkDispatch(name string, args []*script.Literal) {
 		for _, d := range l.cfg.Dispatcher.Dests {
 			found = found || int64(d.Set) == a.Int
 		}
-		if !found {
-			where := "ds_list_file lists none"
-			if l.cfg.Dispatcher.ListFile != "" {
-				where = l.cfg.Dispatcher.ListFile + " has no destination in it"
-			}
-			l.errorf(a.Pos, "%s: no destination set %d: %s", name, a.Int, where)
+		switch {
+		case found:
+		case l.cfg.Dispatcher.ListFile == "":
+			l.errorf(a.Pos, "%s: set %d, but no ds_list_file is set", name, a.Int)
+		case !(name == "ds_is_from_list" && a.Int == -1):
+			l.errorf(a.Pos, "%s: set %d is not in %s", name, a.Int, l.cfg.Dispatcher.ListFile)
 		}
 	}
 	if name == "ds_select_dst" && len(args) > 1 && args[1].IsInt {

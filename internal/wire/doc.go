@@ -27,7 +27,8 @@
 //	               'R' reload in place (the config snapshot's path),
 //	               'P' profile (SCM_RIGHTS: a pipe's write end; see below),
 //	               'D' drain, 'Z' end of work, 'T' steering table
-//	               (direct reads, below), 'B' bans (below)
+//	               (direct reads, below), 'B' bans (below), 'S' the states
+//	               of the destination sets (dispatcher.EncodeStates)
 //	fd 5  stats    a shared memory page. The worker writes and the
 //	               supervisor reads: frames handled, busy nanoseconds, the
 //	               start of the frame in progress, heap in use, sessions
@@ -67,7 +68,9 @@
 // worker made, to pass to that worker (ForwardNote), a datagram a worker
 // read itself but leaves to the supervisor's door (DoorNote), a source whose
 // requests in the counting window grew by a step (PikeNote), and a failed
-// digest authentication (AuthFailNote).
+// digest authentication (AuthFailNote), and what a worker sent to each
+// destination of the destination sets and what its script marked
+// (DispatchNote).
 //
 // # Bans
 //
