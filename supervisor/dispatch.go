@@ -98,7 +98,18 @@ func (d *dsRun) loop(ctx context.Context) error {
 		d.mu.Unlock()
 	}()
 	d.update(time.Now())
-	t := time.NewTicker(dsTick)
+	// Without destinations the loop only looks for a reload that brings
+	// some, once a second, rather than waking the supervisor 20 times.
+	every := func() time.Duration {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if len(d.dests) == 0 {
+			return time.Second
+		}
+		return dsTick
+	}
+	tick := every()
+	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
 		select {
@@ -108,6 +119,10 @@ func (d *dsRun) loop(ctx context.Context) error {
 		case <-d.kick:
 		}
 		d.update(time.Now())
+		if e := every(); e != tick {
+			tick = e
+			t.Reset(tick)
+		}
 	}
 }
 
