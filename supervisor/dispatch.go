@@ -336,6 +336,22 @@ func (d *dsRun) frame() []byte {
 	return append([]byte{wire.FrameDispatch}, dispatcher.EncodeStates(s)...)
 }
 
+// states answers a new worker's DispatchStatesRequest with the states as
+// they are now: that worker needs no frame until the next change.
+func (d *dsRun) states(w *pool.Worker) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if cfg := d.s.config(); cfg != d.cfg {
+		d.rebuild(cfg)
+	}
+	now := time.Now()
+	for i := range d.health {
+		d.shown[i] = d.health[i].Status(now)
+	}
+	d.sent[w] = d.gen
+	return d.frame()[1:]
+}
+
 // sendStates sends the states to every worker that has not had this
 // generation: all after a change, a new worker once it is up.
 func (d *dsRun) sendStates(frame []byte) {

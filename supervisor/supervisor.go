@@ -789,6 +789,9 @@ func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
 	if sock, to, from, msg, ok := wire.ParsePassRequest(req); ok {
 		return s.answerPass(w, sock, to, from, msg)
 	}
+	if wire.IsDispatchStatesRequest(req) {
+		return s.ds.states(w)
+	}
 	return nil
 }
 

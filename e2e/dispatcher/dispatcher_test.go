@@ -314,3 +314,52 @@ func TestBackendKilled(t *testing.T) {
 		t.Errorf("sipvisor_dispatcher_destination_state{state=inactive} of the killed backend = %v, want 1", v)
 	}
 }
+
+// The list is read again on a reload: a destination added is probed and
+// chosen, one that stays keeps the state set by hand, and a list with an
+// error is refused with its position, the old one staying in force.
+func TestListReload(t *testing.T) {
+	t.Parallel()
+	harness.NeedSIPp(t)
+	dir := t.TempDir()
+	bs := []*backend{startBackend(t, dir, "b1"), startBackend(t, dir, "b2")}
+	s := front(t, dir, 4, "ds_ping_interval = 200ms", bs[:1])
+	harness.WaitFor(t, "the first backend answering its probes", 10*time.Second, func() bool {
+		return destinations(t, s)[bs[0].uri].RTTSeconds > 0
+	})
+	if out, err := s.Ctl("ds", "set", "1", bs[0].uri, "drain"); err != nil {
+		t.Fatalf("ctl ds set: %v: %s", err, out)
+	}
+	list := filepath.Join(dir, "backends.list")
+	if err := os.WriteFile(list, []byte("1 "+bs[0].uri+"\n1 sip:127.0.0.1:notaport\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.Ctl("reload")
+	if err == nil || !strings.Contains(out, list+":2:3:") {
+		t.Fatalf("a list with an error: want the reload refused at %s:2:3, have %v: %s", list, err, out)
+	}
+	if len(destinations(t, s)) != 1 {
+		t.Fatalf("a refused reload changed the destinations")
+	}
+	if err := os.WriteFile(list, []byte("1 "+bs[0].uri+"\n1 "+bs[1].uri+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.Ctl("reload"); err != nil {
+		t.Fatalf("ctl reload: %v: %s", err, out)
+	}
+	harness.WaitFor(t, "the added backend answering its probes", 10*time.Second, func() bool {
+		d := destinations(t, s)
+		return d[bs[1].uri].State == "active" && d[bs[1].uri].RTTSeconds > 0
+	})
+	if st := destinations(t, s)[bs[0].uri].State; st != "drain" {
+		t.Fatalf("a destination that stays lost its state on reload: %s", st)
+	}
+	// Workers renewed or reloaded by the reload run the new list: every
+	// call goes to the added backend, none to the drained one.
+	if r := calls(t, s, 10, 20); r.Successful != 10 {
+		t.Fatalf("%d of 10 calls through\n%s", r.Successful, harness.Tail(r.Out, 30))
+	}
+	if got := []int{invites(bs[0].requests(t)), invites(bs[1].requests(t))}; got[0] != 0 || got[1] != 10 {
+		t.Errorf("INVITEs per backend %v, want [0 10]", got)
+	}
+}

@@ -25,3 +25,14 @@ func ParseDispatchNote(b []byte) (report []byte, ok bool) {
 	}
 	return b[len(dispatchMagic):], true
 }
+
+var dispatchStatesMagic = []byte("DSQ1")
+
+// DispatchStatesRequest is a new worker's call for the destinations' states
+// as they are now, answered with dispatcher.EncodeStates, so that it
+// chooses by them from its first request rather than from the list's
+// flags until the next FrameDispatch.
+func DispatchStatesRequest() []byte { return bytes.Clone(dispatchStatesMagic) }
+
+// IsDispatchStatesRequest reports whether a call is DispatchStatesRequest.
+func IsDispatchStatesRequest(b []byte) bool { return bytes.Equal(b, dispatchStatesMagic) }

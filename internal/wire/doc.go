@@ -52,7 +52,9 @@
 // # Calls
 //
 // A worker's call ('c', answered by 'a') carries a request the worker waits
-// for: an admission question (AdmitRequest: a new session's method and
+// for: the destination sets' states as they are now, at a worker's start
+// (DispatchStatesRequest, which the supervisor tells by
+// IsDispatchStatesRequest); an admission question (AdmitRequest: a new session's method and
 // Call-ID, read by a worker from a TCP connection no front door saw),
 // answered with the door's decision; a request to pass to the worker that
 // holds a connection to its destination (PassRequest); or, with the memory location

@@ -101,6 +101,21 @@ func destAddr(uri string) netip.AddrPort {
 	return netip.AddrPortFrom(a.Unmap(), uint16(port))
 }
 
+// fetchDispatch asks the supervisor for the destinations' states at start,
+// before the worker takes its first request. Without an answer the
+// worker starts from the list's flags and takes the next frame.
+func (w *Worker) fetchDispatch(call func([]byte) ([]byte, error)) {
+	if call == nil || len(w.opt.Dispatcher) == 0 {
+		return
+	}
+	ans, err := call(wire.DispatchStatesRequest())
+	if err != nil || len(ans) == 0 {
+		w.log.Warn("destination states not known at start; the list's flags apply until the supervisor sends them", "error", err)
+		return
+	}
+	w.DispatchStates(ans)
+}
+
 // DispatchStates takes the destinations' states from the supervisor
 // (worker.Dispatcher).
 func (w *Worker) DispatchStates(b []byte) {

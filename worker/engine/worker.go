@@ -313,7 +313,12 @@ func New(env *worker.Env) (worker.Handler, error) {
 		}
 		opt.ReplySockets = rs
 	}
-	return NewWorker(opt)
+	w, err := NewWorker(opt)
+	if err != nil {
+		return nil, err
+	}
+	w.fetchDispatch(env.Call)
+	return w, nil
 }
 
 // boundListen is the sockets the supervisor serves, as it bound them
