@@ -310,7 +310,7 @@ func TestBackendKilled(t *testing.T) {
 	}
 	out, _ := s.Ctl("ds", "list")
 	t.Logf("ctl ds list:\n%s", out)
-	if v := s.Metric("sipvisor_dispatcher_destination_state", "set", "1", "uri", bs[1].uri, "state", "inactive"); v != 1 {
+	if v := s.Metric("sipvisor_dispatcher_destination_state", `set="1"`, `uri="`+bs[1].uri+`"`, `state="inactive"`); v != 1 {
 		t.Errorf("sipvisor_dispatcher_destination_state{state=inactive} of the killed backend = %v, want 1", v)
 	}
 }
