@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -69,15 +68,6 @@ func parseReplyCodes(s string) (classes, codes map[int]bool, err error) {
 	return classes, codes, nil
 }
 
-// ListPath is ds_list_file resolved: relative to the config file's
-// directory (the working directory for the built-in config).
-func (c *Config) listPath(file string) string {
-	if file == "" || filepath.IsAbs(file) || c.File == DefaultName || c.File == "" {
-		return file
-	}
-	return filepath.Join(filepath.Dir(c.File), file)
-}
-
 // dispatcher reads and checks ds_list_file. The list is read through the
 // loader, so that a config snapshot carries it and every worker reads the
 // list the supervisor checked.
@@ -92,8 +82,8 @@ func (l *loader) dispatcher() {
 	if d.ListFile == "" {
 		return
 	}
-	c := &Config{File: l.files[0]}
-	path := c.listPath(d.ListFile)
+	// Made relative to the file that names it as it was set (pathSettings).
+	path := d.ListFile
 	src, err := l.read(path)
 	if err != nil {
 		l.errorf(l.setAt["ds_list_file"], "cannot read ds_list_file: %v", err)
