@@ -83,5 +83,4 @@ var functionHints = map[string]string{
 	"ds_select_domain": "sipvisor selects with ds_select_dst(set, alg), which sets $du and leaves the Request-URI as it is",
 	"ds_select":        "sipvisor selects with ds_select_dst(set, alg), which sets $du",
 	"ds_next_domain":   "sipvisor fails over with ds_next_dst(), which sets $du",
-	"t_check_status":   `sipvisor tests the reply's code with $rs, as in if ($rs == 408 || $rs >= 500)`,
 }
