@@ -22,7 +22,11 @@ import (
 type dsView struct {
 	sel    *dispatcher.Selector
 	status []dispatcher.Status // by table index
-	addrs  []netip.AddrPort    // by table index; invalid when unresolved
+	// addrs are the destinations' addresses for ds_is_from_list, by table
+	// index, found at its first call: a host name is resolved then, on
+	// the loop, rather than at start, where a slow resolver would hold the
+	// worker past its ready timeout.
+	addrs []netip.AddrPort
 	// frame is the last states the supervisor sent, by key: a table
 	// reloaded takes them over for the destinations it keeps.
 	frame map[string]dispatcher.Status
@@ -58,7 +62,7 @@ func (w *Worker) setDispatch(ds []dispatcher.Dest) {
 	t := dispatcher.NewTable(ds)
 	v.sel = dispatcher.NewSelector(t, rand.IntN)
 	v.status = make([]dispatcher.Status, len(ds))
-	v.addrs = make([]netip.AddrPort, len(ds))
+	v.addrs = nil
 	for i := range ds {
 		if st, ok := v.frame[ds[i].Key()]; ok {
 			v.status[i] = st
@@ -66,7 +70,6 @@ func (w *Worker) setDispatch(ds []dispatcher.Dest) {
 			h := dispatcher.NewHealth(&ds[i])
 			v.status[i] = h.Status(time.Time{})
 		}
-		v.addrs[i] = destAddr(ds[i].URI)
 	}
 	if v.sent == nil {
 		v.sent, v.failovers = map[string]uint64{}, map[string]uint64{}
@@ -305,8 +308,15 @@ func fnDsIsFromList(c *msgCtx, a []*script.Literal) bool {
 		}
 	}
 	v := &c.w.ds
+	ds := v.sel.Table().Dests
+	if v.addrs == nil {
+		v.addrs = make([]netip.AddrPort, len(ds))
+		for i := range ds {
+			v.addrs[i] = destAddr(ds[i].URI)
+		}
+	}
 	from := netip.AddrPortFrom(c.src.addr.Addr().Unmap(), c.src.addr.Port())
-	for i, d := range v.sel.Table().Dests {
+	for i, d := range ds {
 		if set >= 0 && int64(d.Set) != set {
 			continue
 		}
