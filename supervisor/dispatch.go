@@ -34,21 +34,24 @@ import (
 type dsRun struct {
 	s *Supervisor
 
-	mu      sync.Mutex
-	cfg     *config.Config // the config the table was built from
-	dests   []dispatcher.Dest
-	health  []dispatcher.Health
-	load    []dsLoad
-	addrs   []*net.UDPAddr // nil: not probed (a stream transport, or unresolved)
-	probe   dispatcher.Probe
-	from    string
-	shown   []dispatcher.Status // the states as last sent to workers
-	gen     uint64
-	sent    map[*pool.Worker]uint64 // the generation each worker has
-	pending map[string]int          // probe branch → destination
-	seq     uint64
-	tag     string
-	conn    *net.UDPConn
+	mu     sync.Mutex
+	cfg    *config.Config // the config the table was built from
+	dests  []dispatcher.Dest
+	health []dispatcher.Health
+	load   []dsLoad
+	addrs  []*net.UDPAddr // nil: not probed (a stream transport, or unresolved)
+	// unresolved holds the URI of each destination whose host name is
+	// still to resolve (resolve), "" for the others.
+	unresolved []string
+	probe      dispatcher.Probe
+	from       string
+	shown      []dispatcher.Status // the states as last sent to workers
+	gen        uint64
+	sent       map[*pool.Worker]uint64 // the generation each worker has
+	pending    map[string]int          // probe branch → destination
+	seq        uint64
+	tag        string
+	conn       *net.UDPConn
 	// kick wakes the loop at once after a change by hand or by a script.
 	kick chan struct{}
 }
@@ -118,6 +121,7 @@ func (d *dsRun) loop(ctx context.Context) error {
 		case <-t.C:
 		case <-d.kick:
 		}
+		d.resolve()
 		d.update(time.Now())
 		if e := every(); e != tick {
 			tick = e
@@ -217,6 +221,7 @@ func (d *dsRun) rebuild(cfg *config.Config) {
 	load := make([]dsLoad, len(dests))
 	shown := make([]dispatcher.Status, len(dests))
 	addrs := make([]*net.UDPAddr, len(dests))
+	unresolved := make([]string, len(dests))
 	for i := range dests {
 		if j, ok := old[dests[i].Key()]; ok {
 			health[i], load[i], shown[i] = d.health[j], d.load[j], d.shown[j]
@@ -231,37 +236,75 @@ func (d *dsRun) rebuild(cfg *config.Config) {
 			health[i] = dispatcher.NewHealth(&dests[i])
 			shown[i] = health[i].Status(time.Time{})
 		}
-		addrs[i] = probeTarget(dests[i].URI)
-		if addrs[i] == nil && dests[i].Flags&dispatcher.FlagDisabled == 0 {
-			d.s.log.Warn("destination not probed: only UDP destinations are", "set", dests[i].Set, "uri", dests[i].URI)
+		host, port, udp := probeTarget(dests[i].URI)
+		switch ip := net.ParseIP(host); {
+		case !udp:
+			if dests[i].Flags&dispatcher.FlagDisabled == 0 {
+				d.s.log.Warn("destination not probed: only UDP destinations are", "set", dests[i].Set, "uri", dests[i].URI)
+			}
+		case ip != nil:
+			addrs[i] = &net.UDPAddr{IP: ip, Port: port}
+		default:
+			unresolved[i] = dests[i].URI
 		}
 	}
-	d.cfg, d.dests, d.health, d.load, d.shown, d.addrs = cfg, dests, health, load, shown, addrs
+	d.cfg, d.dests, d.health, d.load, d.shown, d.addrs, d.unresolved = cfg, dests, health, load, shown, addrs, unresolved
 	d.probe = cfg.Dispatcher.Probe()
 	d.from = cfg.Dispatcher.PingFrom
 	d.pending = map[string]int{}
 	d.gen++
 }
 
-// probeTarget is the UDP address of a destination, nil when it is reached
-// over a stream or its host does not resolve.
-func probeTarget(uri string) *net.UDPAddr {
+// probeTarget is where a destination is probed: its host and port, and
+// whether it is reached over UDP (a stream transport is not probed).
+func probeTarget(uri string) (host string, port int, udp bool) {
 	var u sip.Uri
 	if err := sip.ParseUri(uri, &u); err != nil {
-		return nil
+		return "", 0, false
 	}
 	if t, ok := u.UriParams.Get("transport"); (ok && !strings.EqualFold(t, "udp")) || u.Scheme == "sips" {
-		return nil
+		return "", 0, false
 	}
-	port := u.Port
+	port = u.Port
 	if port == 0 {
 		port = 5060
 	}
-	a, err := net.ResolveUDPAddr("udp", net.JoinHostPort(strings.Trim(u.Host, "[]"), strconv.Itoa(port)))
-	if err != nil {
-		return nil
+	return strings.Trim(u.Host, "[]"), port, true
+}
+
+// resolve finds the addresses of the destinations named by a host name,
+// outside the lock: a slow resolver holds neither the probes of the others
+// nor a worker's call for the states. One that does not resolve is not
+// probed until the list is reloaded.
+func (d *dsRun) resolve() {
+	d.mu.Lock()
+	cfg := d.cfg
+	type job struct {
+		i    int
+		host string
+		port int
 	}
-	return a
+	var todo []job
+	for i, uri := range d.unresolved {
+		if uri != "" {
+			host, port, _ := probeTarget(uri)
+			todo = append(todo, job{i, host, port})
+		}
+	}
+	d.mu.Unlock()
+	for _, j := range todo {
+		a, err := net.ResolveUDPAddr("udp", net.JoinHostPort(j.host, strconv.Itoa(j.port)))
+		d.mu.Lock()
+		if d.cfg == cfg {
+			d.unresolved[j.i] = ""
+			if err != nil {
+				d.s.log.Warn("destination not probed: its host does not resolve", "set", d.dests[j.i].Set, "uri", d.dests[j.i].URI, "error", err)
+			} else {
+				d.addrs[j.i] = a
+			}
+		}
+		d.mu.Unlock()
+	}
 }
 
 // options is the probe of destination i.
