@@ -22,7 +22,7 @@ type Destination struct {
 	// disabled or drain.
 	State string `json:"state"`
 	// Probed is false for a destination not probed (ds_ping_interval 0,
-	// disabled, or reached over TCP or TLS).
+	// disabled, or reached over TLS).
 	Probed        bool    `json:"probed"`
 	RTTSeconds    float64 `json:"rtt_seconds"`
 	Probes        uint64  `json:"probes"`

@@ -43,15 +43,18 @@ type dsRun struct {
 	// unresolved holds the URI of each destination whose host name is
 	// still to resolve (resolve), "" for the others.
 	unresolved []string
-	probe      dispatcher.Probe
-	from       string
-	shown      []dispatcher.Status // the states as last sent to workers
-	gen        uint64
-	sent       map[*pool.Worker]uint64 // the generation each worker has
-	pending    map[string]int          // probe branch → destination
-	seq        uint64
-	tag        string
-	conn       *net.UDPConn
+	// tcp holds the host:port of each destination probed over TCP, a
+	// connection a probe, "" for the others.
+	tcp     []string
+	probe   dispatcher.Probe
+	from    string
+	shown   []dispatcher.Status // the states as last sent to workers
+	gen     uint64
+	sent    map[*pool.Worker]uint64 // the generation each worker has
+	pending map[string]int          // probe branch → destination
+	seq     uint64
+	tag     string
+	conn    *net.UDPConn
 	// kick wakes the loop at once after a change by hand or by a script.
 	kick chan struct{}
 }
@@ -160,8 +163,9 @@ func (d *dsRun) update(now time.Time) {
 		to *net.UDPAddr
 	}
 	var probes []out
+	var tcpProbes []tcpProbe
 	for i := range d.health {
-		if d.conn == nil || d.addrs[i] == nil || !d.health[i].Tick(now, &d.probe) {
+		if (d.conn == nil || d.addrs[i] == nil) && d.tcp[i] == "" || !d.health[i].Tick(now, &d.probe) {
 			continue
 		}
 		d.health[i].Sent(now, &d.probe)
@@ -173,7 +177,15 @@ func (d *dsRun) update(now time.Time) {
 			}
 		}
 		d.pending[branch] = i
-		probes = append(probes, out{d.options(i, branch), d.addrs[i]})
+		if d.tcp[i] != "" {
+			tcpProbes = append(tcpProbes, tcpProbe{to: d.tcp[i], uri: d.dests[i].URI, from: d.from, tag: d.tag, branch: branch, seq: d.seq, timeout: d.probe.Timeout})
+			if tcpProbes[len(tcpProbes)-1].timeout <= 0 {
+				tcpProbes[len(tcpProbes)-1].timeout = d.probe.Interval
+			}
+			continue
+		}
+		local := d.conn.LocalAddr().(*net.UDPAddr)
+		probes = append(probes, out{options(d.dests[i].URI, d.from, d.tag, "UDP", local.String(), branch, d.seq), d.addrs[i]})
 	}
 	changed := false
 	for i := range d.health {
@@ -198,6 +210,9 @@ func (d *dsRun) update(now time.Time) {
 	conn := d.conn
 	d.mu.Unlock()
 
+	for _, p := range tcpProbes {
+		go d.probeTCP(p)
+	}
 	for _, p := range probes {
 		if conn == nil {
 			break
@@ -222,6 +237,7 @@ func (d *dsRun) rebuild(cfg *config.Config) {
 	shown := make([]dispatcher.Status, len(dests))
 	addrs := make([]*net.UDPAddr, len(dests))
 	unresolved := make([]string, len(dests))
+	tcp := make([]string, len(dests))
 	for i := range dests {
 		if j, ok := old[dests[i].Key()]; ok {
 			health[i], load[i], shown[i] = d.health[j], d.load[j], d.shown[j]
@@ -236,19 +252,21 @@ func (d *dsRun) rebuild(cfg *config.Config) {
 			health[i] = dispatcher.NewHealth(&dests[i])
 			shown[i] = health[i].Status(time.Time{})
 		}
-		host, port, udp := probeTarget(dests[i].URI)
+		host, port, proto := probeTarget(dests[i].URI)
 		switch ip := net.ParseIP(host); {
-		case !udp:
+		case proto == "":
 			if dests[i].Flags&dispatcher.FlagDisabled == 0 {
-				d.s.log.Warn("destination not probed: only UDP destinations are", "set", dests[i].Set, "uri", dests[i].URI)
+				d.s.log.Warn("destination not probed: TLS destinations are not", "set", dests[i].Set, "uri", dests[i].URI)
 			}
+		case proto == "tcp":
+			tcp[i] = net.JoinHostPort(host, strconv.Itoa(port))
 		case ip != nil:
 			addrs[i] = &net.UDPAddr{IP: ip, Port: port}
 		default:
 			unresolved[i] = dests[i].URI
 		}
 	}
-	d.cfg, d.dests, d.health, d.load, d.shown, d.addrs, d.unresolved = cfg, dests, health, load, shown, addrs, unresolved
+	d.cfg, d.dests, d.health, d.load, d.shown, d.addrs, d.unresolved, d.tcp = cfg, dests, health, load, shown, addrs, unresolved, tcp
 	d.probe = cfg.Dispatcher.Probe()
 	d.from = cfg.Dispatcher.PingFrom
 	d.pending = map[string]int{}
@@ -256,20 +274,24 @@ func (d *dsRun) rebuild(cfg *config.Config) {
 }
 
 // probeTarget is where a destination is probed: its host and port, and
-// whether it is reached over UDP (a stream transport is not probed).
-func probeTarget(uri string) (host string, port int, udp bool) {
+// its transport, udp or tcp ("" for TLS, which is not probed).
+func probeTarget(uri string) (host string, port int, proto string) {
 	var u sip.Uri
 	if err := sip.ParseUri(uri, &u); err != nil {
-		return "", 0, false
+		return "", 0, ""
 	}
-	if t, ok := u.UriParams.Get("transport"); (ok && !strings.EqualFold(t, "udp")) || u.Scheme == "sips" {
-		return "", 0, false
+	proto = "udp"
+	if t, ok := u.UriParams.Get("transport"); ok {
+		proto = strings.ToLower(t)
+	}
+	if u.Scheme == "sips" || (proto != "udp" && proto != "tcp") {
+		return "", 0, ""
 	}
 	port = u.Port
 	if port == 0 {
 		port = 5060
 	}
-	return strings.Trim(u.Host, "[]"), port, true
+	return strings.Trim(u.Host, "[]"), port, proto
 }
 
 // resolve finds the addresses of the destinations named by a host name,
@@ -307,23 +329,22 @@ func (d *dsRun) resolve() {
 	}
 }
 
-// options is the probe of destination i.
-func (d *dsRun) options(i int, branch string) []byte {
-	local := d.conn.LocalAddr().(*net.UDPAddr)
-	uri := d.dests[i].URI
+// options is a probe of uri sent from local over proto.
+func options(uri, from, tag, proto, local, branch string, seq uint64) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "OPTIONS %s SIP/2.0\r\n", uri)
-	fmt.Fprintf(&b, "Via: SIP/2.0/UDP %s;branch=%s;rport\r\n", local.String(), branch)
+	fmt.Fprintf(&b, "Via: SIP/2.0/%s %s;branch=%s;rport\r\n", proto, local, branch)
 	fmt.Fprintf(&b, "Max-Forwards: 70\r\n")
-	fmt.Fprintf(&b, "From: <%s>;tag=%s\r\n", d.from, d.tag)
+	fmt.Fprintf(&b, "From: <%s>;tag=%s\r\n", from, tag)
 	fmt.Fprintf(&b, "To: <%s>\r\n", uri)
-	fmt.Fprintf(&b, "Call-ID: %s@%s\r\n", branch[len("z9hG4bK-"):], local.IP.String())
-	fmt.Fprintf(&b, "CSeq: %d OPTIONS\r\n", d.seq)
+	host, _, _ := net.SplitHostPort(local)
+	fmt.Fprintf(&b, "Call-ID: %s@%s\r\n", branch[len("z9hG4bK-"):], host)
+	fmt.Fprintf(&b, "CSeq: %d OPTIONS\r\n", seq)
 	fmt.Fprintf(&b, "Content-Length: 0\r\n\r\n")
 	return b.Bytes()
 }
 
-// read takes the replies to the probes.
+// read takes the replies to the probes sent over UDP.
 func (d *dsRun) read(conn *net.UDPConn) {
 	buf := make([]byte, 65535)
 	for {
@@ -334,18 +355,74 @@ func (d *dsRun) read(conn *net.UDPConn) {
 			}
 			continue
 		}
-		code, branch, ok := probeReply(buf[:n])
-		if !ok || code < 200 {
-			continue
+		if code, branch, ok := probeReply(buf[:n]); ok && code >= 200 {
+			d.answered(branch, code)
 		}
-		now := time.Now()
-		d.mu.Lock()
-		if i, ok := d.pending[branch]; ok {
-			delete(d.pending, branch)
+	}
+}
+
+// answered records the final reply to the probe of branch; code 0 is a
+// probe that failed before any reply (a TCP connection refused).
+func (d *dsRun) answered(branch string, code int) {
+	now := time.Now()
+	d.mu.Lock()
+	i, ok := d.pending[branch]
+	if ok {
+		delete(d.pending, branch)
+		if code == 0 {
+			d.health[i].Failed(&d.probe)
+		} else {
 			d.health[i].Answered(now, code, &d.probe)
 		}
-		d.mu.Unlock()
+	}
+	d.mu.Unlock()
+	if ok {
 		d.poke()
+	}
+}
+
+// tcpProbe is a probe over TCP: a connection of its own, closed after the
+// reply, as Kamailio's probes over TCP open one when none is up.
+type tcpProbe struct {
+	to, uri, from, tag, branch string
+	seq                        uint64
+	timeout                    time.Duration
+}
+
+func (d *dsRun) probeTCP(p tcpProbe) {
+	c, err := net.DialTimeout("tcp", p.to, p.timeout)
+	if err != nil {
+		d.answered(p.branch, 0)
+		return
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(p.timeout))
+	if _, err := c.Write(options(p.uri, p.from, p.tag, "TCP", c.LocalAddr().String(), p.branch, p.seq)); err != nil {
+		d.answered(p.branch, 0)
+		return
+	}
+	// Replies up to the final one; a provisional is skipped. The timeout
+	// of an unanswered probe is Health's, at the next tick.
+	var buf []byte
+	tmp := make([]byte, 4096)
+	for len(buf) < 1<<16 {
+		n, err := c.Read(tmp)
+		buf = append(buf, tmp[:n]...)
+		for {
+			end := bytes.Index(buf, []byte("\r\n\r\n"))
+			if end < 0 {
+				break
+			}
+			code, branch, ok := probeReply(buf[:end+4])
+			buf = buf[end+4:]
+			if ok && code >= 200 && branch == p.branch {
+				d.answered(p.branch, code)
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
@@ -506,7 +583,8 @@ func (d *dsRun) list(now time.Time) []dsDest {
 	for i := range d.dests {
 		h, l := &d.health[i], &d.load[i]
 		out[i] = dsDest{Dest: d.dests[i], State: h.Status(now).String(), RTT: h.RTT, Probes: h.Probes, Failures: h.Failures,
-			LastCode: h.LastCode, Sent: l.sent, Failovers: l.failovers, Rate: l.rate, Probed: d.addrs[i] != nil && d.probe.Interval > 0}
+			LastCode: h.LastCode, Sent: l.sent, Failovers: l.failovers, Rate: l.rate,
+			Probed: (d.addrs[i] != nil || d.tcp[i] != "") && d.probe.Interval > 0}
 	}
 	return out
 }

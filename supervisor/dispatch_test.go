@@ -51,6 +51,39 @@ func probedBackend(t *testing.T, code *atomic.Int32) *net.UDPConn {
 	return c
 }
 
+// tcpBackend answers every OPTIONS on a TCP connection with 200.
+func tcpBackend(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 65535)
+				n, _ := c.Read(buf)
+				var res strings.Builder
+				res.WriteString("SIP/2.0 100 Trying\r\n\r\nSIP/2.0 200 OK\r\n")
+				for _, line := range strings.Split(string(buf[:n]), "\r\n")[1:] {
+					if strings.HasPrefix(line, "Via:") || strings.HasPrefix(line, "CSeq:") {
+						res.WriteString(line + "\r\n")
+					}
+				}
+				res.WriteString("Content-Length: 0\r\n\r\n")
+				c.Write([]byte(res.String()))
+			}()
+		}
+	}()
+	return ln
+}
+
 // The supervisor probes the list's destinations: every one has its series
 // from the start; one that stops answering, or answers 503, goes inactive
 // within ds_ping_interval × (ds_probing_threshold + 1), and comes back with
@@ -62,7 +95,14 @@ func TestDispatcherProbes(t *testing.T) {
 	be := probedBackend(t, &code)
 	uri := "sip:" + be.LocalAddr().String()
 	list := filepath.Join(t.TempDir(), "ds.list")
-	os.WriteFile(list, []byte("1 "+uri+"\n1 sip:127.0.0.1:9 4\n2 sip:127.0.0.1:9;transport=tcp\n"), 0o644)
+	tcpURI := "sip:" + tcpBackend(t).Addr().String() + ";transport=tcp"
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedURI := "sip:" + closed.Addr().String() + ";transport=tcp"
+	closed.Close() // a port where nothing listens: every connection refused
+	os.WriteFile(list, []byte("1 "+uri+"\n1 sip:127.0.0.1:9 4\n2 "+tcpURI+"\n2 "+closedURI+"\n"), 0o644)
 	st := startSupervisor(t, cfgf(`
 socket = udp:127.0.0.1:0
 http_listen = 127.0.0.1:0
@@ -79,14 +119,23 @@ route { exit; }
 			}
 		}
 	}
-	state := func() string {
+	stateOf := func(u string) string {
 		for _, d := range st.s.ds.list(time.Now()) {
-			if d.URI == uri {
+			if d.URI == u {
 				return d.State
 			}
 		}
 		return "missing"
 	}
+	state := func() string { return stateOf(uri) }
+	// Over TCP, a connection a probe: one answered, one refused.
+	testkit.WaitFor(t, patience, "the TCP destinations probed", func() bool {
+		answered := false
+		for _, d := range st.s.ds.list(time.Now()) {
+			answered = answered || d.URI == tcpURI && d.RTT > 0 && d.LastCode == 200
+		}
+		return answered && stateOf(tcpURI) == "active" && stateOf(closedURI) == "inactive"
+	})
 	testkit.WaitFor(t, patience, "the destination answering", func() bool {
 		v, _ := st.lookup(t, "sipvisor_dispatcher_destination_rtt_seconds", `set="1"`, `uri="`+uri+`"`)
 		return v > 0 && state() == "active"
