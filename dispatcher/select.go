@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"fmt"
-	"hash/fnv"
 	"sort"
 )
 
@@ -163,7 +162,10 @@ func (s *Selector) weighted(set int, m []int, usable func(int) bool) int {
 // across processes and restarts, so every worker sends a key to the same
 // destination.
 func Hash(key string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return h.Sum32()
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return h
 }
