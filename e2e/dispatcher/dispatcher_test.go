@@ -229,6 +229,12 @@ func TestSpreadByAlgorithm(t *testing.T) {
 			if len(at) != n {
 				t.Errorf("%d dialogs seen at the backends, want %d", len(at), n)
 			}
+			// The workers report what they sent each backend, which ctl ds
+			// list shows: the same counts as the backends'.
+			harness.WaitFor(t, "ctl ds list counting every call", 10*time.Second, func() bool {
+				d := destinations(t, s)
+				return d[bs[0].uri].Sent == uint64(got[0]) && d[bs[1].uri].Sent == uint64(got[1])
+			})
 			if tc.alg != 4 {
 				return
 			}

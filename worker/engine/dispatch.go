@@ -154,6 +154,15 @@ func (w *Worker) dsCount(key string, failover bool) {
 	w.dsReport(nil)
 }
 
+// dsTick reports the counts a worker holds when no call has reported them
+// for dsReportEvery: those of the last second before the calls stopped.
+func (w *Worker) dsTick(now time.Time) {
+	v := &w.ds
+	if (len(v.sent) > 0 || len(v.failovers) > 0) && now.Sub(v.reportAt) >= dsReportEvery {
+		w.dsReport(nil)
+	}
+}
+
 func (w *Worker) dsReport(mark map[string]dispatcher.Status) {
 	v := &w.ds
 	now := time.Now()

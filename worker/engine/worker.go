@@ -504,6 +504,7 @@ func (w *Worker) Tick(now time.Time) {
 		w.handOffParked()
 	}
 	w.reportStoreErrors(now)
+	w.dsTick(now)
 	for {
 		t, ok := w.timers.due(now)
 		if !ok {
