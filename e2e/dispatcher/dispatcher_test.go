@@ -279,9 +279,11 @@ func TestBackendKilled(t *testing.T) {
 	})
 
 	const n1, rate = 200, 20
+	errs := filepath.Join(dir, "caller_errors.log")
 	caller := harness.StartSIPp(t, 2*time.Minute, "-sf", harness.Testdata("uac_ds_users.xml"),
 		"-inf", harness.Testdata("ds_users.csv"), "-s", "service", s.SIPAddr("udp"), "-i", "127.0.0.1",
-		"-m", strconv.Itoa(n1), "-r", strconv.Itoa(rate), "-timeout", "90s", "-timeout_error")
+		"-m", strconv.Itoa(n1), "-r", strconv.Itoa(rate), "-timeout", "90s", "-timeout_error",
+		"-trace_err", "-error_file", errs)
 	harness.WaitFor(t, "calls reaching the second backend", 20*time.Second, func() bool { return invites(bs[1].requests(t)) >= 20 })
 	bs[1].run.Kill()
 	killed := time.Now()
@@ -306,6 +308,10 @@ func TestBackendKilled(t *testing.T) {
 	}
 	// Only a call already answered by the killed backend can fail: its BYE
 	// has nowhere to go. At 20 calls/s with no pause, at most a few.
+	if r1.Failed > 0 {
+		b, _ := os.ReadFile(errs)
+		t.Logf("what SIPp saw of the failed calls:\n%s", harness.Tail(string(b), 20))
+	}
 	if r1.Failed > 2 {
 		t.Errorf("%d calls failed during the kill, want at most the 2 a BYE in flight may lose\n%s", r1.Failed, harness.Tail(r1.Out, 30))
 	}
