@@ -164,6 +164,9 @@ func oneBackendPerDialog(t *testing.T, bs []*backend) map[string]int {
 
 func TestSpreadByAlgorithm(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("260 SIPp calls through four fronts; skipped with -short")
+	}
 	harness.NeedSIPp(t)
 	const n = 60
 	for _, tc := range []struct {
@@ -268,6 +271,9 @@ func TestSpreadByAlgorithm(t *testing.T) {
 // no call fails.
 func TestBackendKilled(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("300 SIPp calls and a backend killed; skipped with -short")
+	}
 	harness.NeedSIPp(t)
 	dir := t.TempDir()
 	bs := []*backend{startBackend(t, dir, "b1"), startBackend(t, dir, "b2")}
