@@ -590,7 +590,7 @@ func (d *dsRun) list(now time.Time) []dsDest {
 }
 
 // set changes a destination's state by hand: inactive and drain hold
-// until active returns it to the probes.
+// until active, which makes it active now and returns it to the probes.
 func (d *dsRun) set(set int, uri string, state string) error {
 	st, err := dispatcher.ParseStatus(state)
 	if err != nil || (st != dispatcher.Active && st != dispatcher.Inactive && st != dispatcher.Drain) {
@@ -614,7 +614,13 @@ func (d *dsRun) set(set int, uri string, state string) error {
 		d.mu.Unlock()
 		return fmt.Errorf("destination %s of set %d is disabled in the list (flag 4)", uri, set)
 	}
-	d.health[found].Manual = st
+	h := &d.health[found]
+	h.Manual = st
+	if st == dispatcher.Active {
+		// Active by hand is active now, as Kamailio's set_state "a": the
+		// probes, when on, find it down again if it is.
+		h.Down, h.Fails, h.HoldUntil = false, 0, time.Time{}
+	}
 	d.mu.Unlock()
 	d.s.log.Info("destination set by hand", "set", set, "uri", uri, "state", state)
 	d.update(time.Now())
