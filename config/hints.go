@@ -71,13 +71,16 @@ var settingHints = map[string]string{
 
 // functionHints follow "unknown function NAME: ".
 var functionHints = map[string]string{
-	"t_reply":        "sipvisor answers with sl_send_reply(code, reason), which goes through the transaction when there is one",
-	"sl_reply_error": `sipvisor has no internal error to report; answer with sl_send_reply(500, "Server Internal Error")`,
-	"send_reply":     "sipvisor answers with sl_send_reply(code, reason), which goes through the transaction when there is one",
-	"t_newtran":      "sipvisor makes the transaction itself when t_relay sends the request on; delete this line",
-	"setflag":        "a sipvisor script has no flags; keep a value in a variable such as $var(name)",
-	"resetflag":      "a sipvisor script has no flags; keep a value in a variable such as $var(name)",
-	"isflagset":      "a sipvisor script has no flags; test a variable such as $var(name)",
-	"auth_check":     "sipvisor checks credentials with www_authorize(realm) for REGISTER and proxy_authorize(realm) for other requests",
-	"registered":     `sipvisor asks the store with lookup("location"), which is false when the AOR has no binding`,
+	"t_reply":          "sipvisor answers with sl_send_reply(code, reason), which goes through the transaction when there is one",
+	"sl_reply_error":   `sipvisor has no internal error to report; answer with sl_send_reply(500, "Server Internal Error")`,
+	"send_reply":       "sipvisor answers with sl_send_reply(code, reason), which goes through the transaction when there is one",
+	"t_newtran":        "sipvisor makes the transaction itself when t_relay sends the request on; delete this line",
+	"setflag":          "a sipvisor script has no flags; keep a value in a variable such as $var(name)",
+	"resetflag":        "a sipvisor script has no flags; keep a value in a variable such as $var(name)",
+	"isflagset":        "a sipvisor script has no flags; test a variable such as $var(name)",
+	"auth_check":       "sipvisor checks credentials with www_authorize(realm) for REGISTER and proxy_authorize(realm) for other requests",
+	"registered":       `sipvisor asks the store with lookup("location"), which is false when the AOR has no binding`,
+	"ds_select_domain": "sipvisor selects with ds_select_dst(set, alg), which sets $du and leaves the Request-URI as it is",
+	"ds_select":        "sipvisor selects with ds_select_dst(set, alg), which sets $du",
+	"ds_next_domain":   "sipvisor fails over with ds_next_dst(), which sets $du",
 }

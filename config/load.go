@@ -331,6 +331,7 @@ func (l *loader) build() {
 			l.errorf(l.setAt["domain"], "domain %q: want a host name such as example.com, without user, port or parameters", d)
 		}
 	}
+	l.dispatcher()
 	c.Script = l.script()
 	if l.first != nil {
 		if _, ok := c.Script.Routes[""]; !ok {

@@ -99,6 +99,10 @@ type Config struct {
 	// NAT holds the keep-alives to phones behind NAT.
 	NAT NAT `json:"nat"`
 
+	// Dispatcher holds the destination sets (ds_list_file) and their
+	// probing (ds_*).
+	Dispatcher Dispatcher `json:"dispatcher"`
+
 	// LogLevel: log_level = debug|info|warn|error (default info).
 	LogLevel string `json:"log_level"`
 	// LogFormat: log_format = text|json (default text).

@@ -11,7 +11,7 @@ import (
 // source tree or a home directory leaves no database there.
 
 // pathSettings are the settings whose value is a file name.
-var pathSettings = map[string]bool{"tls_certificate": true, "tls_private_key": true, "tls_ca_list": true}
+var pathSettings = map[string]bool{"tls_certificate": true, "tls_private_key": true, "tls_ca_list": true, "ds_list_file": true}
 
 // StateDir is where the built-in config keeps its files:
 // $XDG_STATE_HOME/sipvisor, else ~/.local/state/sipvisor, else sipvisor in

@@ -254,6 +254,8 @@ func (l *loader) call(c *callAST) *script.Call {
 			name = strconv.FormatInt(a.Int, 10)
 		}
 		l.checkRef(kind, name, a.Pos)
+	case "ds_select_dst", "ds_is_from_list":
+		l.checkDispatch(c.Name, n.Args)
 	case "sl_send_reply":
 		a := n.Args[0]
 		if !a.IsInt && strings.Contains(a.Str, "$") {

@@ -144,6 +144,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				writeJSON(w, http.StatusOK, nonNil(h.b.Bans()))
 			}
 		}
+	case "ds":
+		h.ds(w, r, rest)
 	case "get":
 		if h.method(w, r, http.MethodGet) {
 			get := h.b.Params().Get
@@ -202,7 +204,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-var endpoints = []string{"ps", "stats", "get", "set", "suspend", "resume", "resource-monitor", "reload", "ul", "user", "sockets", "bans"}
+var endpoints = []string{"ps", "stats", "get", "set", "suspend", "resume", "resource-monitor", "reload", "ul", "user", "sockets", "bans", "ds"}
 
 // RequireToken guards h with the control token as Handler guards the API,
 // for what the supervisor serves beside it: profiles tell much about the

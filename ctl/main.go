@@ -50,6 +50,13 @@ commands:
                          reason (pike, auth), until when, and the count
                          that earned the ban
   ban rm ADDR            lift the ban of a source address (also: unban ADDR)
+  ds list                the destination sets: each destination's state
+                         (active, probing, inactive, disabled, drain),
+                         probe RTT and the calls sent to it
+  ds set SETID URI active|inactive|drain
+                         take a destination out by hand (inactive; drain:
+                         no new calls, dialogs in progress go on), or give
+                         it back to its probes (active)
   pprof PROFILE [-worker ID [-group NAME]] [-seconds N] [-o FILE]
                          save a profile of the supervisor, or of a worker
                          (heap, allocs, goroutine, profile: CPU for N
@@ -293,6 +300,8 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 			_, err := fmt.Fprintf(cmd.stdout, "lifted the ban of %s\n", args[0])
 			return err
 		})
+	case "ds":
+		return cmd.ds(ctx, args)
 	case "ul":
 		if len(args) >= 2 && args[0] == "rm" && len(args) <= 3 {
 			q := url.Values{"aor": {args[1]}}

@@ -211,3 +211,17 @@ func (b backend) Unban(source string) error { return b.s.bans.lift(source) }
 func (b backend) Sockets() []ctl.Socket {
 	return b.s.servedSockets()
 }
+
+var _ ctl.DispatcherBackend = backend{}
+
+func (b backend) Destinations() []ctl.Destination {
+	var out []ctl.Destination
+	for _, d := range b.s.ds.list(time.Now()) {
+		out = append(out, ctl.Destination{Set: d.Set, URI: d.URI, Flags: d.Flags, Priority: d.Priority, Weight: d.Weight, Attrs: d.Attrs,
+			State: d.State, Probed: d.Probed, RTTSeconds: d.RTT.Seconds(), Probes: d.Probes, ProbeFailures: d.Failures, LastCode: d.LastCode,
+			Sent: d.Sent, Failovers: d.Failovers, CallsPerSecond: d.Rate})
+	}
+	return out
+}
+
+func (b backend) SetDestination(set int, uri, state string) error { return b.s.ds.set(set, uri, state) }

@@ -81,6 +81,14 @@ var liveSettings = []struct {
 	{"tls_verify_client", func(c *config.Config) any { return c.TLS.VerifyClient }},
 	{"tls_verify_server", func(c *config.Config) any { return c.TLS.VerifyServer }},
 	{"ws_allowed_origins", func(c *config.Config) any { return fmt.Sprint(c.WSAllowedOrigins) }},
+	// The supervisor's prober and every worker read the destinations
+	// and their probing from the config in force.
+	{"ds_list_file", func(c *config.Config) any { return c.Dispatcher.ListFile + fmt.Sprint(c.Dispatcher.Dests) }},
+	{"ds_ping_interval", func(c *config.Config) any { return c.Dispatcher.PingInterval }},
+	{"ds_probing_threshold", func(c *config.Config) any { return c.Dispatcher.ProbingThreshold }},
+	{"ds_inactive_threshold", func(c *config.Config) any { return c.Dispatcher.InactiveThreshold }},
+	{"ds_ping_reply_codes", func(c *config.Config) any { return c.Dispatcher.PingReplyCodes }},
+	{"ds_ping_from", func(c *config.Config) any { return c.Dispatcher.PingFrom }},
 	{"suspend_enable", func(c *config.Config) any { return c.Suspend.Enable }},
 	{"suspend_event_queue_usage_high", func(c *config.Config) any { return c.Suspend.EventQueueUsage.High }},
 	{"suspend_event_queue_usage_low", func(c *config.Config) any { return c.Suspend.EventQueueUsage.Low }},

@@ -92,6 +92,9 @@ type Supervisor struct {
 	// reload has reached the loop.
 	timerPlans atomic.Int64
 
+	// ds probes the destination sets and tells the workers their states.
+	ds *dsRun
+
 	// ov decides which new sessions are taken; thr is the RTT throttle's
 	// settings in force, as the file writes them (thrMu).
 	ov    *overload.Admission
@@ -203,6 +206,8 @@ func New(o Options) (*Supervisor, error) {
 	s.passCounts = newPassCounts(s.reg)
 	s.pm = pool.NewMetrics(s.reg)
 	s.reg.MustRegister(newDoorCollector(s), newWorkerCollector(s))
+	s.ds = newDSRun(s)
+	s.reg.MustRegister(newDSCollector(s.ds))
 	s.ov = s.newAdmission(o.Config)
 	s.ss = overload.NewSlowStartMetrics(s.reg)
 	s.registerParams()
@@ -428,6 +433,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return s.timerLoop(ctx) }, func(error) { cancel() })
 	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return s.ds.loop(ctx) }, func(error) { cancel() })
+	}
 	all := make([]string, len(s.sockets))
 	for i, sk := range s.sockets {
 		all[i] = sk.Name()
@@ -512,7 +521,7 @@ func (s *Supervisor) makeGroups() {
 			OnExit: func(w *pool.Worker, reason string) { s.workerExited(name, w, reason) },
 			OnCall: s.answerCall,
 			OnNote: func(w *pool.Worker, note []byte) {
-				if s.bans.note(note) || s.conns.closedNote(w, note) || s.passResponse(note) || s.toDoor(w, note) {
+				if s.bans.note(note) || s.conns.closedNote(w, note) || s.passResponse(note) || s.toDoor(w, note) || s.ds.note(note) {
 					return
 				}
 				if ok, err := s.conns.handOff(w, note, s.pickTCP); ok {
@@ -783,6 +792,9 @@ func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
 	}
 	if flags, to, msg, ok := wire.ParseWriteRequest(req); ok {
 		return s.answerWrite(w, flags, to, msg)
+	}
+	if wire.IsDispatchStatesRequest(req) {
+		return s.ds.states(w)
 	}
 	return nil
 }

@@ -140,6 +140,12 @@ type Reloader interface {
 	Reload(path string) error
 }
 
+// Dispatcher is a Handler that selects destinations by the states the
+// supervisor's probes find (wire.FrameDispatch).
+type Dispatcher interface {
+	DispatchStates(b []byte)
+}
+
 // IsWorker reports whether this process was started as a worker.
 func IsWorker() bool { return os.Getenv(wire.EnvCookie) != "" }
 
@@ -770,6 +776,10 @@ func (w *workerLoop) handle(f frame) bool {
 		}
 	case wire.FrameBans:
 		w.setBans(b)
+	case wire.FrameDispatch:
+		if d, ok := w.h.(Dispatcher); ok {
+			w.busy(func() { d.DispatchStates(b[1:]) })
+		}
 	case wire.FrameDrain:
 		w.draining = true
 		if w.direct != nil {

@@ -32,7 +32,8 @@
 //	               1.3 connection (SCM_RIGHTS) with its record layer's
 //	               state (HandOffTLSNote), 'W' a message another worker
 //	               made, to write on a connection this one reads
-//	               (WriteFrame)
+//	               (WriteFrame), 'X' the states of the destination
+//	               sets (dispatcher.EncodeStates)
 //	fd 5  stats    a shared memory page. The worker writes and the
 //	               supervisor reads: frames handled, busy nanoseconds, the
 //	               start of the frame in progress, heap in use, sessions
@@ -56,7 +57,9 @@
 // # Calls
 //
 // A worker's call ('c', answered by 'a') carries a request the worker waits
-// for: an admission question (AdmitRequest: a new session's method and
+// for: the destination sets' states as they are now, at a worker's start
+// (DispatchStatesRequest, which the supervisor tells by
+// IsDispatchStatesRequest); an admission question (AdmitRequest: a new session's method and
 // Call-ID, read by a worker from a TCP connection no front door saw),
 // answered with the door's decision; a request to pass to the worker that
 // holds a connection to its destination (PassRequest); a message to write
@@ -75,7 +78,9 @@
 // worker made, to pass to that worker (ForwardNote), a datagram a worker
 // read itself but leaves to the supervisor's door (DoorNote), a source whose
 // requests in the counting window grew by a step (PikeNote), and a failed
-// digest authentication (AuthFailNote).
+// digest authentication (AuthFailNote), and what a worker sent to each
+// destination of the destination sets and what its script marked
+// (DispatchNote).
 //
 // # Bans
 //

@@ -180,6 +180,11 @@ func init() {
 		"usleep":                   fnUsleep,
 		"sleep":                    fnSleep,
 		"cpu_burn":                 fnCPUBurn,
+		"ds_select_dst":            fnDsSelectDst,
+		"ds_next_dst":              fnDsNextDst,
+		"ds_mark_dst":              fnDsMarkDst,
+		"ds_is_from_list":          fnDsIsFromList,
+		"t_set_fr":                 fnTSetFr,
 	}
 }
 
@@ -370,6 +375,7 @@ func fnTRelay(c *msgCtx, _ []*script.Literal) bool {
 	if c.onFailure != "" {
 		t.onFailure = c.onFailure
 	}
+	c.toTx(t)
 	if err == nil {
 		if c.rr && !c.rrDone {
 			c.addRecordRoute(d)

@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/emiago/sipgo/sip"
 
@@ -38,6 +39,10 @@ type msgCtx struct {
 
 	rsCode   int
 	rsReason string
+
+	// ds is what ds_select_dst chose; fr and frInv what t_set_fr set.
+	ds        *dsRoute
+	fr, frInv time.Duration
 
 	// raw is the request as received, for a request read from a UDP
 	// socket while the main route runs for it; nil otherwise.

@@ -167,6 +167,10 @@ type serverTx struct {
 	bestRes    *sip.Response
 
 	onReply, onFailure string
+	// ds is the destinations left to fail over to (ds_next_dst); fr and
+	// frInv the timeouts t_set_fr set, 0 for the defaults.
+	ds        *dsRoute
+	fr, frInv time.Duration
 
 	timer    deadline
 	interval time.Duration // timer G
@@ -633,6 +637,9 @@ func (w *Worker) localFor(d dest) (netip.AddrPort, string) {
 func (w *Worker) startClient(ct *clientTx) {
 	now := time.Now()
 	ct.timeoutAt = now.Add(64 * w.opt.T1) // timers B and F
+	if ct.stx != nil && ct.stx.fr > 0 && ct.stx.fr < 64*w.opt.T1 {
+		ct.timeoutAt = now.Add(ct.stx.fr)
+	}
 	ct.retransAt = ct.timeoutAt
 	if ct.dst.proto == "udp" {
 		ct.interval = w.opt.T1 // timers A and E
@@ -773,7 +780,11 @@ func (w *Worker) provisional(ct *clientTx) {
 	if ct.state == stTrying {
 		ct.state = stProceeding
 		if ct.invite {
-			ct.timeoutAt = time.Now().Add(w.opt.InviteTimeout)
+			inv := w.opt.InviteTimeout
+			if ct.stx != nil && ct.stx.frInv > 0 {
+				inv = ct.stx.frInv
+			}
+			ct.timeoutAt = time.Now().Add(inv)
 			ct.retransAt = ct.timeoutAt
 		}
 		if ct.dst.proto == "udp" && !ct.invite {

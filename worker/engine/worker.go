@@ -18,6 +18,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/dispatcher"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
@@ -113,6 +114,12 @@ type Options struct {
 	// PassResponse, when set, passes a response to the worker whose pid its
 	// branch names (wire.ForwardNote).
 	PassResponse func(pid int, from string, msg []byte)
+	// Dispatcher is the destination sets of ds_select_dst (ds_list_file).
+	Dispatcher []dispatcher.Dest
+	// ReportDispatch, when set, sends the supervisor what the worker sent
+	// to each destination and what a script marked
+	// (dispatcher.EncodeReport).
+	ReportDispatch func(report []byte)
 
 	// T1, T2 and T4 are RFC 3261's timer bases (500ms, 4s, 5s).
 	T1, T2, T4 time.Duration
@@ -205,6 +212,9 @@ type Worker struct {
 	storeLogged, storeReported uint64
 	// regs are the REGISTERs whose writes wait for the turn to end.
 	regs regBatch
+
+	// ds is the destination sets and their states (dispatch.go).
+	ds dsView
 
 	// Stats, read by tests and reported in logs.
 	Stats Stats
@@ -317,6 +327,8 @@ func New(env *worker.Env) (worker.Handler, error) {
 		NonceExpire:        cfg.Auth.NonceExpire,
 		AuthAlgorithms:     cfg.Auth.Algorithms,
 		ReportStoreErrors:  reportFor(env, logger),
+		Dispatcher:         cfg.Dispatcher.Dests,
+		ReportDispatch:     dispatchFor(env),
 
 		// worker.Run ends its turns (worker.TurnEnder).
 		GroupCommit: true,
@@ -332,7 +344,12 @@ func New(env *worker.Env) (worker.Handler, error) {
 		}
 		opt.ReplySockets = rs
 	}
-	return NewWorker(opt)
+	w, err := NewWorker(opt)
+	if err != nil {
+		return nil, err
+	}
+	w.fetchDispatch(env.Call)
+	return w, nil
 }
 
 // boundListen is the sockets the supervisor serves, as it bound them
@@ -454,6 +471,7 @@ func NewWorker(opt Options) (*Worker, error) {
 	}
 	w.home = homeDomain(opt.Domains, w.self, opt.AORKeepPort)
 	w.localIPs = interfaceIPs()
+	w.setDispatch(opt.Dispatcher)
 	return w, nil
 }
 
@@ -489,6 +507,8 @@ func (w *Worker) Reload(path string) error {
 	w.opt.NATKeepaliveMethod = cfg.NAT.KeepaliveMethod
 	w.home = homeDomain(cfg.Domains, w.self, cfg.AORKeepPort)
 	w.opt.NonceExpire, w.opt.AuthAlgorithms = cfg.Auth.NonceExpire, cfg.Auth.Algorithms
+	w.opt.Dispatcher = cfg.Dispatcher.Dests
+	w.setDispatch(cfg.Dispatcher.Dests)
 	// The cache is keyed by the old script's literals.
 	w.tmpl = map[*script.Literal][]tmplPart{}
 	w.log.Info("script reloaded", "file", path)
@@ -526,6 +546,7 @@ func (w *Worker) Tick(now time.Time) {
 		w.handOffParked()
 	}
 	w.reportStoreErrors(now)
+	w.dsTick(now)
 	for {
 		t, ok := w.timers.due(now)
 		if !ok {
