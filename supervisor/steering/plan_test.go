@@ -1,4 +1,4 @@
-package supervisor
+package steering
 
 import (
 	"testing"
@@ -101,8 +101,8 @@ func TestDirectBlocked(t *testing.T) {
 	}
 }
 
-func TestSteerPace(t *testing.T) {
-	settled := 2 * steerSettle
+func TestPace(t *testing.T) {
+	settled := 2 * settle
 	for _, c := range []struct {
 		name        string
 		closed      string
@@ -111,16 +111,16 @@ func TestSteerPace(t *testing.T) {
 		sinceChange time.Duration
 		want        time.Duration
 	}{
-		{"open, unlimited, direct, settled: quiet", "", false, true, settled, steerQuiet},
-		{"a session limit or queue admission set", "", true, true, settled, steerEvery},
-		{"throttled: the door decides", "throttle", false, false, settled, steerEvery},
-		{"suspended, workers refusing", "suspended", false, true, settled, steerEvery},
-		{"datagrams through the door", "", false, false, settled, steerEvery},
-		{"a change just now", "", false, true, 0, steerEvery},
-		{"a change just within the settling time", "", false, true, steerSettle - time.Nanosecond, steerEvery},
-		{"settled at the settling time", "", false, true, steerSettle, steerQuiet},
+		{"open, unlimited, direct, settled: quiet", "", false, true, settled, quiet},
+		{"a session limit or queue admission set", "", true, true, settled, Every},
+		{"throttled: the door decides", "throttle", false, false, settled, Every},
+		{"suspended, workers refusing", "suspended", false, true, settled, Every},
+		{"datagrams through the door", "", false, false, settled, Every},
+		{"a change just now", "", false, true, 0, Every},
+		{"a change just within the settling time", "", false, true, settle - time.Nanosecond, Every},
+		{"settled at the settling time", "", false, true, settle, quiet},
 	} {
-		if got := steerPace(c.closed, c.limited, c.direct, c.sinceChange); got != c.want {
+		if got := pace(c.closed, c.limited, c.direct, c.sinceChange); got != c.want {
 			t.Errorf("%s: want %v, have %v", c.name, c.want, got)
 		}
 	}
