@@ -183,7 +183,7 @@ func New(o Options) (*Supervisor, error) {
 		o.LogFormat = o.Config.LogFormat
 	}
 	// A copy: the caller's Command may be shared.
-	o.Worker.Env = append(slices.Clip(o.Worker.Env), envLogFormat+"="+o.LogFormat)
+	o.Worker.Env = append(slices.Clip(o.Worker.Env), wire.EnvLogFormat+"="+o.LogFormat)
 	s := &Supervisor{opts: o, log: o.Logger.With("component", "supervisor"), reg: o.Registry,
 		byName: map[string]*groupRun{}, reload: make(chan chan reloadReply), hup: make(chan os.Signal, 1),
 		timersChanged: make(chan struct{}, 1), cycleChanged: make(chan struct{}, 1), echoChanged: make(chan struct{}, 1)}
