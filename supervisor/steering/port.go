@@ -215,7 +215,8 @@ func (p *Port) Refresh(now time.Time) {
 		in.MaxCallDuration = uint64(p.o.MaxCallDuration())
 	}
 	if c := p.closed.Load(); c == nil || *c != in.Closed {
-		p.closed.Store(&in.Closed)
+		closed := in.Closed
+		p.closed.Store(&closed)
 	}
 
 	p.mu.Lock()
