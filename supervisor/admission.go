@@ -91,7 +91,7 @@ func (l groupLoad) QueueUsage() float64 { return l.gr.queueUsage() }
 func (gr *groupRun) queueUsage() float64 {
 	u := queueUsage(gr.g.Routable())
 	if gr.steer != nil {
-		u = max(u, gr.steer.socketUsage())
+		u = max(u, gr.steer.SocketUsage())
 	}
 	return u
 }
@@ -102,7 +102,7 @@ func (gr *groupRun) queueUsage() float64 {
 func (l groupLoad) QueueDelay() time.Duration {
 	d := queueDelay(l.gr.g.Routable())
 	if l.gr.steer != nil {
-		d = max(d, l.gr.steer.longestWait())
+		d = max(d, l.gr.steer.LongestWait())
 	}
 	return d
 }
@@ -115,7 +115,7 @@ func (gr *groupRun) sessions(k sipscan.Kind) int64 {
 		n = gr.door.Sessions.Counts[k].Load()
 	}
 	if gr.steer != nil {
-		n += gr.steer.sessions(k)
+		n += gr.steer.Sessions(k)
 	}
 	return n
 }
@@ -196,12 +196,12 @@ func (s *Supervisor) echoTick(now time.Time) {
 		if gr.steer != nil {
 			// A worker that reads its own socket answers echoes between
 			// datagrams: how long those waited is its queue.
-			gr.gate.Echoed(gr.steer.longestWait())
+			gr.gate.Echoed(gr.steer.LongestWait())
 		}
 		s.ov.EchoTick(gr.gate, pending, now)
 		if gr.steer != nil {
 			// The throttle opens and closes here, not by an event.
-			gr.steer.noteClosed(s.ov.Closed(gr.gate))
+			gr.steer.NoteClosed(s.ov.Closed(gr.gate))
 		}
 		gr.g.Echo(now)
 	}

@@ -94,12 +94,12 @@ func (b backend) Stats() ctl.Stats {
 		st.Counters["received"] += float64(d.Received.Load())
 		st.Counters["forwarded"] += float64(d.Forwarded.Load())
 		if gr.steer != nil {
-			st.Counters["direct"] += float64(gr.steer.counter(wire.OffDirectRead))
+			st.Counters["direct"] += float64(gr.steer.Counter(wire.OffDirectRead))
 		}
 		for r := range d.Refused {
 			v := d.Refused[r].Load()
 			if gr.steer != nil {
-				v += gr.steer.counter(wire.OffDoorRefused + 8*r)
+				v += gr.steer.Counter(wire.OffDoorRefused + 8*r)
 			}
 			if v > 0 {
 				st.Counters["refused_"+overload.Refusal(r).String()] += float64(v)
@@ -112,10 +112,10 @@ func (b backend) Stats() ctl.Stats {
 		absorbed, probes := d.Absorbed.Load(), d.ProbesRefused.Load()
 		if gr.steer != nil {
 			for i := 1; i < int(sipscan.NumErrors); i++ {
-				bad += gr.steer.counter(wire.OffDoorCounters + 8*(wire.DoorMalformed+i))
+				bad += gr.steer.Counter(wire.OffDoorCounters + 8*(wire.DoorMalformed+i))
 			}
-			absorbed += gr.steer.counter(wire.OffDoorCounters + 8*wire.DoorAbsorbed)
-			probes += gr.steer.counter(wire.OffDoorCounters + 8*wire.DoorProbesRefused)
+			absorbed += gr.steer.Counter(wire.OffDoorCounters + 8*wire.DoorAbsorbed)
+			probes += gr.steer.Counter(wire.OffDoorCounters + 8*wire.DoorProbesRefused)
 		}
 		st.Counters["malformed"] += float64(bad)
 		st.Counters["retransmissions_absorbed"] += float64(absorbed)

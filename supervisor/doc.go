@@ -13,9 +13,12 @@
 // timer routes (timers.go), and the HTTP control server (http.go, ctl's
 // handler over backend.go).
 //
-// Started as "sipvisor worker", the same binary is a worker process instead
-// (workercmd.go): package worker's loop around the SIP engine of package
-// worker/engine.
+// Started as "sipvisor worker", the same binary is a worker process
+// instead: cmd/sipvisor sends that to package worker's loop around the SIP
+// engine of package worker/engine before the supervisor is involved, so this
+// package imports neither. The direct reads of a UDP group (the kernel's
+// steering of datagrams to the workers' own sockets) are package
+// supervisor/steering's; steering.go lends it the group and admission.
 //
 // Where each decision lives:
 //   - admission of a new session, on every transport: overload.Admission,

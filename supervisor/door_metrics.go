@@ -1,8 +1,6 @@
 package supervisor
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
@@ -88,17 +86,17 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		var refused [overload.NumRefusals]uint64
 		w := func(i int) uint64 { return 0 }
 		if gr.steer != nil {
-			counter(c.direct, gr.steer.counter(wire.OffDirectRead))
+			counter(c.direct, gr.steer.Counter(wire.OffDirectRead))
 			counter(c.passed, st.Passed.Load())
-			ch <- prometheus.MustNewConstMetric(c.directWorkers, prometheus.GaugeValue, float64(gr.steer.members.Load()), g)
-			ch <- prometheus.MustNewConstMetric(c.refresh, prometheus.GaugeValue, time.Duration(gr.steer.pace.Load()).Seconds(), g)
+			ch <- prometheus.MustNewConstMetric(c.directWorkers, prometheus.GaugeValue, float64(gr.steer.Members()), g)
+			ch <- prometheus.MustNewConstMetric(c.refresh, prometheus.GaugeValue, gr.steer.Pace().Seconds(), g)
 			for k := range admitted {
-				admitted[k] = gr.steer.counter(wire.OffDoorAdmitted + 8*k)
+				admitted[k] = gr.steer.Counter(wire.OffDoorAdmitted + 8*k)
 			}
 			for r := range refused {
-				refused[r] = gr.steer.counter(wire.OffDoorRefused + 8*r)
+				refused[r] = gr.steer.Counter(wire.OffDoorRefused + 8*r)
 			}
-			w = func(i int) uint64 { return gr.steer.counter(wire.OffDoorCounters + 8*i) }
+			w = func(i int) uint64 { return gr.steer.Counter(wire.OffDoorCounters + 8*i) }
 		}
 		counter(c.received, st.Received.Load())
 		counter(c.forwarded, st.Forwarded.Load())

@@ -30,8 +30,6 @@ Flags:
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		switch args[0] {
-		case "worker":
-			return RunWorker(ctx, stderr)
 		case "version", "-version", "--version":
 			fmt.Fprintln(stdout, "sipvisor", Version)
 			return 0

@@ -74,21 +74,6 @@ func TestCommandLine(t *testing.T) {
 	if code, _, errs := runMain("-log-format", "xml"); code != 2 || !strings.Contains(errs, "-log-format") {
 		t.Errorf("bad log format: want exit 2 naming the flag, have %d %q", code, errs)
 	}
-	if code, _, errs := runMain("worker"); code != 2 || !strings.Contains(errs, "not by hand") {
-		t.Errorf("worker by hand: want exit 2 and one sentence, have %d %q", code, errs)
-	}
-}
-
-// A worker logs in the format the supervisor passes it, text by default.
-func TestWorkerLogFormat(t *testing.T) {
-	t.Parallel()
-	for format, want := range map[string]string{"json": `{"time":`, "text": "time=", "": "time="} {
-		var b bytes.Buffer
-		workerLogger(&b, format).Info("hello", "group", "udp:127.0.0.1:5060")
-		if !strings.HasPrefix(b.String(), want) {
-			t.Errorf("format %q: want a line starting %q, have %q", format, want, b.String())
-		}
-	}
 }
 
 // A Kamailio config's first lines, checked: every mistake comes out at

@@ -30,6 +30,7 @@ import (
 	"github.com/sipvisor/sipvisor/overload/slowstart"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/profile"
+	"github.com/sipvisor/sipvisor/supervisor/steering"
 )
 
 // Options configures a Supervisor.
@@ -159,7 +160,7 @@ type groupRun struct {
 	gate  *overload.Gate
 	ramps *overload.Ramps[*pool.Worker]
 	// steer is the group's direct reads, nil without them.
-	steer *steering
+	steer *steering.Port
 }
 
 // New binds every SIP socket and the control address, so that an address in
@@ -185,7 +186,7 @@ func New(o Options) (*Supervisor, error) {
 		o.LogFormat = o.Config.LogFormat
 	}
 	// A copy: the caller's Command may be shared.
-	o.Worker.Env = append(slices.Clip(o.Worker.Env), envLogFormat+"="+o.LogFormat)
+	o.Worker.Env = append(slices.Clip(o.Worker.Env), wire.EnvLogFormat+"="+o.LogFormat)
 	s := &Supervisor{opts: o, log: o.Logger.With("component", "supervisor"), reg: o.Registry,
 		byName: map[string]*groupRun{}, reload: make(chan chan reloadReply), hup: make(chan os.Signal, 1),
 		timersChanged: make(chan struct{}, 1), cycleChanged: make(chan struct{}, 1), echoChanged: make(chan struct{}, 1)}
@@ -427,7 +428,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			continue
 		}
 		ctx, cancel := context.WithCancel(ctx)
-		g.Add(func() error { return gr.steer.loop(ctx) }, func(error) { cancel() })
+		g.Add(func() error { return steerLoop(ctx, gr.steer) }, func(error) { cancel() })
 	}
 	{
 		ctx, cancel := context.WithCancel(ctx)
@@ -508,8 +509,8 @@ func (s *Supervisor) makeGroups() {
 		var workerFiles func(int) ([]*os.File, []string, error)
 		var onRoutable func()
 		if sock != nil && cfg.Workers.DirectReads {
-			gr.steer = newSteering(s, gr, sock, udpIndex)
-			workerFiles, onRoutable = gr.steer.workerFiles, gr.steer.poke
+			gr.steer = s.newSteering(gr, name, sock, udpIndex)
+			workerFiles, onRoutable = gr.steer.WorkerFiles, gr.steer.Poke
 		}
 		gr.g = pool.NewGroup(pool.GroupOptions{
 			WorkerFiles: workerFiles, OnRoutable: onRoutable,
@@ -623,7 +624,7 @@ func (s *Supervisor) workerExited(group string, w *pool.Worker, reason string) {
 	gr := s.byName[group]
 	s.mu.Unlock()
 	if gr != nil && gr.steer != nil {
-		gr.steer.exited(w)
+		gr.steer.Exited(w)
 	}
 	s.mu.Lock()
 	if gr := s.byName[group]; gr != nil {

@@ -44,7 +44,7 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 	door := frontdoor.New(udpIndex,
 		func(m *sipscan.Msg, newSession bool, now int64) frontdoor.Target {
 			if gr.steer != nil {
-				if w := gr.steer.pick(m, newSession, now); w != nil {
+				if w := gr.steer.Pick(m, newSession, now); w != nil {
 					return w
 				}
 			}
@@ -66,7 +66,6 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 		// The workers' own doors follow every session of the group,
 		// those this door hands them included.
 		door.NoTrack = true
-		gr.steer.u = u
 	}
 	return u
 }

@@ -15,11 +15,15 @@ func main() {
 	// Signals are the supervisor's to handle (drain on SIGTERM, reload on
 	// SIGHUP); the context only ends for a worker when its loop is done.
 	ctx := context.Background()
+	// The same binary, re-executed by its supervisor, is a worker: that
+	// comes first, before the supervisor's flags (runWorker checks the
+	// cookie).
 	if len(os.Args) > 1 && os.Args[1] == "worker" {
 		// A worker ignores the signals a terminal or a service manager sends
 		// the whole process group (systemd sends SIGTERM to every process of
 		// the unit): its supervisor decides when it drains.
 		signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		os.Exit(runWorker(ctx, os.Stderr))
 	}
 	os.Exit(supervisor.Main(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }

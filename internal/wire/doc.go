@@ -50,7 +50,8 @@
 // group's kind: udp, tcp or timer), SIPVISOR_WORKER_ID,
 // SIPVISOR_SOCKETS (comma-separated socket names), SIPVISOR_CONFIG (the file
 // the worker loads its script from), GOMEMLIMIT, SIPVISOR_DIRECT (direct
-// reads: "SOCKET:SLOT").
+// reads: "SOCKET:SLOT"), SIPVISOR_LOG_FORMAT (text or json: the one stream
+// the supervisor and its workers share has one format).
 //
 // Exit codes: 0 after a drain ('Z' received), anything else is a crash.
 //

@@ -24,6 +24,10 @@ const (
 	EnvWorkerID = "SIPVISOR_WORKER_ID"
 	EnvSockets  = "SIPVISOR_SOCKETS"
 	EnvConfig   = "SIPVISOR_CONFIG"
+	// EnvLogFormat passes the supervisor's log format to its workers, so
+	// that the one stream they share has one format whatever file a
+	// renewed worker loads.
+	EnvLogFormat = "SIPVISOR_LOG_FORMAT"
 
 	// Cookie is not a secret: it only tells a re-executed worker from a person
 	// typing "sipvisor worker".

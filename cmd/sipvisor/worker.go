@@ -1,7 +1,8 @@
-package supervisor
+package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,19 +14,16 @@ import (
 	"github.com/sipvisor/sipvisor/worker/engine"
 )
 
-// envLogFormat passes the supervisor's log format to its workers, so that
-// the one stream they share has one format whatever file a renewed worker
-// loads.
-const envLogFormat = "SIPVISOR_LOG_FORMAT"
-
-// RunWorker is the "sipvisor worker" command: the life of one worker process.
-func RunWorker(ctx context.Context, stderr io.Writer) int {
-	logger := workerLogger(stderr, os.Getenv(envLogFormat))
+// runWorker is the "sipvisor worker" command: the life of one worker
+// process, which its supervisor started with the cookie (wire.EnvCookie);
+// without it, worker.Run refuses and the person who typed it reads why.
+func runWorker(ctx context.Context, stderr io.Writer) int {
+	logger := workerLogger(stderr, os.Getenv(wire.EnvLogFormat))
 	err := worker.Run(ctx, logger, newWorkerHandler)
 	switch {
 	case err == nil:
 		return 0
-	case err == worker.ErrNotChild:
+	case errors.Is(err, worker.ErrNotChild):
 		// Someone ran it by hand: a sentence for them, not a log line.
 		fmt.Fprintln(stderr, "sipvisor worker:", err)
 		return 2

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/sipvisor/sipvisor/internal/wire"
+)
+
+// "sipvisor worker" typed by hand, without the cookie its supervisor
+// sets, ends with one sentence and exit 2 rather than waiting on
+// descriptors it was never given.
+func TestWorkerByHand(t *testing.T) {
+	t.Parallel()
+	if os.Getenv(wire.EnvCookie) != "" {
+		t.Skipf("%s is set in the test's environment", wire.EnvCookie)
+	}
+	var e bytes.Buffer
+	if code := runWorker(context.Background(), &e); code != 2 || !strings.Contains(e.String(), "not by hand") || strings.Count(e.String(), "\n") != 1 {
+		t.Errorf("want exit 2 and one sentence, have %d %q", code, e.String())
+	}
+}
+
+// A worker logs in the format the supervisor passes it, text by default.
+func TestWorkerLogFormat(t *testing.T) {
+	t.Parallel()
+	for format, want := range map[string]string{"json": `{"time":`, "text": "time=", "": "time="} {
+		var b bytes.Buffer
+		workerLogger(&b, format).Info("hello", "group", "udp:127.0.0.1:5060")
+		if !strings.HasPrefix(b.String(), want) {
+			t.Errorf("format %q: want a line starting %q, have %q", format, want, b.String())
+		}
+	}
+}
