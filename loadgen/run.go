@@ -98,7 +98,7 @@ const lagWarn = 50 * time.Millisecond
 var ErrUsage = errors.New("usage")
 
 func (o *Options) defaults() error {
-	if o.XML != nil {
+	if o.XML != nil && !o.XML.builtin {
 		o.Scenario = "uac"
 		if o.XML.uas {
 			o.Scenario = "uas"
@@ -145,6 +145,13 @@ func (o *Options) defaults() error {
 	}
 	if o.Schedule == nil {
 		o.Schedule = Constant(10)
+	}
+	if o.XML == nil || o.XML.builtin && o.XML.File != o.Scenario {
+		sc, err := compileBuiltin(o.Scenario, o)
+		if err != nil {
+			return err
+		}
+		o.XML = sc
 	}
 	if o.Scenario != "uas" {
 		if o.Target == "" {
@@ -286,11 +293,7 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 	}
 	c := &core{o: &o, in: make(chan *packet, 4096), errc: make(chan error, 16), secFails: failTally{}, totFails: failTally{}}
 	c.sink = &sink{in: c.in, errc: c.errc, quit: make(chan struct{})}
-	method := map[string]string{"uac": "INVITE", "uas": "INVITE", "register": "REGISTER", "options": "OPTIONS"}[o.Scenario]
-	if o.XML != nil {
-		method = o.XML.firstMethod()
-	}
-	c.met = o.Metrics.forRun(method)
+	c.met = o.Metrics.forRun(o.XML.firstMethod())
 	if err := c.open(); err != nil {
 		return Stats{}, err
 	}
@@ -311,15 +314,7 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 		case <-ctx.Done():
 		}
 	}
-	var r role
-	switch {
-	case o.XML != nil:
-		r = newXRole(c)
-	case o.Scenario == "uas":
-		r = newUAS(c)
-	default:
-		r = newUAC(c)
-	}
+	r := newXRole(c)
 	err := c.loop(ctx, r)
 	st := Stats{Counts: c.tot, Elapsed: c.now(), Rows: c.rows, MaxLag: c.maxLag, Drops: c.dropsLast - c.dropsBase, Failures: c.totFails.snapshot(), TimedOut: c.timedOut}
 	for _, r := range c.rows {

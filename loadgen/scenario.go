@@ -28,6 +28,10 @@ type Scenario struct {
 	uas bool
 	// usesInf: some message reads [fieldN], so -inf must be given.
 	usesInf bool
+	// builtin: a scenario of sipload's own (-sn). A client one answers a
+	// 401 or 407 it does not expect with -au/-ap credentials, once a call,
+	// and waits for each transaction at most -recv_timeout (64*T1).
+	builtin bool
 }
 
 type cmdKind uint8
@@ -821,15 +825,25 @@ func (p *parser) keyword(k string, line int) (segment, error) {
 }
 
 // firstMethod names the scenario's calls for sipload's metrics: the method
-// of its first request, sent or awaited.
+// of its first request, sent or awaited (the first one it must await, if
+// it starts by awaiting one of several).
 func (s *Scenario) firstMethod() string {
+	opt := ""
 	for _, c := range s.cmds {
 		if c.kind == cmdSend && c.method != "" {
 			return c.method
 		}
 		if c.kind == cmdRecv && c.request != "" {
-			return c.request
+			if !c.optional {
+				return c.request
+			}
+			if opt == "" {
+				opt = c.request
+			}
 		}
+	}
+	if opt != "" {
+		return opt
 	}
 	return "XML"
 }
