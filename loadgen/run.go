@@ -34,11 +34,12 @@ type Options struct {
 	T2          time.Duration // RFC 3261 T2, default 4s
 	NoRetrans   bool          // -nr: no UDP retransmissions
 	BufSize     int           // -buff_size: socket buffers, default 4 MiB
-	Users       int           // register: distinct users; later registrations refresh them (0: all new)
-	Expires     int           // register: Expires value, default 3600
-	RejectEvery int           // uas: answer every Nth INVITE with 503 and Retry-After (0: never)
+	Users       int           // client: calls are N users in turn, each refreshing its own (0: all new)
+	Expires     int           // -sn register's Expires, and uas's in its answer; default 3600
+	RejectEvery int           // server: refuse every Nth new INVITE with 503 and Retry-After (0: never)
 	Scrape      string        // --scrape: Prometheus URL read each second
-	// XML, if set, is the SIPp scenario (-sf) run instead of Scenario.
+	// XML, if set, is the SIPp scenario (-sf) run instead of Scenario;
+	// without it Scenario's built-in XML is run.
 	XML        *Scenario
 	Rsa        string    // -rsa host:port: send there instead of Target
 	Inf        []string  // -inf CSV files for [fieldN]

@@ -642,12 +642,14 @@ type segment struct {
 	line  int    // field line= (-1: the call's line)
 	user  string // [authentication username= password=]
 	pass  string
-	atBOL bool // the keyword starts its line: a missing [last_*] drops the line
+	atBOL bool   // the keyword starts its line: a missing [last_*] drops the line
+	short string // [last_*]: the header's compact form, "" if it has none
 }
 
 // template is a message cut into segments.
 type template struct {
 	segs []segment
+	size int // room to build it in one allocation, most of the time
 }
 
 func (t *template) firstWord() string {
@@ -742,6 +744,10 @@ func (p *parser) template(text []byte, firstLine int) (*template, error) {
 		lit = append(lit, "\r\n"...)
 	}
 	flush()
+	t.size = 512
+	for _, s := range t.segs {
+		t.size += len(s.lit) + 16
+	}
 	return t, nil
 }
 
@@ -814,7 +820,7 @@ func (p *parser) keyword(k string, line int) (segment, error) {
 		if h == "" || strings.ContainsAny(h, " []") {
 			return seg, p.errf(line, "keyword [%s] names no header", k)
 		}
-		seg.kind, seg.name = kwLast, h
+		seg.kind, seg.name, seg.short = kwLast, h, compactForms[strings.ToLower(h)]
 		return seg, nil
 	}
 	if _, ok := p.keys[k]; ok {

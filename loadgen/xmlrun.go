@@ -3,7 +3,7 @@ package loadgen
 import (
 	"bytes"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -45,6 +45,40 @@ type xstate struct {
 	// scenarios, -ap); 0 until then.
 	authCmd int
 	user    int // --users: index of the user this call is; -1 without
+	// lines index lastRecv's header lines once for its [last_*] keywords.
+	lines   []hdrLine
+	linesOK bool
+}
+
+// hdrLine is a header line of a call's last message received: its offsets
+// in lastRecv, and where its name ends.
+type hdrLine struct{ start, colon, end int }
+
+// recvLines indexes the header lines of xs.lastRecv, once per message.
+func (xs *xstate) recvLines() []hdrLine {
+	if xs.linesOK {
+		return xs.lines
+	}
+	if xs.lines == nil {
+		xs.lines = make([]hdrLine, 0, 16)
+	}
+	xs.lines = xs.lines[:0]
+	raw := xs.lastRecv
+	pos := bytes.Index(raw, crlf)
+	for pos >= 0 && pos+2 < len(raw) {
+		rest := raw[pos+2:]
+		e := bytes.Index(rest, crlf)
+		if e <= 0 {
+			break
+		}
+		start := pos + 2
+		pos += 2 + e
+		if colon := bytes.IndexByte(rest[:e], ':'); colon > 0 {
+			xs.lines = append(xs.lines, hdrLine{start, start + colon, start + e})
+		}
+	}
+	xs.linesOK = true
+	return xs.lines
 }
 
 type xvar struct {
@@ -498,10 +532,11 @@ func (c *command) expects() string {
 	return c.request
 }
 
+// hashSeed keys msgHash, which only compares messages within one run.
+var hashSeed = maphash.MakeSeed()
+
 func msgHash(b []byte) uint64 {
-	h := fnv.New64a()
-	h.Write(b)
-	return h.Sum64() | 1
+	return maphash.Bytes(hashSeed, b) | 1
 }
 
 // matches says whether m is what recv command i waits for: a request by
@@ -662,6 +697,7 @@ func (x *xrole) handle(m *msg, from peer, now time.Duration) {
 		xs.chalCode, xs.nc = m.status, 0
 	}
 	xs.lastRecv = append(xs.lastRecv[:0], m.raw...)
+	xs.linesOK = false
 	xs.lastRecvIdx = found
 	xs.lastRecvHash = h
 	if !x.actions(cl, c, m.raw, now) {
@@ -899,6 +935,9 @@ var compactForms = map[string]string{"via": "v", "from": "f", "to": "t", "call-i
 // build appends the message of template t for call cl at command idx.
 func (x *xrole) build(b []byte, cl *call, t *template, c *command, idx int) ([]byte, error) {
 	xs := cl.x
+	if b == nil {
+		b = make([]byte, 0, t.size)
+	}
 	start := len(b)
 	type hole struct {
 		at  int
@@ -975,18 +1014,19 @@ func (x *xrole) build(b []byte, cl *call, t *template, c *command, idx int) ([]b
 		case kwTimestamp:
 			b = time.Now().AppendFormat(b, "2006-01-02\t15:04:05.000000")
 		case kwLast:
-			ls := headerLines(xs.lastRecv, s.name)
-			if len(ls) == 0 {
-				if s.atBOL {
-					skipLine = true
+			found := false
+			for _, l := range xs.recvLines() {
+				if !hdrIs(bytes.TrimRight(xs.lastRecv[l.start:l.colon], " \t"), s.name, s.short) {
+					continue
 				}
-				continue
-			}
-			for j, l := range ls {
-				if j > 0 {
+				if found {
 					b = append(b, crlf...)
 				}
-				b = append(b, l...)
+				b = append(b, xs.lastRecv[l.start:l.end]...)
+				found = true
+			}
+			if !found && s.atBOL {
+				skipLine = true
 			}
 		case kwLastCSeqNumber:
 			v := headerValue(xs.lastRecv, "CSeq")
@@ -1027,7 +1067,7 @@ func (x *xrole) build(b []byte, cl *call, t *template, c *command, idx int) ([]b
 	if body >= 0 {
 		bodyLen = len(b) - start - body - 4
 	}
-	uri := "sip:" + joinHostPort(x.remIP, x.remPort)
+	uri := ""
 	if authSeg == nil && c != nil && idx+1 == xs.authCmd && body >= 0 {
 		// Credentials for a challenge the built-in scenario does not
 		// expect: the -au user, else the request's To user (register's
@@ -1063,6 +1103,9 @@ func (x *xrole) build(b []byte, cl *call, t *template, c *command, idx int) ([]b
 			pass = "password"
 		}
 		xs.nc++
+		if uri == "" {
+			uri = "sip:" + joinHostPort(x.remIP, x.remPort)
+		}
 		hdr, err := digestHeader(xs.chalCode, string(xs.challenge), user, pass, c.method, uri, bodyBytes, xs.nc, x.rng)
 		if err != nil {
 			return nil, err
