@@ -165,7 +165,7 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// timer is a pending retransmission, timeout or BYE of one call. gen ties it
+// timer is a pending retransmission, timeout or pause of one call. gen ties it
 // to one transaction of the call: a timer whose gen is stale is ignored,
 // which is cheaper than removing it from the heap.
 type timer struct {
@@ -178,7 +178,6 @@ type timer struct {
 const (
 	tRetrans uint8 = iota
 	tTimeout
-	tBye
 )
 
 type timerHeap []timer

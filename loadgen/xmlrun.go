@@ -51,8 +51,29 @@ type xstate struct {
 }
 
 // hdrLine is a header line of a call's last message received: its offsets
-// in lastRecv, and where its name ends.
-type hdrLine struct{ start, colon, end int }
+// in lastRecv, and where its name ends (blanks before the colon left out).
+type hdrLine struct{ start, nameEnd, end int }
+
+// nameIs is hdrIs without allocating or building sets: name is the
+// header's name as written, long or compact (short, "" if none).
+func nameIs(name []byte, long, short string) bool {
+	if len(name) == 1 {
+		return short != "" && name[0]|0x20 == short[0]
+	}
+	if len(name) != len(long) {
+		return false
+	}
+	for i := range name {
+		a, b := name[i], long[i]
+		if a == b {
+			continue
+		}
+		if a|0x20 != b|0x20 || a|0x20 < 'a' || a|0x20 > 'z' {
+			return false
+		}
+	}
+	return true
+}
 
 // recvLines indexes the header lines of xs.lastRecv, once per message.
 func (xs *xstate) recvLines() []hdrLine {
@@ -74,6 +95,9 @@ func (xs *xstate) recvLines() []hdrLine {
 		start := pos + 2
 		pos += 2 + e
 		if colon := bytes.IndexByte(rest[:e], ':'); colon > 0 {
+			for colon > 0 && (rest[colon-1] == ' ' || rest[colon-1] == '\t') {
+				colon--
+			}
 			xs.lines = append(xs.lines, hdrLine{start, start + colon, start + e})
 		}
 	}
@@ -119,8 +143,17 @@ type call struct {
 // the hash of the request it answered, to send it again when that request
 // is repeated (its answer was lost).
 type deadCall struct {
-	hash uint64
-	msg  []byte
+	hash  uint64
+	msg   []byte
+	until time.Duration
+}
+
+// deadEntry queues a dead call's expiry. Every call stays dead as long, so
+// the queue is in time order and expiring is popping its head: no timer,
+// and nothing holds the ended call itself.
+type deadEntry struct {
+	until  time.Duration
+	callID string
 }
 
 // xuser is one of the --users: its calls share a Call-ID and continue its
@@ -139,6 +172,8 @@ type xrole struct {
 	sc       *Scenario
 	calls    map[string]*call
 	dead     map[string]deadCall // ended calls, absorbing late retransmissions
+	deadQ    []deadEntry         // their expiry, oldest first
+	deadHead int
 	users    []xuser
 	due      int64
 	sent     int64
@@ -201,6 +236,7 @@ func (x *xrole) abort() int64 {
 
 // tick starts the calls the schedule has made due, as the built-in uac does.
 func (x *xrole) tick(now time.Duration) {
+	x.expire(now)
 	if x.sc.uas || x.stopped {
 		return
 	}
@@ -301,15 +337,42 @@ func (x *xrole) end(cl *call, now time.Duration) {
 	cl.gen++
 	delete(x.calls, cl.callID)
 	if x.sc.uas {
-		x.dead[cl.callID] = deadCall{cl.x.recvRtxHash, cl.x.recvRtxMsg}
+		x.bury(cl.callID, cl.x.recvRtxHash, cl.x.recvRtxMsg, now)
 	} else {
-		x.dead[cl.callID] = deadCall{}
+		x.bury(cl.callID, 0, nil, now)
 	}
 	if u := cl.x.user; u >= 0 {
 		x.users[u].busy = false
 		x.users[u].cseq = cl.x.cseq
 	}
-	x.arm(now+64*x.o.T1, cl, tBye)
+	// Its stale timers still point at the call until they are due; they
+	// need not keep its messages alive.
+	cl.x = nil
+}
+
+// bury keeps an ended call's Call-ID for 64*T1, with the answer to send
+// again if the request hashed h is repeated (servers only).
+func (x *xrole) bury(id string, h uint64, msg []byte, now time.Duration) {
+	until := now + 64*x.o.T1
+	x.dead[id] = deadCall{h, msg, until}
+	x.deadQ = append(x.deadQ, deadEntry{until, id})
+}
+
+// expire forgets the calls dead for 64*T1 by now.
+func (x *xrole) expire(now time.Duration) {
+	for x.deadHead < len(x.deadQ) && x.deadQ[x.deadHead].until <= now {
+		e := x.deadQ[x.deadHead]
+		x.deadQ[x.deadHead] = deadEntry{}
+		x.deadHead++
+		if d, ok := x.dead[e.callID]; ok && d.until == e.until {
+			delete(x.dead, e.callID)
+		}
+	}
+	if x.deadHead > 4096 && x.deadHead*2 > len(x.deadQ) {
+		n := copy(x.deadQ, x.deadQ[x.deadHead:])
+		x.deadQ = x.deadQ[:n]
+		x.deadHead = 0
+	}
 }
 
 func (x *xrole) succeed(cl *call, now time.Duration) {
@@ -382,7 +445,12 @@ func (x *xrole) run(cl *call, now time.Duration) {
 			if !x.actions(cl, c, nil, now) {
 				return
 			}
-			xs.wakeAt = now + x.pauseLen(cl, c)
+			d := x.pauseLen(cl, c)
+			if d <= 0 {
+				x.next(cl, xs.idx) // -d 0: no timer, no tick's wait
+				continue
+			}
+			xs.wakeAt = now + d
 			x.arm(xs.wakeAt, cl, tTimeout)
 			return
 		case cmdNop:
@@ -467,10 +535,6 @@ func (x *xrole) fire(t timer, now time.Duration) {
 	cl := t.c
 	xs := cl.x
 	switch t.kind {
-	case tBye:
-		if x.calls[cl.callID] == nil {
-			delete(x.dead, cl.callID)
-		}
 	case tRetrans:
 		if t.at != xs.rtxAt {
 			return
@@ -719,13 +783,11 @@ func (x *xrole) reject(m *msg, from peer, now time.Duration) {
 	x.trace.msg(now, "sent", b)
 	x.send(b, from)
 	x.failed(fail503RetryAfter, "503 Service Unavailable (Retry-After)")
-	cl := &call{n: x.n, callID: string(m.callID), peer: from, sent: now}
 	var h uint64
 	if x.retrans {
 		h = msgHash(m.raw)
 	}
-	x.dead[cl.callID] = deadCall{h, b}
-	x.arm(now+64*x.o.T1, cl, tBye)
+	x.bury(string(m.callID), h, b, now)
 }
 
 // routeSet is what rrs="true" keeps: the Record-Route set as a Route
@@ -1016,7 +1078,7 @@ func (x *xrole) build(b []byte, cl *call, t *template, c *command, idx int) ([]b
 		case kwLast:
 			found := false
 			for _, l := range xs.recvLines() {
-				if !hdrIs(bytes.TrimRight(xs.lastRecv[l.start:l.colon], " \t"), s.name, s.short) {
+				if !nameIs(xs.lastRecv[l.start:l.nameEnd], s.name, s.short) {
 					continue
 				}
 				if found {
