@@ -1,8 +1,10 @@
 // Package loadgen is sipload, sipvisor's SIPp-like SIP load generator, as a
-// library: Run drives one scenario (uac, uas, register, options) over one UDP
-// socket or one TCP connection and returns per-second rows and totals; Main
-// is the command line around it (flags, CSV, status line, summary, chart,
-// exit code), documented in docs/SIPLOAD.md.
+// library: Run drives one SIPp XML scenario (a file, or a built-in one: uac,
+// uas, register, options, embedded from scenarios/) over one UDP socket or
+// one TCP or TLS connection and returns per-second rows and totals; Main is
+// the command line around it (flags, CSV, status line, summary, chart, exit
+// code), documented in docs/SIPLOAD.md. One engine runs every scenario
+// (xmlrun.go); it reaches the rates the hand-written one it replaced did.
 //
 // One goroutine owns every call, timer and counter; socket readers only hand
 // it messages, so nothing on the hot path takes a lock. Calls start when the

@@ -136,9 +136,9 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(durationFlag{&o.T1, time.Millisecond}, "t1", "RFC 3261 timer T1 (ms, or a duration)")
 	fs.BoolVar(&o.NoRetrans, "nr", false, "disable UDP retransmissions")
 	fs.IntVar(&o.BufSize, "buff_size", 4<<20, "socket send and receive buffer size in bytes")
-	fs.IntVar(&o.Users, "users", 0, "register: distinct users; further registrations refresh them (0: every one new)")
-	fs.IntVar(&o.Expires, "expires", 3600, "register: Expires in seconds")
-	fs.IntVar(&o.RejectEvery, "reject_every", 0, "uas: answer every Nth INVITE with 503 and Retry-After")
+	fs.IntVar(&o.Users, "users", 0, "client scenarios: calls are N users in turn, each refreshing its own (same Call-ID, next CSeq; 0: every call new)")
+	fs.IntVar(&o.Expires, "expires", 3600, "-sn register: Expires in seconds (and the uas's answer to a REGISTER)")
+	fs.IntVar(&o.RejectEvery, "reject_every", 0, "server scenarios: refuse every Nth new INVITE with 503 and Retry-After")
 	fs.StringVar(&o.Scrape, "scrape", "", "Prometheus metrics URL of the server, read each second")
 	fs.StringVar(&cfg.csv, "csv", "", "write one CSV row per second to this file")
 	fs.BoolVar(&traceStat, "trace_stat", false, "write per-second CSV statistics (to -stf, or sipload_<scenario>_<pid>.csv)")
@@ -162,8 +162,8 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&o.MaxRetrans, "max_retrans", 0, "UDP retransmissions before a call fails (default 5 for INVITE, 9 for others)")
 	fs.BoolVar(&cfg.timeoutError, "timeout_error", false, "exit 1 when -timeout ends the run")
 	fs.BoolVar(&o.AutoAnswer, "aa", false, "answer INFO, NOTIFY, OPTIONS and UPDATE the scenario does not expect with 200")
-	fs.StringVar(&o.CidStr, "cid_str", "", "Call-ID format of -sf calls: %u call number, %p pid, %s local IP (default %u-%p@%s)")
-	fs.IntVar(&o.BaseCSeq, "base_cseq", 0, "first [cseq] of each -sf call (default 1)")
+	fs.StringVar(&o.CidStr, "cid_str", "", "Call-ID format: %u call number, %p pid (-sn: a run ID), %s local IP (default %u-%p@%s)")
+	fs.IntVar(&o.BaseCSeq, "base_cseq", 0, "first [cseq] of each call (default 1)")
 	// Accepted so SIPp command lines run unchanged: rows are always written
 	// every second, and sipload never reads stdin. -fd still sets SIPp's
 	// default -rate_interval.

@@ -34,11 +34,12 @@ type Options struct {
 	T2          time.Duration // RFC 3261 T2, default 4s
 	NoRetrans   bool          // -nr: no UDP retransmissions
 	BufSize     int           // -buff_size: socket buffers, default 4 MiB
-	Users       int           // register: distinct users; later registrations refresh them (0: all new)
-	Expires     int           // register: Expires value, default 3600
-	RejectEvery int           // uas: answer every Nth INVITE with 503 and Retry-After (0: never)
+	Users       int           // client: calls are N users in turn, each refreshing its own (0: all new)
+	Expires     int           // -sn register's Expires, and uas's in its answer; default 3600
+	RejectEvery int           // server: refuse every Nth new INVITE with 503 and Retry-After (0: never)
 	Scrape      string        // --scrape: Prometheus URL read each second
-	// XML, if set, is the SIPp scenario (-sf) run instead of Scenario.
+	// XML, if set, is the SIPp scenario (-sf) run instead of Scenario;
+	// without it Scenario's built-in XML is run.
 	XML        *Scenario
 	Rsa        string    // -rsa host:port: send there instead of Target
 	Inf        []string  // -inf CSV files for [fieldN]
@@ -98,7 +99,7 @@ const lagWarn = 50 * time.Millisecond
 var ErrUsage = errors.New("usage")
 
 func (o *Options) defaults() error {
-	if o.XML != nil {
+	if o.XML != nil && !o.XML.builtin {
 		o.Scenario = "uac"
 		if o.XML.uas {
 			o.Scenario = "uas"
@@ -146,6 +147,13 @@ func (o *Options) defaults() error {
 	if o.Schedule == nil {
 		o.Schedule = Constant(10)
 	}
+	if o.XML == nil || o.XML.builtin && o.XML.File != o.Scenario {
+		sc, err := compileBuiltin(o.Scenario, o)
+		if err != nil {
+			return err
+		}
+		o.XML = sc
+	}
 	if o.Scenario != "uas" {
 		if o.Target == "" {
 			return fmt.Errorf("%w: scenario %s needs a target host:port", ErrUsage, o.Scenario)
@@ -157,7 +165,7 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// timer is a pending retransmission, timeout or BYE of one call. gen ties it
+// timer is a pending retransmission, timeout or pause of one call. gen ties it
 // to one transaction of the call: a timer whose gen is stale is ignored,
 // which is cheaper than removing it from the heap.
 type timer struct {
@@ -170,7 +178,6 @@ type timer struct {
 const (
 	tRetrans uint8 = iota
 	tTimeout
-	tBye
 )
 
 type timerHeap []timer
@@ -286,11 +293,7 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 	}
 	c := &core{o: &o, in: make(chan *packet, 4096), errc: make(chan error, 16), secFails: failTally{}, totFails: failTally{}}
 	c.sink = &sink{in: c.in, errc: c.errc, quit: make(chan struct{})}
-	method := map[string]string{"uac": "INVITE", "uas": "INVITE", "register": "REGISTER", "options": "OPTIONS"}[o.Scenario]
-	if o.XML != nil {
-		method = o.XML.firstMethod()
-	}
-	c.met = o.Metrics.forRun(method)
+	c.met = o.Metrics.forRun(o.XML.firstMethod())
 	if err := c.open(); err != nil {
 		return Stats{}, err
 	}
@@ -311,15 +314,7 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 		case <-ctx.Done():
 		}
 	}
-	var r role
-	switch {
-	case o.XML != nil:
-		r = newXRole(c)
-	case o.Scenario == "uas":
-		r = newUAS(c)
-	default:
-		r = newUAC(c)
-	}
+	r := newXRole(c)
 	err := c.loop(ctx, r)
 	st := Stats{Counts: c.tot, Elapsed: c.now(), Rows: c.rows, MaxLag: c.maxLag, Drops: c.dropsLast - c.dropsBase, Failures: c.totFails.snapshot(), TimedOut: c.timedOut}
 	for _, r := range c.rows {

@@ -6,27 +6,32 @@ import (
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 )
 
-// Every request sipload sends must get past sipvisor's front door: a
-// REGISTER whose From tag carried the Call-ID's "@" was once answered 400
-// there.
+// Every request sipload's built-in scenarios send must get past sipvisor's
+// front door: a REGISTER whose From tag carried the Call-ID's "@" was once
+// answered 400 there.
 func TestRequestsPassTheFrontDoorScanner(t *testing.T) {
 	t.Parallel()
-	e := newEndpoint("127.0.0.1", 5070, "127.0.0.1:5060", "UDP", "service", "run")
-	c := &call{n: 42, callID: string(e.callID(nil, 42)), cseq: 1, ruri: []byte("sip:service@127.0.0.1:5060"),
-		to: []byte("<sip:service@127.0.0.1:5060>;tag=t1"), target: []byte("sip:service@127.0.0.1:5080")}
-	for _, r := range []struct {
-		name string
-		b    []byte
-	}{
-		{"INVITE", e.invite(nil, c)},
-		{"ACK", e.ack(nil, c, true)},
-		{"BYE", e.bye(nil, c)},
-		{"REGISTER", e.register(nil, c, "user1", 3600)},
-		{"OPTIONS", e.options(nil, c)},
-	} {
-		var m sipscan.Msg
-		if err := sipscan.Scan(r.b, &m); err != nil {
-			t.Errorf("%s: want it scanned, have %v\n%s", r.name, err, r.b)
+	for _, name := range []string{"uac", "register", "options"} {
+		o := Options{Scenario: name, Target: "127.0.0.1:5060", AuthUser: "bob", Users: 2}
+		if err := o.defaults(); err != nil {
+			t.Fatal(err)
+		}
+		e := newEndpoint("127.0.0.1", 5070, "127.0.0.1:5060", "UDP", "service", "run")
+		x := &xrole{core: &core{o: &o, ep: e}, sc: o.XML, pid: "7", remIP: "127.0.0.1", remPort: 5060, locPort: 5070}
+		cl := &call{n: 42, callID: x.callID(42), x: &xstate{cseq: 1, peerTag: []byte("t1"), routes: []byte{},
+			nextURL: []byte("sip:service@127.0.0.1:5080"), vars: make([]xvar, len(o.XML.vars))}}
+		for i, c := range o.XML.cmds {
+			if c.kind != cmdSend {
+				continue
+			}
+			b, err := x.build(nil, cl, c.msg, c, i)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", name, c.method, err)
+			}
+			var m sipscan.Msg
+			if err := sipscan.Scan(b, &m); err != nil {
+				t.Errorf("%s: %s: want it scanned, have %v\n%s", name, c.method, err, b)
+			}
 		}
 	}
 }

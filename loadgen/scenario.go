@@ -28,6 +28,10 @@ type Scenario struct {
 	uas bool
 	// usesInf: some message reads [fieldN], so -inf must be given.
 	usesInf bool
+	// builtin: a scenario of sipload's own (-sn). A client one answers a
+	// 401 or 407 it does not expect with -au/-ap credentials, once a call,
+	// and waits for each transaction at most -recv_timeout (64*T1).
+	builtin bool
 }
 
 type cmdKind uint8
@@ -638,12 +642,14 @@ type segment struct {
 	line  int    // field line= (-1: the call's line)
 	user  string // [authentication username= password=]
 	pass  string
-	atBOL bool // the keyword starts its line: a missing [last_*] drops the line
+	atBOL bool   // the keyword starts its line: a missing [last_*] drops the line
+	short string // [last_*]: the header's compact form, "" if it has none
 }
 
 // template is a message cut into segments.
 type template struct {
 	segs []segment
+	size int // room to build it in one allocation, most of the time
 }
 
 func (t *template) firstWord() string {
@@ -738,6 +744,10 @@ func (p *parser) template(text []byte, firstLine int) (*template, error) {
 		lit = append(lit, "\r\n"...)
 	}
 	flush()
+	t.size = 512
+	for _, s := range t.segs {
+		t.size += len(s.lit) + 16
+	}
 	return t, nil
 }
 
@@ -810,7 +820,7 @@ func (p *parser) keyword(k string, line int) (segment, error) {
 		if h == "" || strings.ContainsAny(h, " []") {
 			return seg, p.errf(line, "keyword [%s] names no header", k)
 		}
-		seg.kind, seg.name = kwLast, h
+		seg.kind, seg.name, seg.short = kwLast, h, compactForms[strings.ToLower(h)]
 		return seg, nil
 	}
 	if _, ok := p.keys[k]; ok {
@@ -821,15 +831,25 @@ func (p *parser) keyword(k string, line int) (segment, error) {
 }
 
 // firstMethod names the scenario's calls for sipload's metrics: the method
-// of its first request, sent or awaited.
+// of its first request, sent or awaited (the first one it must await, if
+// it starts by awaiting one of several).
 func (s *Scenario) firstMethod() string {
+	opt := ""
 	for _, c := range s.cmds {
 		if c.kind == cmdSend && c.method != "" {
 			return c.method
 		}
 		if c.kind == cmdRecv && c.request != "" {
-			return c.request
+			if !c.optional {
+				return c.request
+			}
+			if opt == "" {
+				opt = c.request
+			}
 		}
+	}
+	if opt != "" {
+		return opt
 	}
 	return "XML"
 }

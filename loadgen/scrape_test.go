@@ -78,7 +78,9 @@ func TestScrapeAddsGroupColumns(t *testing.T) {
 	}))
 	defer srv.Close()
 	addr, _ := startUAS(t, Options{})
-	seen := make(chan float64, 16)
+	// Room for every row of the longest run -timeout allows, so that a slow
+	// run fails the test rather than blocking its loop.
+	seen := make(chan float64, 32)
 	o := Options{Scenario: "options", Target: addr.String(), LocalIP: "127.0.0.1", Schedule: Schedule{{20, 4 * time.Second}},
 		Scrape: srv.URL, Timeout: 20 * time.Second,
 		OnRow: func(r Row) {

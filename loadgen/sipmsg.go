@@ -189,6 +189,20 @@ func uriOf(v []byte) []byte {
 	return bytes.TrimSpace(v)
 }
 
+// userOf returns the user part of the URI in a name-addr or addr-spec, nil
+// when it has none.
+func userOf(v []byte) []byte {
+	u := uriOf(v)
+	if i := bytes.IndexByte(u, ':'); i >= 0 {
+		u = u[i+1:]
+	}
+	at := bytes.IndexByte(u, '@')
+	if at < 0 {
+		return nil
+	}
+	return u[:at]
+}
+
 // param finds ;name=value in a header value, outside any <...>.
 func param(v []byte, name string) []byte {
 	if i := bytes.LastIndexByte(v, '>'); i >= 0 {

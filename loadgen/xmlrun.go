@@ -3,7 +3,7 @@ package loadgen
 import (
 	"bytes"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -40,6 +40,69 @@ type xstate struct {
 	rtdStart    time.Duration
 	vars        []xvar
 	infLine     int
+	// authCmd is 1 + the index of the send command sent again with
+	// credentials after a challenge the scenario did not expect (built-in
+	// scenarios, -ap); 0 until then.
+	authCmd int
+	user    int // --users: index of the user this call is; -1 without
+	// lines index lastRecv's header lines once for its [last_*] keywords.
+	lines   []hdrLine
+	linesOK bool
+}
+
+// hdrLine is a header line of a call's last message received: its offsets
+// in lastRecv, and where its name ends (blanks before the colon left out).
+type hdrLine struct{ start, nameEnd, end int }
+
+// nameIs is hdrIs without allocating or building sets: name is the
+// header's name as written, long or compact (short, "" if none).
+func nameIs(name []byte, long, short string) bool {
+	if len(name) == 1 {
+		return short != "" && name[0]|0x20 == short[0]
+	}
+	if len(name) != len(long) {
+		return false
+	}
+	for i := range name {
+		a, b := name[i], long[i]
+		if a == b {
+			continue
+		}
+		if a|0x20 != b|0x20 || a|0x20 < 'a' || a|0x20 > 'z' {
+			return false
+		}
+	}
+	return true
+}
+
+// recvLines indexes the header lines of xs.lastRecv, once per message.
+func (xs *xstate) recvLines() []hdrLine {
+	if xs.linesOK {
+		return xs.lines
+	}
+	if xs.lines == nil {
+		xs.lines = make([]hdrLine, 0, 16)
+	}
+	xs.lines = xs.lines[:0]
+	raw := xs.lastRecv
+	pos := bytes.Index(raw, crlf)
+	for pos >= 0 && pos+2 < len(raw) {
+		rest := raw[pos+2:]
+		e := bytes.Index(rest, crlf)
+		if e <= 0 {
+			break
+		}
+		start := pos + 2
+		pos += 2 + e
+		if colon := bytes.IndexByte(rest[:e], ':'); colon > 0 {
+			for colon > 0 && (rest[colon-1] == ' ' || rest[colon-1] == '\t') {
+				colon--
+			}
+			xs.lines = append(xs.lines, hdrLine{start, start + colon, start + e})
+		}
+	}
+	xs.linesOK = true
+	return xs.lines
 }
 
 type xvar struct {
@@ -64,6 +127,43 @@ func (v xvar) String() string {
 	return v.s
 }
 
+// call is one run through the scenario. Fields are copied out of messages
+// because a packet's buffer is reused as soon as it is handled.
+type call struct {
+	n      int64
+	callID string
+	peer   peer          // where the call's messages go
+	sent   time.Duration // when the call began
+	gen    uint32        // bumped when the call ends, voiding its timers
+	x      *xstate       // the call's place in its scenario
+}
+
+// deadCall is an ended call, kept for 64*T1 so that late retransmissions
+// are not taken for new calls; a server call keeps its last answer and
+// the hash of the request it answered, to send it again when that request
+// is repeated (its answer was lost).
+type deadCall struct {
+	hash  uint64
+	msg   []byte
+	until time.Duration
+}
+
+// deadEntry queues a dead call's expiry. Every call stays dead as long, so
+// the queue is in time order and expiring is popping its head: no timer,
+// and nothing holds the ended call itself.
+type deadEntry struct {
+	until  time.Duration
+	callID string
+}
+
+// xuser is one of the --users: its calls share a Call-ID and continue its
+// CSeq, one at a time (a registration and its refreshes).
+type xuser struct {
+	callID string
+	cseq   uint32
+	busy   bool
+}
+
 // xrole runs a SIPp XML scenario: as a client when it starts with a send
 // (calls follow the rate schedule), as a server when it starts by waiting
 // for a request (the peer's requests create calls).
@@ -71,7 +171,10 @@ type xrole struct {
 	*core
 	sc       *Scenario
 	calls    map[string]*call
-	dead     map[string]struct{} // ended calls, absorbing late retransmissions
+	dead     map[string]deadCall // ended calls, absorbing late retransmissions
+	deadQ    []deadEntry         // their expiry, oldest first
+	deadHead int
+	users    []xuser
 	due      int64
 	sent     int64
 	n        int64
@@ -89,7 +192,7 @@ type xrole struct {
 }
 
 func newXRole(c *core) *xrole {
-	x := &xrole{core: c, sc: c.o.XML, calls: make(map[string]*call, 1024), dead: map[string]struct{}{},
+	x := &xrole{core: c, sc: c.o.XML, calls: make(map[string]*call, 1024), dead: map[string]deadCall{},
 		schedLen: c.o.Schedule.Len(), pid: strconv.Itoa(os.Getpid()), retrans: c.o.Transport == "u1" && !c.o.NoRetrans,
 		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)), recvTO: c.o.xmlRecvTimeout, trace: c.o.trace}
 	x.remIP, x.remPort = "127.0.0.1", 5060
@@ -98,6 +201,14 @@ func newXRole(c *core) *xrole {
 	}
 	x.locPort = int(c.tr.localAddr().Port())
 	x.inf = c.o.injections
+	if !x.sc.uas {
+		if x.sc.builtin && x.recvTO == 0 {
+			x.recvTO = c.o.RecvTimeout
+		}
+		if c.o.Users > 0 {
+			x.users = make([]xuser, c.o.Users)
+		}
+	}
 	return x
 }
 
@@ -125,6 +236,7 @@ func (x *xrole) abort() int64 {
 
 // tick starts the calls the schedule has made due, as the built-in uac does.
 func (x *xrole) tick(now time.Duration) {
+	x.expire(now)
 	if x.sc.uas || x.stopped {
 		return
 	}
@@ -141,9 +253,29 @@ func (x *xrole) tick(now time.Duration) {
 			x.sec.Limited++
 			continue
 		}
+		if x.users != nil {
+			// The user whose turn it is keeps the turn while its previous
+			// call is under way: the due calls wait, counted as limited.
+			u := &x.users[x.sent%int64(len(x.users))]
+			if u.busy {
+				x.sec.Limited++
+				continue
+			}
+			x.sent++
+			x.n++
+			ui := int((x.sent - 1) % int64(len(x.users)))
+			if u.callID == "" {
+				u.callID = x.callID(x.n)
+			}
+			u.busy = true
+			cl := x.newCall(u.callID, int64(ui+1), x.target, now)
+			cl.x.user, cl.x.cseq = ui, u.cseq
+			x.run(cl, now)
+			continue
+		}
 		x.sent++
 		x.n++
-		cl := x.newCall(x.callID(x.n), x.target, now)
+		cl := x.newCall(x.callID(x.n), x.n, x.target, now)
 		x.run(cl, now)
 	}
 	if x.o.MaxCalls > 0 && x.sent >= x.o.MaxCalls || x.schedLen > 0 && now >= x.schedLen {
@@ -168,7 +300,12 @@ func (x *xrole) callID(n int64) string {
 		case 'u':
 			b.WriteString(strconv.FormatInt(n, 10))
 		case 'p':
-			b.WriteString(x.pid)
+			if x.sc.builtin {
+				// Unique across runs, as a test's runs in one process need.
+				b.WriteString(x.ep.tagBase)
+			} else {
+				b.WriteString(x.pid)
+			}
 		case 's':
 			b.WriteString(x.ep.localIP)
 		default:
@@ -178,9 +315,9 @@ func (x *xrole) callID(n int64) string {
 	return b.String()
 }
 
-func (x *xrole) newCall(id string, p peer, now time.Duration) *call {
-	cl := &call{n: x.n, callID: id, peer: p, sent: now}
-	xs := &xstate{lastRecvIdx: -1, lastSendIdx: -1, rtxAt: -1, wakeAt: -1, rtdStart: now, vars: make([]xvar, len(x.sc.vars))}
+func (x *xrole) newCall(id string, n int64, p peer, now time.Duration) *call {
+	cl := &call{n: n, callID: id, peer: p, sent: now}
+	xs := &xstate{lastRecvIdx: -1, lastSendIdx: -1, rtxAt: -1, wakeAt: -1, rtdStart: now, vars: make([]xvar, len(x.sc.vars)), user: -1}
 	if x.o.BaseCSeq > 0 {
 		xs.cseq = uint32(x.o.BaseCSeq - 1)
 	}
@@ -199,8 +336,43 @@ func (x *xrole) newCall(id string, p peer, now time.Duration) *call {
 func (x *xrole) end(cl *call, now time.Duration) {
 	cl.gen++
 	delete(x.calls, cl.callID)
-	x.dead[cl.callID] = struct{}{}
-	x.arm(now+64*x.o.T1, cl, tBye)
+	if x.sc.uas {
+		x.bury(cl.callID, cl.x.recvRtxHash, cl.x.recvRtxMsg, now)
+	} else {
+		x.bury(cl.callID, 0, nil, now)
+	}
+	if u := cl.x.user; u >= 0 {
+		x.users[u].busy = false
+		x.users[u].cseq = cl.x.cseq
+	}
+	// Its stale timers still point at the call until they are due; they
+	// need not keep its messages alive.
+	cl.x = nil
+}
+
+// bury keeps an ended call's Call-ID for 64*T1, with the answer to send
+// again if the request hashed h is repeated (servers only).
+func (x *xrole) bury(id string, h uint64, msg []byte, now time.Duration) {
+	until := now + 64*x.o.T1
+	x.dead[id] = deadCall{h, msg, until}
+	x.deadQ = append(x.deadQ, deadEntry{until, id})
+}
+
+// expire forgets the calls dead for 64*T1 by now.
+func (x *xrole) expire(now time.Duration) {
+	for x.deadHead < len(x.deadQ) && x.deadQ[x.deadHead].until <= now {
+		e := x.deadQ[x.deadHead]
+		x.deadQ[x.deadHead] = deadEntry{}
+		x.deadHead++
+		if d, ok := x.dead[e.callID]; ok && d.until == e.until {
+			delete(x.dead, e.callID)
+		}
+	}
+	if x.deadHead > 4096 && x.deadHead*2 > len(x.deadQ) {
+		n := copy(x.deadQ, x.deadQ[x.deadHead:])
+		x.deadQ = x.deadQ[:n]
+		x.deadHead = 0
+	}
 }
 
 func (x *xrole) succeed(cl *call, now time.Duration) {
@@ -273,7 +445,12 @@ func (x *xrole) run(cl *call, now time.Duration) {
 			if !x.actions(cl, c, nil, now) {
 				return
 			}
-			xs.wakeAt = now + x.pauseLen(cl, c)
+			d := x.pauseLen(cl, c)
+			if d <= 0 {
+				x.next(cl, xs.idx) // -d 0: no timer, no tick's wait
+				continue
+			}
+			xs.wakeAt = now + d
 			x.arm(xs.wakeAt, cl, tTimeout)
 			return
 		case cmdNop:
@@ -343,7 +520,10 @@ func (x *xrole) sendCmd(cl *call, c *command, now time.Duration) bool {
 	if c.retrans > 0 && x.retrans {
 		xs.rtxN = 0
 		xs.rtxDelay = c.retrans
-		xs.rtxAt = now + c.retrans
+		if x.sc.builtin {
+			xs.rtxDelay = x.o.T1 // their retrans="500" is T1's default, and follows -t1
+		}
+		xs.rtxAt = now + xs.rtxDelay
 		x.arm(xs.rtxAt, cl, tRetrans)
 	} else {
 		xs.rtxAt = -1
@@ -355,8 +535,6 @@ func (x *xrole) fire(t timer, now time.Duration) {
 	cl := t.c
 	xs := cl.x
 	switch t.kind {
-	case tBye:
-		delete(x.dead, cl.callID)
 	case tRetrans:
 		if t.at != xs.rtxAt {
 			return
@@ -418,10 +596,11 @@ func (c *command) expects() string {
 	return c.request
 }
 
+// hashSeed keys msgHash, which only compares messages within one run.
+var hashSeed = maphash.MakeSeed()
+
 func msgHash(b []byte) uint64 {
-	h := fnv.New64a()
-	h.Write(b)
-	return h.Sum64() | 1
+	return maphash.Bytes(hashSeed, b) | 1
 }
 
 // matches says whether m is what recv command i waits for: a request by
@@ -453,9 +632,23 @@ func (x *xrole) handle(m *msg, from peer, now time.Duration) {
 	x.trace.msg(now, "received", m.raw)
 	cl := x.calls[string(m.callID)]
 	if cl == nil {
-		if _, gone := x.dead[string(m.callID)]; gone {
-			x.sec.RetransReceived++
-			return
+		if d, gone := x.dead[string(m.callID)]; gone {
+			rtx := x.retrans && d.msg != nil && msgHash(m.raw) == d.hash
+			switch {
+			case !m.isResp && string(m.method) == "ACK":
+				return // of a refused INVITE, or a late one
+			case rtx:
+				x.sec.RetransReceived++
+				x.sec.Retransmissions++
+				x.send(d.msg, from)
+				return
+			case !x.sc.uas || m.isResp || string(m.method) == "BYE":
+				x.sec.RetransReceived++
+				return
+			}
+			// A new request in the Call-ID of an ended server call (a
+			// registration's refresh): a new call.
+			delete(x.dead, string(m.callID))
 		}
 		if !x.sc.uas || m.isResp || string(m.method) == "ACK" {
 			x.sec.Unexpected++
@@ -467,7 +660,11 @@ func (x *xrole) handle(m *msg, from peer, now time.Duration) {
 			return
 		}
 		x.n++
-		cl = x.newCall(string(m.callID), from, now)
+		if x.o.RejectEvery > 0 && x.n%int64(x.o.RejectEvery) == 0 && string(m.method) == "INVITE" {
+			x.reject(m, from, now)
+			return
+		}
+		cl = x.newCall(string(m.callID), x.n, from, now)
 	}
 	xs := cl.x
 	var h uint64
@@ -564,6 +761,7 @@ func (x *xrole) handle(m *msg, from peer, now time.Duration) {
 		xs.chalCode, xs.nc = m.status, 0
 	}
 	xs.lastRecv = append(xs.lastRecv[:0], m.raw...)
+	xs.linesOK = false
 	xs.lastRecvIdx = found
 	xs.lastRecvHash = h
 	if !x.actions(cl, c, m.raw, now) {
@@ -573,6 +771,23 @@ func (x *xrole) handle(m *msg, from peer, now time.Duration) {
 		x.next(cl, found)
 	}
 	x.run(cl, now)
+}
+
+// reject refuses the INVITE m that would start call x.n (--reject_every)
+// with 503 and Retry-After, before the scenario sees it; a repeated INVITE
+// gets the 503 again and the ACK ends it.
+func (x *xrole) reject(m *msg, from peer, now time.Duration) {
+	x.sec.Offered++
+	tag := x.ep.tagBase + "-" + strconv.FormatInt(x.n, 10)
+	b := x.ep.response(nil, m, 503, "Service Unavailable", tag, false, "Retry-After: 5\r\n", nil)
+	x.trace.msg(now, "sent", b)
+	x.send(b, from)
+	x.failed(fail503RetryAfter, "503 Service Unavailable (Retry-After)")
+	var h uint64
+	if x.retrans {
+		h = msgHash(m.raw)
+	}
+	x.bury(string(m.callID), h, b, now)
 }
 
 // routeSet is what rrs="true" keeps: the Record-Route set as a Route
@@ -617,14 +832,42 @@ func (x *xrole) unexpected(cl *call, m *msg, now time.Duration) {
 		x.fail(cl, failUnexpected, "unexpected "+meth, now)
 		return
 	}
-	x.trace.err(now, "unexpected %d in call %s at command %d (line %d):\n%s", m.status, cl.callID, cl.x.idx, x.cmdLine(cl.x.idx), m.raw)
 	if m.status >= 300 && string(m.cseqM) == "INVITE" && bytes.HasPrefix(cl.x.lastSend, []byte("INVITE ")) {
 		x.out = ackFor(x.out[:0], cl.x.lastSend, m)
 		x.send(x.out, cl.peer)
 	}
+	if x.answerChallenge(cl, m, now) {
+		return
+	}
+	x.trace.err(now, "unexpected %d in call %s at command %d (line %d):\n%s", m.status, cl.callID, cl.x.idx, x.cmdLine(cl.x.idx), m.raw)
 	x.failedResp(m)
 	x.trace.err(now, "call %s failed: %s", cl.callID, clip(m.raw))
 	x.end(cl, now)
+}
+
+// answerChallenge sends the call's last request again with -au/-ap
+// credentials when m is a 401 or 407 to it that the scenario does not
+// expect: what a built-in scenario does with -ap, once a call (a second
+// challenge means the credentials are wrong). It reports whether it did.
+func (x *xrole) answerChallenge(cl *call, m *msg, now time.Duration) bool {
+	xs := cl.x
+	if !x.sc.builtin || x.o.AuthPass == "" || xs.authCmd > 0 || xs.lastSendIdx < 0 || m.status != 401 && m.status != 407 {
+		return false
+	}
+	c := x.sc.cmds[xs.lastSendIdx]
+	if c.method == "" || string(m.cseqM) != c.method {
+		return false
+	}
+	xs.challenge = append(xs.challenge[:0], headerValue(m.raw, map[int]string{401: "WWW-Authenticate", 407: "Proxy-Authenticate"}[m.status])...)
+	xs.chalCode, xs.nc = m.status, 0
+	xs.authCmd = xs.lastSendIdx + 1
+	xs.idx, xs.rtxAt, xs.wakeAt = xs.lastSendIdx, -1, -1
+	x.sec.Challenged++
+	if x.sendCmd(cl, c, now) {
+		x.next(cl, xs.idx)
+		x.run(cl, now)
+	}
+	return true
 }
 
 // ackFor builds the ACK of a failure response to invite (RFC 3261
@@ -754,6 +997,9 @@ var compactForms = map[string]string{"via": "v", "from": "f", "to": "t", "call-i
 // build appends the message of template t for call cl at command idx.
 func (x *xrole) build(b []byte, cl *call, t *template, c *command, idx int) ([]byte, error) {
 	xs := cl.x
+	if b == nil {
+		b = make([]byte, 0, t.size)
+	}
 	start := len(b)
 	type hole struct {
 		at  int
@@ -762,6 +1008,7 @@ func (x *xrole) build(b []byte, cl *call, t *template, c *command, idx int) ([]b
 	var lens []hole
 	authAt := -1
 	var authSeg *segment
+	autoAuth := false
 	skipLine := false
 	for i := range t.segs {
 		s := &t.segs[i]
@@ -789,6 +1036,9 @@ func (x *xrole) build(b []byte, cl *call, t *template, c *command, idx int) ([]b
 			b = strconv.AppendInt(b, cl.n, 10)
 			b = append(b, '-')
 			b = strconv.AppendInt(b, int64(idx+s.off), 10)
+			if xs.authCmd > 0 {
+				b = append(b, "-a"...) // sent again with credentials: a new transaction
+			}
 		case kwService:
 			b = append(b, x.o.Service...)
 		case kwRemoteIP, kwRemoteHost:
@@ -826,18 +1076,19 @@ func (x *xrole) build(b []byte, cl *call, t *template, c *command, idx int) ([]b
 		case kwTimestamp:
 			b = time.Now().AppendFormat(b, "2006-01-02\t15:04:05.000000")
 		case kwLast:
-			ls := headerLines(xs.lastRecv, s.name)
-			if len(ls) == 0 {
-				if s.atBOL {
-					skipLine = true
+			found := false
+			for _, l := range xs.recvLines() {
+				if !nameIs(xs.lastRecv[l.start:l.nameEnd], s.name, s.short) {
+					continue
 				}
-				continue
-			}
-			for j, l := range ls {
-				if j > 0 {
+				if found {
 					b = append(b, crlf...)
 				}
-				b = append(b, l...)
+				b = append(b, xs.lastRecv[l.start:l.end]...)
+				found = true
+			}
+			if !found && s.atBOL {
+				skipLine = true
 			}
 		case kwLastCSeqNumber:
 			v := headerValue(xs.lastRecv, "CSeq")
@@ -878,6 +1129,20 @@ func (x *xrole) build(b []byte, cl *call, t *template, c *command, idx int) ([]b
 	if body >= 0 {
 		bodyLen = len(b) - start - body - 4
 	}
+	uri := ""
+	if authSeg == nil && c != nil && idx+1 == xs.authCmd && body >= 0 {
+		// Credentials for a challenge the built-in scenario does not
+		// expect: the -au user, else the request's To user (register's
+		// own user; the callee, as -s), for its Request-URI.
+		authAt, authSeg, autoAuth = start+body+2, &segment{user: x.o.AuthUser}, true
+		if authSeg.user == "" {
+			authSeg.user = string(userOf(headerValue(b[start:], "To")))
+		}
+		line, _, _ := bytes.Cut(b[start:], crlf)
+		if f := bytes.Fields(line); len(f) == 3 {
+			uri = string(f[1])
+		}
+	}
 	if authSeg != nil {
 		if c == nil || xs.challenge == nil {
 			return nil, fmt.Errorf("[authentication] at line %d without a 401 or 407 received with auth=\"true\"", x.cmdLine(idx))
@@ -900,10 +1165,15 @@ func (x *xrole) build(b []byte, cl *call, t *template, c *command, idx int) ([]b
 			pass = "password"
 		}
 		xs.nc++
-		hdr, err := digestHeader(xs.chalCode, string(xs.challenge), user, pass, c.method,
-			"sip:"+joinHostPort(x.remIP, x.remPort), bodyBytes, xs.nc, x.rng)
+		if uri == "" {
+			uri = "sip:" + joinHostPort(x.remIP, x.remPort)
+		}
+		hdr, err := digestHeader(xs.chalCode, string(xs.challenge), user, pass, c.method, uri, bodyBytes, xs.nc, x.rng)
 		if err != nil {
 			return nil, err
+		}
+		if autoAuth {
+			hdr += "\r\n"
 		}
 		b = insertAt(b, authAt, hdr)
 		for i := range lens {
