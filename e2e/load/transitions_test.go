@@ -2,6 +2,8 @@ package load
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -155,8 +157,33 @@ log_level = debug
 	}
 	failed := uacTrace.failedCalls()
 	t.Errorf("round %d of %d: %d calls placed, %d successful, %d failed; connections closed by sipvisor: %v\n"+
-		"the failed calls at the caller (SIPp uac):\n%s\nat the callee (SIPp uas):\n%s\nSIPp's screen:\n%s\nsipvisor's log:\n%s",
+		"the failed calls at the caller (SIPp uac):\n%s\nat the callee (SIPp uas):\n%s\nSIPp's screen:\n%s\ncounters:\n%s\nsipvisor's log:\n%s",
 		r+1, rounds, res.Created, res.Successful, res.Failed, closed,
-		uacTrace.calls(failed), uasTrace.calls(failed), harness.Tail(res.Out, 40), s.Log.String())
+		uacTrace.calls(failed), uasTrace.calls(failed), harness.Tail(res.Out, 60), wayCounters(s), s.Log.String())
 	return false
+}
+
+// wayCounters is the lines of the server's metrics that say which way
+// messages and connections went: refused, passed, handed off, closed,
+// dropped.
+func wayCounters(s *harness.Server) string {
+	resp, err := http.Get("http://" + s.HTTP + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var keep []string
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, "#") {
+			continue
+		}
+		for _, w := range []string{"refused", "passed", "handed", "closed", "dropped", "stale", "throttle"} {
+			if strings.Contains(l, w) {
+				keep = append(keep, "  "+l)
+				break
+			}
+		}
+	}
+	return strings.Join(keep, "\n")
 }
