@@ -1,6 +1,8 @@
 package lifecycle
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,8 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sipvisor/sipvisor/e2e/internal/harness"
 )
@@ -202,22 +207,76 @@ func doorCounters(s *harness.Server) string {
 	return strings.Join(keep, "\n")
 }
 
+// neighbors are SO_REUSEPORT UDP sockets of this user on 127.0.0.1, each
+// on a port the kernel chose, as other nodes started on port 0 on the same
+// host hold theirs (the e2e packages run beside each other, each test's
+// node on port 0).
+type neighbors map[int]*net.UDPConn
+
+func holdNeighbors(t *testing.T, n int) neighbors {
+	t.Helper()
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) })
+		return serr
+	}}
+	ns := neighbors{}
+	for range n {
+		pc, err := lc.ListenPacket(context.Background(), "udp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("neighbor %d: %v", len(ns), err)
+		}
+		c := pc.(*net.UDPConn)
+		t.Cleanup(func() { c.Close() })
+		if _, dup := ns[c.LocalAddr().(*net.UDPAddr).Port]; !dup {
+			ns[c.LocalAddr().(*net.UDPAddr).Port] = c
+		}
+	}
+	return ns
+}
+
+// took is what a neighbor holding port read: the datagrams sent to the
+// node that reached it instead, by first line and Call-ID.
+func (ns neighbors) took(port int) string {
+	c := ns[port]
+	if c == nil {
+		return ""
+	}
+	var out []string
+	buf := make([]byte, 65536)
+	for {
+		c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		n, _, err := c.ReadFromUDP(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) || err != nil {
+			break
+		}
+		m := harness.Msg{Raw: string(buf[:n])}
+		m.First, _, _ = strings.Cut(m.Raw, "\r\n")
+		out = append(out, fmt.Sprintf("  %s (Call-ID %s)", m.First, callIDOf(m)))
+	}
+	return fmt.Sprintf("a neighbor's reuse-port socket holds the node's port %d and read %d of the datagrams sent to the node:\n%s",
+		port, len(out), strings.Join(out, "\n"))
+}
+
 // A node loses no new session in its first moments: an INVITE sent once,
 // never retransmitted, from the instant the SIP port takes datagrams,
 // through the worker's start, the door placing every datagram, and the
 // switch to direct reads a second after, is answered (100, or 503 while no
 // worker is ready) or reaches the callee. Each round starts a node and
-// sends such INVITEs every 20 ms for 2.5 s.
+// sends such INVITEs every 20 ms for 2.5 s, beside other nodes' sockets
+// on the host (neighbors): a node started on port 0 must get a port of its
+// own, not join another's SO_REUSEPORT group, which took its datagrams.
 func TestStartLosesNoLoneInvite(t *testing.T) {
 	rounds := stressRounds(t, 2)
+	ns := holdNeighbors(t, 3000)
 	for r := range rounds {
 		caller, callee := harness.NewPeer(t), harness.NewPeer(t)
 		s := harness.StartServing(t, harness.ProxyCfg(callee.Port(), "udp_workers = 1\ntcp_workers = 1\nlog_level = debug\n"))
 		proxy := harness.Local(s.SIPPort("udp"))
 		tr := loneInvites(t, fmt.Sprintf("lone%d-%d", r, time.Now().UnixNano()), caller, callee, proxy, 20*time.Millisecond, 2500*time.Millisecond, 5*time.Second)
 		if lost := tr.lost(); len(lost) > 0 {
-			t.Errorf("round %d of %d: %d INVITEs lost, sent once each: %v\ntrace (from the start):\n%s\ncounters:\n%s\nsipvisor's log:\n%s",
-				r+1, rounds, len(lost), lost, tr, doorCounters(s), s.Log.String())
+			t.Errorf("round %d of %d: %d INVITEs lost, sent once each: %v\n%s\ntrace (from the start):\n%s\ncounters:\n%s\nsipvisor's log:\n%s",
+				r+1, rounds, len(lost), lost, ns.took(proxy.Port), tr, doorCounters(s), harness.Tail(s.Log.String(), 60))
 			return
 		}
 		s.Stop()
