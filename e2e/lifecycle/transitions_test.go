@@ -282,3 +282,48 @@ func TestStartLosesNoLoneInvite(t *testing.T) {
 		s.Stop()
 	}
 }
+
+// Datagrams switch between the supervisor's door and the workers' own
+// sockets and back, and a trickle of lone INVITEs, each sent once, loses
+// none: each is answered (100, or 503 while the throttle refuses its
+// share) or reaches the callee. The switch is made by the RTT throttle: a
+// threshold of 1 ms closes it (every datagram to the door), 10 s opens it
+// again (direct reads a second later).
+func TestDoorDirectSwitchLosesNoLoneInvite(t *testing.T) {
+	rounds := stressRounds(t, 1)
+	for r := range rounds {
+		caller, callee := harness.NewPeer(t), harness.NewPeer(t)
+		s := harness.Start(t, harness.ProxyCfg(callee.Port(), "udp_workers = 2\ntcp_workers = 1\necho_interval = 100ms\nthrottle_count = 2\n"))
+		const on, off = `msg="direct reads"`, "on=false reason=throttle"
+		s.WaitLog(on, 30*time.Second)
+		proxy := harness.Local(s.SIPPort("udp"))
+		var tr *loneTrace
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			tr = loneInvites(t, fmt.Sprintf("switch%d-%d", r, time.Now().UnixNano()), caller, callee, proxy, 20*time.Millisecond, 8*time.Second, 5*time.Second)
+		}()
+		switches := 0
+		set := func(v string) {
+			if out, err := s.Ctl("set", "throttle/rtt_threshold", v); err != nil {
+				t.Errorf("ctl set throttle/rtt_threshold %s: %v: %s", v, err, out)
+			}
+		}
+		for range 3 {
+			offs, ons := strings.Count(s.Log.String(), off), strings.Count(s.Log.String(), "on=true")
+			set("1ms")
+			harness.WaitFor(t, "direct reads off by the throttle", 10*time.Second, func() bool { return strings.Count(s.Log.String(), off) > offs })
+			set("10s")
+			harness.WaitFor(t, "direct reads on again", 10*time.Second, func() bool { return strings.Count(s.Log.String(), "on=true") > ons })
+			switches += 2
+		}
+		<-done
+		if lost := tr.lost(); len(lost) > 0 {
+			t.Errorf("round %d of %d, %d switches: %d INVITEs lost, sent once each: %v\ntrace:\n%s\ncounters:\n%s\nsipvisor's log:\n%s",
+				r+1, rounds, switches, len(lost), lost, tr, doorCounters(s), harness.Tail(s.Log.String(), 60))
+			return
+		}
+		t.Logf("round %d of %d: %d switches, %d lone INVITEs, none lost", r+1, rounds, switches, len(tr.order))
+		s.Stop()
+	}
+}
