@@ -137,7 +137,7 @@ auto_scaling_cooldown = %d
 udp_workers = 1
 tcp_workers = 4 use_auto_scaling_profile P
 log_level = debug
-`, cooldown))
+`+handOffOnly, cooldown))
 	}
 	s := harness.Start(t, cfg(3000))
 	uacTrace, uacArgs := newSIPpTrace(t, "uac")
