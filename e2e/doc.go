@@ -16,4 +16,11 @@
 // The tests of the last four wait on sockets and processes far more than
 // they compute: they run in parallel (see harness.Main). e2e/internal/harness
 // builds the binaries once per package and holds the shared helpers.
+//
+// The transition stress tests (transitions_test.go in lifecycle and load:
+// a node's start, the switch between the door and direct reads, a TCP
+// scale-down) repeat their transition a few times by default and
+// SIPVISOR_STRESS_ROUNDS times when it is set, to hunt a loss that shows
+// once in many: SIPVISOR_STRESS_ROUNDS=50 go test -run Stress ./e2e/load.
+// A failed round prints what was sent and received and sipvisor's log.
 package e2e

@@ -119,7 +119,8 @@ func Bind(addrs []Addr) ([]*Socket, error) { return BindUDPGroups(addrs, false) 
 // (JoinGroup) and read the port themselves. A port another socket holds
 // is still an error, as without groups: before the group is bound, the
 // address is bound once without SO_REUSEPORT, which fails when it is in
-// use, whether the holder shares it or not.
+// use, whether the holder shares it or not; on port 0, that bind picks the
+// port, so that the group joins no other's.
 func BindUDPGroups(addrs []Addr, groups bool) ([]*Socket, error) {
 	var out []*Socket
 	fail := func(err error) ([]*Socket, error) {
@@ -166,14 +167,28 @@ func listenUDP(ua *net.UDPAddr, group bool) (*net.UDPConn, error) {
 	if !group {
 		return net.ListenUDP("udp", ua)
 	}
-	if ua.Port != 0 {
+	// Port 0 is probed too, and the group bound on the port the probe was
+	// given: the kernel's choice of a port for an SO_REUSEPORT socket
+	// counts a port that another such socket of the same user holds as
+	// free, and binding there joins that socket's group (another node's,
+	// started on port 0 on the same host), whose program then places this
+	// node's datagrams on that node's socket. A probe without SO_REUSEPORT
+	// is given a port no socket holds.
+	for tries := 1; ; tries++ {
 		probe, err := net.ListenUDP("udp", ua)
 		if err != nil {
 			return nil, err
 		}
+		at := *ua
+		at.Port = probe.LocalAddr().(*net.UDPAddr).Port
 		probe.Close()
+		c, err := listenReusePort(&at)
+		if err != nil && ua.Port == 0 && tries < 3 && errors.Is(err, syscall.EADDRINUSE) {
+			// Another socket took the probe's port in between: probe again.
+			continue
+		}
+		return c, err
 	}
-	return listenReusePort(ua)
 }
 
 func listenReusePort(ua *net.UDPAddr) (*net.UDPConn, error) {

@@ -146,3 +146,33 @@ func TestUDPGroups(t *testing.T) {
 		t.Fatal("JoinGroup of a socket with no UDP connection succeeded")
 	}
 }
+
+// A group bound on port 0 gets a port of its own even when other
+// SO_REUSEPORT sockets of the same user hold many ports (other nodes on
+// the host, started on port 0 too): the kernel's choice of a port for a
+// reuse-port socket counts a port another such socket holds as free, and
+// joining that socket's group would send the node's datagrams to the
+// other's socket, whose program places them on its own index 0.
+func TestUDPGroupOnPortZeroSharesNoPort(t *testing.T) {
+	const neighbors, binds = 2000, 100
+	held := map[int]bool{}
+	for range neighbors {
+		n, err := listenReusePort(&net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		held[n.LocalAddr().(*net.UDPAddr).Port] = true
+	}
+	for i := range binds {
+		ss, err := BindUDPGroups([]Addr{{Proto: "udp", Host: "127.0.0.1", Port: 0}}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ss[0].Bound.Port
+		Close(ss)
+		if held[p] {
+			t.Fatalf("bind %d of %d: port %d, which a neighbor's reuse-port socket holds: the node joined its group", i+1, binds, p)
+		}
+	}
+}

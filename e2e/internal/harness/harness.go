@@ -138,6 +138,20 @@ var DirectReads = os.Getenv("SIPVISOR_E2E_DIRECT_READS")
 // the registrations of the one before.
 func StartIn(t testing.TB, dir, cfg string, flags ...string) *Server {
 	t.Helper()
+	return startIn(t, dir, cfg, true, flags...)
+}
+
+// StartServing is Start without the wait for ready workers: it returns as
+// soon as the start-up lines name the addresses bound, when the SIP
+// sockets take datagrams and the workers may still be starting. Tests of
+// what a node does with a message in its first moments use it.
+func StartServing(t testing.TB, cfg string, flags ...string) *Server {
+	t.Helper()
+	return startIn(t, t.TempDir(), cfg, false, flags...)
+}
+
+func startIn(t testing.TB, dir, cfg string, waitReady bool, flags ...string) *Server {
+	t.Helper()
 	path := filepath.Join(dir, "sipvisor.cfg")
 	if DirectReads != "" && !strings.Contains(cfg, "udp_direct_reads") {
 		cfg += "\nudp_direct_reads = " + DirectReads + "\n"
@@ -172,7 +186,7 @@ func StartIn(t testing.TB, dir, cfg string, flags ...string) *Server {
 				s.HTTP = socks[len(socks)-1].Address
 			}
 		}
-		if s.HTTP != "" && s.Ready() {
+		if s.HTTP != "" && (!waitReady || s.Ready()) {
 			return s
 		}
 		if err, exited := s.Exited(); exited {
