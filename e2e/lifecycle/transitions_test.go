@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,23 +20,6 @@ import (
 	"github.com/sipvisor/sipvisor/e2e/internal/harness"
 )
 
-// stressRounds is how many times a transition test repeats its
-// transition: a few by default, cheap enough for every run of the suite,
-// SIPVISOR_STRESS_ROUNDS more to hunt a loss that shows once in many.
-func stressRounds(t *testing.T, def int) int {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("a transition stress test: not under -short")
-	}
-	if v := os.Getenv("SIPVISOR_STRESS_ROUNDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("SIPVISOR_STRESS_ROUNDS=%q: want a count of at least 1", v)
-		}
-		return n
-	}
-	return def
-}
 
 // handledLate has a request that waited long in a worker's queue handled
 // late rather than dropped (max_queue_wait): a loaded machine that stops
@@ -273,7 +255,7 @@ func (ns neighbors) took(port int) string {
 // on the host (neighbors): a node started on port 0 must get a port of its
 // own, not join another's SO_REUSEPORT group, which took its datagrams.
 func TestStartLosesNoLoneInvite(t *testing.T) {
-	rounds := stressRounds(t, 2)
+	rounds := harness.StressRounds(t, 2)
 	ns := holdNeighbors(t, 3000)
 	for r := range rounds {
 		caller, callee := harness.NewPeer(t), harness.NewPeer(t)
@@ -296,7 +278,7 @@ func TestStartLosesNoLoneInvite(t *testing.T) {
 // threshold of 1 ms closes it (every datagram to the door), 10 s opens it
 // again (direct reads a second later).
 func TestDoorDirectSwitchLosesNoLoneInvite(t *testing.T) {
-	rounds := stressRounds(t, 1)
+	rounds := harness.StressRounds(t, 1)
 	for r := range rounds {
 		caller, callee := harness.NewPeer(t), harness.NewPeer(t)
 		s := harness.Start(t, harness.ProxyCfg(callee.Port(), "udp_workers = 2\ntcp_workers = 1\necho_interval = 100ms\nthrottle_count = 2\n"+handledLate))

@@ -389,3 +389,21 @@ func Tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// StressRounds is how many times a transition test repeats its
+// transition: a few by default, cheap enough for every run of the suite,
+// SIPVISOR_STRESS_ROUNDS more to hunt a loss that shows once in many.
+func StressRounds(t *testing.T, def int) int {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a transition stress test: not under -short")
+	}
+	if v := os.Getenv("SIPVISOR_STRESS_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("SIPVISOR_STRESS_ROUNDS=%q: want a count of at least 1", v)
+		}
+		return n
+	}
+	return def
+}
