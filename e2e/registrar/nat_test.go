@@ -406,7 +406,8 @@ func TestPhoneBehindNAT(t *testing.T) {
 	// fix_nated_register files the connection's far end as a URI (with
 	// ;transport=tcp), which is the flow the calls take.
 	tcpServer := net.JoinHostPort(nn.server, strconv.Itoa(s.SIPPort("tcp")))
-	carol := startTCPPhone(t, "carol", dialIn(t, nn.home, &net.TCPAddr{IP: net.ParseIP(nn.phone), Port: 5060}, tcpServer))
+	carolConn := dialIn(t, nn.home, &net.TCPAddr{IP: net.ParseIP(nn.phone), Port: 5060}, tcpServer)
+	carol := startTCPPhone(t, "carol", carolConn)
 	carol.register(t, nn.server, "s3cret")
 	bs = s.Bindings("sip:carol@" + nn.server)
 	if len(bs) != 1 || !strings.Contains(bs[0].Contact, nn.phone) || !strings.HasPrefix(bs[0].Source, "sip:"+nn.routerWAN+":4") ||
@@ -423,5 +424,15 @@ func TestPhoneBehindNAT(t *testing.T) {
 	carol.mu.Unlock()
 	if invites != 3 || byes != 3 {
 		t.Errorf("want carol's phone to have answered 3 INVITEs and 3 BYEs on its connection, have %d and %d", invites, byes)
+	}
+
+	// Its connection gone, a call to carol is answered 480 at once (her
+	// phone asked for no outbound, so no 430), not sent elsewhere: her
+	// private Contact is unreachable from here by the test's route.
+	carolConn.Close()
+	s.AwaitMetric(0, "sipvisor_frontdoor_connections")
+	ok, failed, out = harness.RunSipload(t, 60*time.Second, server.String(), "-sn", "uac", "-s", "carol", "-i", "127.0.0.1", "-m", "1")
+	if ok != 0 || failed != 1 || !strings.Contains(out, "480 Temporarily Unavailable 1") {
+		t.Fatalf("a call to carol, her connection gone: want it failed by 480, have %d/%d\n%s", ok, failed, out)
 	}
 }
