@@ -102,12 +102,10 @@ func webrtcConfig(t *testing.T, pki *harness.PKI, origin string) string {
 	return cfg
 }
 
-// A browser registers over wss: with digest credentials, behind
-// examples/webrtc.cfg, calls a SIPp callee on UDP through sipvisor, and
-// hangs up: JsSIP's registered, progress, confirmed and ended events, and
-// SIPp's exit status (the callee saw the INVITE, ACK and BYE of one call).
-// A page of an origin not allowed is refused its WebSocket.
-func TestBrowserCallsUDPPhone(t *testing.T) {
+// startWebRTC starts sipvisor on examples/webrtc.cfg with users alice and
+// bob (password s3cret), and the test page's server.
+func startWebRTC(t *testing.T) (*harness.Server, *httptest.Server) {
+	t.Helper()
 	harness.NeedChromium(t)
 	needBundle(t)
 	harness.NeedSIPp(t)
@@ -120,6 +118,74 @@ func TestBrowserCallsUDPPhone(t *testing.T) {
 			t.Fatalf("ctl user add %s: %v: %s", u, err, out)
 		}
 	}
+	return s, web
+}
+
+// registerAlice starts a browser whose page registers alice over wss:.
+func registerAlice(t *testing.T, s *harness.Server, web *httptest.Server) (*harness.Browser, *harness.Page) {
+	t.Helper()
+	b := harness.StartBrowser(t)
+	p := b.NewPage(web.URL + "/")
+	wss := "wss://" + s.SIPAddr("wss")
+	eval(t, p, "register over "+wss, `phone.start("`+wss+`", "sip:alice@example.test", "s3cret")`)
+	if bs := s.Bindings("sip:alice@example.test"); len(bs) != 1 {
+		t.Fatalf("want alice's one binding, have %v", bs)
+	}
+	return b, p
+}
+
+// A browser registered over wss: is called from SIPp on UDP through
+// sipvisor, with a WebRTC offer, and answers: twice, once hung up by the
+// caller (its BYE reaches the browser over the connection it registered
+// on, by the flow token of the Record-Route) and once by the browser (its
+// BYE reaches SIPp through sipvisor). JsSIP's incoming, accepted,
+// confirmed and ended events, and SIPp's exit status.
+func TestUDPPhoneCallsBrowser(t *testing.T) {
+	s, web := startWebRTC(t)
+	_, p := registerAlice(t, s, web)
+	uac := func(scenario string) []string {
+		return []string{"-sf", harness.Testdata(scenario), s.SIPAddr("udp"), "-s", "alice", "-au", "bob", "-ap", "s3cret",
+			"-auth_uri", "alice@example.test", "-i", "127.0.0.1", "-m", "1", "-timeout", "30", "-timeout_error"}
+	}
+
+	// The caller hangs up.
+	eval(t, p, "await a call", `phone.arm("incoming")`)
+	eval(t, p, "await its end", `phone.arm("ended")`)
+	r := harness.RunSIPp(t, 40*time.Second, uac("uac_webrtc.xml")...)
+	if r.Exit != 0 || r.Successful != 1 {
+		t.Fatalf("SIPp calling alice, hanging up: %d/%d (exit %d)\n%s\nJsSIP events: %s", r.Successful, r.Failed, r.Exit,
+			harness.Tail(r.Out, 80), eval(t, p, "events", `JSON.stringify(phone.events())`))
+	}
+	eval(t, p, "answered", `phone.armed("incoming")`)
+	eval(t, p, "hung up by the caller", `phone.armed("ended")`)
+	events := eval(t, p, "events", `JSON.stringify(phone.events())`)
+	for _, want := range []string{`"incoming: sip:bob@example.test"`, `"accepted"`, `"confirmed"`, `"ended: remote Terminated"`} {
+		if !strings.Contains(events, want) {
+			t.Errorf("JsSIP events %s lack %s", events, want)
+		}
+	}
+
+	// The browser hangs up.
+	eval(t, p, "await a call", `phone.arm("incoming")`)
+	run := harness.StartSIPp(t, 40*time.Second, uac("uac_webrtc_callee_bye.xml")...)
+	eval(t, p, "answered", `phone.armed("incoming")`)
+	eval(t, p, "hang up", `phone.hangup()`)
+	if r := run.Wait(); r.Exit != 0 || r.Successful != 1 {
+		t.Fatalf("SIPp calling alice, hung up by her: %d/%d (exit %d)\n%s", r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 30))
+	}
+	events = eval(t, p, "events", `JSON.stringify(phone.events())`)
+	if n := strings.Count(events, `"confirmed"`); n != 2 || !strings.Contains(events, `"ended: local Terminated"`) {
+		t.Errorf("JsSIP events %s: want a second call confirmed and ended locally", events)
+	}
+}
+
+// A browser registers over wss: with digest credentials, behind
+// examples/webrtc.cfg, calls a SIPp callee on UDP through sipvisor, and
+// hangs up: JsSIP's registered, progress, confirmed and ended events, and
+// SIPp's exit status (the callee saw the INVITE, ACK and BYE of one call).
+// A page of an origin not allowed is refused its WebSocket.
+func TestBrowserCallsUDPPhone(t *testing.T) {
+	s, web := startWebRTC(t)
 	// bob: SIPp on UDP, registered at its port with his password.
 	uas := harness.SIPpServe(t, "-sf", harness.Testdata("uas_webrtc.xml"), "-i", "127.0.0.1", "-m", "1")
 	r := harness.RunSIPp(t, 30*time.Second, "-sf", harness.Testdata("register-auth.xml"), s.SIPAddr("udp"),
@@ -129,13 +195,8 @@ func TestBrowserCallsUDPPhone(t *testing.T) {
 		t.Fatalf("register bob: %d/%d (exit %d)\n%s", r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 30))
 	}
 
-	b := harness.StartBrowser(t)
-	p := b.NewPage(web.URL + "/")
+	b, p := registerAlice(t, s, web)
 	wss := "wss://" + s.SIPAddr("wss")
-	eval(t, p, "register over "+wss, `phone.start("`+wss+`", "sip:alice@example.test", "s3cret")`)
-	if bs := s.Bindings("sip:alice@example.test"); len(bs) != 1 {
-		t.Fatalf("want alice's one binding, have %v", bs)
-	}
 	eval(t, p, "call bob", `phone.call("sip:bob@example.test")`)
 	eval(t, p, "hang up", `phone.hangup()`)
 	events := eval(t, p, "events", `JSON.stringify(phone.events())`)

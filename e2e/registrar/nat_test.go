@@ -1,8 +1,10 @@
 package registrar
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -97,9 +99,9 @@ func newNATNet(t *testing.T) *natNet {
 	return nn
 }
 
-// listenIn opens a UDP socket inside namespace ns: a socket belongs to the
-// namespace of the thread that made it, for good.
-func listenIn(t *testing.T, ns string, addr *net.UDPAddr) *net.UDPConn {
+// inNamespace runs fn on a thread in namespace ns: a socket belongs to
+// the namespace of the thread that made it, for good.
+func inNamespace(t *testing.T, ns string, fn func()) {
 	t.Helper()
 	runtime.LockOSThread()
 	back, err := os.Open("/proc/thread-self/ns/net")
@@ -118,15 +120,40 @@ func listenIn(t *testing.T, ns string, addr *net.UDPAddr) *net.UDPConn {
 		runtime.UnlockOSThread()
 		t.Fatalf("setns %s: %v", ns, err)
 	}
-	c, lerr := net.ListenUDP("udp", addr)
+	fn()
 	if err := unix.Setns(int(back.Fd()), unix.CLONE_NEWNET); err != nil {
 		// This thread stays in the other namespace: locked, it ends with
 		// the goroutine instead of running others.
 		t.Fatalf("setns back: %v", err)
 	}
 	runtime.UnlockOSThread()
-	if lerr != nil {
-		t.Fatal(lerr)
+}
+
+// listenIn opens a UDP socket inside namespace ns.
+func listenIn(t *testing.T, ns string, addr *net.UDPAddr) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	var err error
+	inNamespace(t, ns, func() { c, err = net.ListenUDP("udp", addr) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// dialIn opens a TCP connection from local, inside namespace ns, to
+// server: through the router, which masquerades it.
+func dialIn(t *testing.T, ns string, local *net.TCPAddr, server string) net.Conn {
+	t.Helper()
+	var c net.Conn
+	var err error
+	inNamespace(t, ns, func() {
+		d := net.Dialer{LocalAddr: local, Timeout: 10 * time.Second}
+		c, err = d.Dial("tcp", server)
+	})
+	if err != nil {
+		t.Fatalf("connecting from the home namespace to %s: %v", server, err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -136,18 +163,58 @@ func listenIn(t *testing.T, ns string, addr *net.UDPAddr) *net.UDPConn {
 // credentials and a Contact naming its private address, without rport (the
 // script's force_rport has the answers follow the router's mapping), answers calls
 // (180, 200 with that Contact; 200 to BYE) and OPTIONS keep-alives, and
-// notes when each keep-alive came.
+// notes when each keep-alive came. Over UDP it answers where a request
+// came from; over TCP, on the connection it opened (through the router),
+// which is all it has: it accepts none.
 type natPhone struct {
-	c         *net.UDPConn
+	user      string
+	proto     string // udp or tcp
 	local     string // ip:port, private
+	send      func(string)
 	responses chan harness.Msg
 	mu        sync.Mutex
 	pings     []time.Time
+	invites   int
 	byes      int
 }
 
-func startPhone(t *testing.T, c *net.UDPConn) *natPhone {
-	p := &natPhone{c: c, local: c.LocalAddr().String(), responses: make(chan harness.Msg, 16)}
+// contact is the phone's Contact URI: its private address.
+func (p *natPhone) contact() string {
+	u := "sip:" + p.user + "@" + p.local
+	if p.proto != "udp" {
+		u += ";transport=" + p.proto
+	}
+	return u
+}
+
+// handle takes one message: a response goes to the waiting register, a
+// request is answered, its answers returned.
+func (p *natPhone) handle(m harness.Msg) []string {
+	if m.Status() != 0 {
+		p.responses <- m
+		return nil
+	}
+	contact := "Contact: <" + p.contact() + ">\r\nContent-Length: 0\r\n"
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch m.Method() {
+	case "INVITE":
+		p.invites++
+		return []string{harness.ReplyTo(m, 180, "Ringing", "phone"),
+			strings.Replace(harness.ReplyTo(m, 200, "OK", "phone"), "Content-Length: 0\r\n", contact, 1)}
+	case "BYE":
+		p.byes++
+		return []string{harness.ReplyTo(m, 200, "OK", "")}
+	case "OPTIONS":
+		p.pings = append(p.pings, time.Now())
+		return []string{harness.ReplyTo(m, 200, "OK", "phone")}
+	}
+	return nil
+}
+
+func startPhone(t *testing.T, c *net.UDPConn, server *net.UDPAddr) *natPhone {
+	p := &natPhone{user: "alice", proto: "udp", local: c.LocalAddr().String(), responses: make(chan harness.Msg, 16),
+		send: func(m string) { c.WriteToUDP([]byte(m), server) }}
 	done := make(chan struct{})
 	t.Cleanup(func() { c.Close(); <-done })
 	go func() {
@@ -163,29 +230,7 @@ func startPhone(t *testing.T, c *net.UDPConn) *natPhone {
 			}
 			raw := string(buf[:n])
 			first, _, _ := strings.Cut(raw, "\r\n")
-			m := harness.Msg{Raw: raw, First: first, From: from}
-			if m.Status() != 0 {
-				p.responses <- m
-				continue
-			}
-			contact := "Contact: <sip:alice@" + p.local + ">\r\nContent-Length: 0\r\n"
-			var out []string
-			switch m.Method() {
-			case "INVITE":
-				out = []string{harness.ReplyTo(m, 180, "Ringing", "phone"),
-					strings.Replace(harness.ReplyTo(m, 200, "OK", "phone"), "Content-Length: 0\r\n", contact, 1)}
-			case "BYE":
-				p.mu.Lock()
-				p.byes++
-				p.mu.Unlock()
-				out = []string{harness.ReplyTo(m, 200, "OK", "")}
-			case "OPTIONS":
-				p.mu.Lock()
-				p.pings = append(p.pings, time.Now())
-				p.mu.Unlock()
-				out = []string{harness.ReplyTo(m, 200, "OK", "phone")}
-			}
-			for _, r := range out {
+			for _, r := range p.handle(harness.Msg{Raw: raw, First: first, From: from}) {
 				c.WriteToUDP([]byte(r), from)
 			}
 		}
@@ -193,19 +238,78 @@ func startPhone(t *testing.T, c *net.UDPConn) *natPhone {
 	return p
 }
 
-func (p *natPhone) register(t *testing.T, server *net.UDPAddr, domain, password string) {
+// startTCPPhone is user's phone on a TCP connection c opened from the home
+// namespace: it reads SIP messages framed by Content-Length (skipping the
+// CRLFs of keep-alives) and writes its answers on c.
+func startTCPPhone(t *testing.T, user string, c net.Conn) *natPhone {
+	var wmu sync.Mutex
+	write := func(m string) {
+		wmu.Lock()
+		defer wmu.Unlock()
+		c.Write([]byte(m))
+	}
+	p := &natPhone{user: user, proto: "tcp", local: c.LocalAddr().String(), responses: make(chan harness.Msg, 16), send: write}
+	done := make(chan struct{})
+	t.Cleanup(func() { c.Close(); <-done })
+	go func() {
+		defer close(done)
+		r := bufio.NewReader(c)
+		for {
+			raw, err := readStreamMsg(r)
+			if err != nil {
+				return
+			}
+			first, _, _ := strings.Cut(raw, "\r\n")
+			for _, out := range p.handle(harness.Msg{Raw: raw, First: first}) {
+				write(out)
+			}
+		}
+	}()
+	return p
+}
+
+// readStreamMsg reads one SIP message from a stream: the header up to its
+// blank line, then Content-Length bytes of body.
+func readStreamMsg(r *bufio.Reader) (string, error) {
+	var head strings.Builder
+	n := 0
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return "", err
+		}
+		if line == "\r\n" || line == "\n" {
+			if head.Len() == 0 {
+				continue // a keep-alive's CRLF between messages
+			}
+			break
+		}
+		head.WriteString(line)
+		name, value, _ := strings.Cut(line, ":")
+		if k := strings.ToLower(strings.TrimSpace(name)); k == "content-length" || k == "l" {
+			n, _ = strconv.Atoi(strings.TrimSpace(value))
+		}
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return "", err
+	}
+	return head.String() + "\r\n" + string(body), nil
+}
+
+func (p *natPhone) register(t *testing.T, domain, password string) {
 	t.Helper()
 	reg := func(cseq int, auth string) string {
 		return fmt.Sprintf("REGISTER sip:%[1]s SIP/2.0\r\n"+
-			"Via: SIP/2.0/UDP %[2]s;branch=z9hG4bK-natreg%[3]d\r\n"+
+			"Via: SIP/2.0/%[6]s %[2]s;branch=z9hG4bK-natreg%[3]d\r\n"+
 			"Max-Forwards: 70\r\n"+
-			"From: <sip:alice@%[1]s>;tag=natphone\r\n"+
-			"To: <sip:alice@%[1]s>\r\n"+
+			"From: <sip:%[7]s@%[1]s>;tag=natphone\r\n"+
+			"To: <sip:%[7]s@%[1]s>\r\n"+
 			"Call-ID: natreg@%[2]s\r\n"+
 			"CSeq: %[3]d REGISTER\r\n"+
-			"Contact: <sip:alice@%[2]s>\r\n"+
+			"Contact: <%[5]s>\r\n"+
 			"Expires: 600\r\n%[4]s"+
-			"Content-Length: 0\r\n\r\n", domain, p.local, cseq, auth)
+			"Content-Length: 0\r\n\r\n", domain, p.local, cseq, auth, p.contact(), strings.ToUpper(p.proto), p.user)
 	}
 	await := func(code int) harness.Msg {
 		t.Helper()
@@ -216,23 +320,23 @@ func (p *natPhone) register(t *testing.T, server *net.UDPAddr, domain, password 
 					return m
 				}
 				if m.Status() >= 200 {
-					t.Fatalf("REGISTER from the home namespace: want %d, have %s", code, m.First)
+					t.Fatalf("REGISTER over %s from the home namespace: want %d, have %s", p.proto, code, m.First)
 				}
 			case <-time.After(10 * time.Second):
-				t.Fatalf("REGISTER from the home namespace: no %d within 10s", code)
+				t.Fatalf("REGISTER over %s from the home namespace: no %d within 10s", p.proto, code)
 			}
 		}
 	}
-	p.c.WriteToUDP([]byte(reg(1, "")), server)
+	p.send(reg(1, ""))
 	ch, err := digest.ParseChallenge(await(401).Header("WWW-Authenticate"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cr, err := digest.Digest(ch, digest.Options{Method: "REGISTER", URI: "sip:" + domain, Username: "alice", Password: password, Count: 1})
+	cr, err := digest.Digest(ch, digest.Options{Method: "REGISTER", URI: "sip:" + domain, Username: p.user, Password: password, Count: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.c.WriteToUDP([]byte(reg(2, "Authorization: "+cr.String()+"\r\n")), server)
+	p.send(reg(2, "Authorization: "+cr.String()+"\r\n"))
 	await(200)
 }
 
@@ -240,6 +344,8 @@ func (p *natPhone) register(t *testing.T, server *net.UDPAddr, domain, password 
 // address in the home namespace, and it is reached at the address its
 // REGISTER came from (the router's), its calls completed through the
 // router's mapping, and keep-alives reach it at the configured interval.
+// Over TCP, a phone behind the same router is reached over the connection
+// it registered on (its flow), never at its Contact.
 func TestPhoneBehindNAT(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -249,6 +355,7 @@ func TestPhoneBehindNAT(t *testing.T) {
 	cfg := harness.DefaultCfg0(t)
 	for old, new := range map[string]string{
 		"socket = udp:127.0.0.1:0":     "socket = udp:" + nn.server + ":0",
+		"socket = tcp:127.0.0.1:0":     "socket = tcp:" + nn.server + ":0",
 		"nat_keepalive_interval = 30s": "nat_keepalive_interval = 1s",
 	} {
 		if !strings.Contains(cfg, old) {
@@ -257,13 +364,15 @@ func TestPhoneBehindNAT(t *testing.T) {
 		cfg = strings.Replace(cfg, old, new, 1)
 	}
 	s := harness.Start(t, cfg)
-	if out, err := s.Ctl("user", "add", "alice@"+nn.server, "s3cret"); err != nil {
-		t.Fatalf("ctl user add: %v: %s", err, out)
+	for _, u := range []string{"alice", "carol"} {
+		if out, err := s.Ctl("user", "add", u+"@"+nn.server, "s3cret"); err != nil {
+			t.Fatalf("ctl user add %s: %v: %s", u, err, out)
+		}
 	}
 	server := &net.UDPAddr{IP: net.ParseIP(nn.server), Port: s.SIPPort("udp")}
 
-	phone := startPhone(t, listenIn(t, nn.home, &net.UDPAddr{IP: net.ParseIP(nn.phone), Port: 5060}))
-	phone.register(t, server, nn.server, "s3cret")
+	phone := startPhone(t, listenIn(t, nn.home, &net.UDPAddr{IP: net.ParseIP(nn.phone), Port: 5060}), server)
+	phone.register(t, nn.server, "s3cret")
 	bs := s.Bindings("sip:alice@" + nn.server)
 	if len(bs) != 1 || !strings.Contains(bs[0].Contact, nn.phone) || !strings.HasPrefix(bs[0].Source, "sip:"+nn.routerWAN+":4") {
 		t.Fatalf("want alice's private contact, recorded as reached at the router's address sip:%s:4xxxx, have %+v", nn.routerWAN, bs)
@@ -290,5 +399,40 @@ func TestPhoneBehindNAT(t *testing.T) {
 	})
 	if gap := pings[2].Sub(pings[0]); gap < 1500*time.Millisecond {
 		t.Errorf("want keep-alives a second apart, have 3 within %v", gap)
+	}
+
+	// Over TCP: carol's phone connects from the home namespace, the router
+	// masquerading the connection, and registers her private Contact;
+	// fix_nated_register files the connection's far end as a URI (with
+	// ;transport=tcp), which is the flow the calls take.
+	tcpServer := net.JoinHostPort(nn.server, strconv.Itoa(s.SIPPort("tcp")))
+	carolConn := dialIn(t, nn.home, &net.TCPAddr{IP: net.ParseIP(nn.phone), Port: 5060}, tcpServer)
+	carol := startTCPPhone(t, "carol", carolConn)
+	carol.register(t, nn.server, "s3cret")
+	bs = s.Bindings("sip:carol@" + nn.server)
+	if len(bs) != 1 || !strings.Contains(bs[0].Contact, nn.phone) || !strings.HasPrefix(bs[0].Source, "sip:"+nn.routerWAN+":4") ||
+		!strings.Contains(bs[0].Source, "transport=tcp") {
+		t.Fatalf("want carol's private contact, recorded as reached at the router's address sip:%s:4xxxx;transport=tcp, have %+v", nn.routerWAN, bs)
+	}
+	t.Logf("carol's binding: %+v", bs[0])
+	ok, failed, out = harness.RunSipload(t, 60*time.Second, server.String(), "-sn", "uac", "-s", "carol", "-i", "127.0.0.1", "-r", "5", "-m", "3")
+	if ok != 3 {
+		t.Fatalf("calls over UDP to carol behind NAT on TCP: want 3 of 3 completed, have %d/%d\n%s", ok, failed, out)
+	}
+	carol.mu.Lock()
+	invites, byes := carol.invites, carol.byes
+	carol.mu.Unlock()
+	if invites != 3 || byes != 3 {
+		t.Errorf("want carol's phone to have answered 3 INVITEs and 3 BYEs on its connection, have %d and %d", invites, byes)
+	}
+
+	// Its connection gone, a call to carol is answered 480 at once (her
+	// phone asked for no outbound, so no 430), not sent elsewhere: her
+	// private Contact is unreachable from here by the test's route.
+	carolConn.Close()
+	s.AwaitMetric(0, "sipvisor_frontdoor_connections")
+	ok, failed, out = harness.RunSipload(t, 60*time.Second, server.String(), "-sn", "uac", "-s", "carol", "-i", "127.0.0.1", "-m", "1")
+	if ok != 0 || failed != 1 || !strings.Contains(out, "480 Temporarily Unavailable 1") {
+		t.Fatalf("a call to carol, her connection gone: want it failed by 480, have %d/%d\n%s", ok, failed, out)
 	}
 }

@@ -74,9 +74,10 @@
 // a peer that accepts no connections is reached only over its own: a
 // request that came over UDP for such a peer is handed to that worker
 // through the supervisor (Options.PassToHolder), which runs the script for
-// it; one that came over another connection stays with its worker, which
-// has the holder write it (Options.WriteVia, flow.go), the peer's
-// responses coming back by the pid in their branch. A phone's flow is
+// it; one for a phone's flow (lookup's, or of a call to it), or that came
+// over another connection, stays with its worker, which has the holder
+// write it (Options.WriteVia, flow.go), the peer's responses coming back
+// by the pid in their branch. A phone's flow is
 // never connected to: gone, its contact is, only when it names an IP
 // address of its own, else the branch is 480 or 430. A next hop that is
 // not a flow and that no worker holds a connection from is connected to. A TLS

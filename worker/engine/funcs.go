@@ -297,10 +297,18 @@ func writeFor(env *worker.Env, logger *slog.Logger) func(byte, netip.AddrPort, [
 // that reads the connection from that address, which handles it from the
 // start; it reports whether it did. So a TCP or TLS caller that accepts no
 // connections gets the callee's BYE whichever worker it comes to. What
-// came over a connection stays: its responses must go back on it.
+// came over a connection stays: its responses must go back on it. So does
+// a request for a phone's flow (lookup's, or its dialog's as the called
+// side), which the holder writes (Options.WriteVia): run again there from
+// the start, the script would check its credentials a second time, and
+// the nonce-count they used is spent (a replay, 407). A caller's flow, in
+// its dialog's in-dialog requests, is passed as any connection is.
 func (c *msgCtx) passToHolder() bool {
 	w := c.w
 	if c.raw == nil || w.opt.PassToHolder == nil || c.src.conn != nil || c.src.sock < 0 {
+		return false
+	}
+	if c.flowDu != "" && c.du == c.flowDu && !c.flowCaller && w.opt.WriteVia != nil {
 		return false
 	}
 	d, err := c.dest()

@@ -40,8 +40,18 @@ function wait(names, fails, ms) {
   });
 }
 
+// loopbackOnly drops every ICE candidate not on 127.0.0.1 from the
+// browser's own SDP: the test's peers are all there, and an answer or offer
+// naming the machine's other addresses would invite media to them.
+function loopbackOnly(sdp) {
+  return sdp.split('\r\n').filter((l) => !l.startsWith('a=candidate:') || l.split(' ')[4] === '127.0.0.1').join('\r\n');
+}
+
 function watchSession(s) {
   state.session = s;
+  s.on('sdp', (e) => {
+    if (e.originator === 'local') e.sdp = loopbackOnly(e.sdp);
+  });
   s.on('progress', (e) => emit('progress', e.response ? e.response.status_code : ''));
   s.on('accepted', () => emit('accepted'));
   s.on('confirmed', () => emit('confirmed'));
@@ -110,4 +120,18 @@ function ended() {
   return wait(['ended'], ['failed'], 20000);
 }
 
-window.phone = { start, connect, call, incoming, hangup, ended, events: () => state.events.slice() };
+// arm starts waiting for what (incoming or ended) before the test makes
+// it happen elsewhere; armed(what) then settles as that wait does.
+function arm(what) {
+  state.armed = state.armed || {};
+  const p = window.phone[what]();
+  p.catch(() => {}); // settled by armed(), not unhandled meanwhile
+  state.armed[what] = p;
+  return 'armed ' + what;
+}
+
+function armed(what) {
+  return state.armed[what];
+}
+
+window.phone = { start, connect, call, incoming, hangup, ended, arm, armed, events: () => state.events.slice() };
