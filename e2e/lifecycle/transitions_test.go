@@ -20,7 +20,6 @@ import (
 	"github.com/sipvisor/sipvisor/e2e/internal/harness"
 )
 
-
 // handledLate has a request that waited long in a worker's queue handled
 // late rather than dropped (max_queue_wait): a loaded machine that stops
 // a worker for two seconds has it drop a datagram its client would

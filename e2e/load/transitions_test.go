@@ -14,7 +14,6 @@ import (
 	"github.com/sipvisor/sipvisor/e2e/internal/harness"
 )
 
-
 // sippTrace is where a SIPp run writes the messages it sent and received
 // (-trace_shortmsg) and those it did not expect (-trace_err).
 type sippTrace struct{ short, errs string }
