@@ -158,19 +158,7 @@ func (r *reader) time(what string) time.Time {
 }
 
 func (r *reader) binding() Binding {
-	var x Binding
-	x.AOR = r.string("aor")
-	x.Contact = r.string("contact")
-	x.Expires = r.time("expires")
-	x.CallID = r.string("call-id")
-	cseq := r.uvarint("cseq")
-	if cseq > 1<<32-1 {
-		r.fail("cseq", fmt.Errorf("%d over 2^32-1", cseq))
-	}
-	x.CSeq = uint32(cseq)
-	x.Received = r.string("received")
-	x.Proto = r.string("proto")
-	x.UserAgent = r.string("user-agent")
+	x := r.fields()
 	r.outbound(&x)
 	return x
 }
@@ -178,6 +166,16 @@ func (r *reader) binding() Binding {
 // base reads a binding as stores wrote it before outbound (Redis values
 // live across upgrades): the fields after user-agent only when present.
 func (r *reader) base() Binding {
+	x := r.fields()
+	if r.err == nil && len(r.b) > 0 {
+		r.outbound(&x)
+	}
+	return x
+}
+
+// fields reads a binding's fields up to its user-agent, which every
+// version of the format has.
+func (r *reader) fields() Binding {
 	var x Binding
 	x.AOR = r.string("aor")
 	x.Contact = r.string("contact")
@@ -191,9 +189,6 @@ func (r *reader) base() Binding {
 	x.Received = r.string("received")
 	x.Proto = r.string("proto")
 	x.UserAgent = r.string("user-agent")
-	if r.err == nil && len(r.b) > 0 {
-		r.outbound(&x)
-	}
 	return x
 }
 
