@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -172,28 +169,6 @@ func ackFor(resp harness.Msg) string {
 	return b.String()
 }
 
-// doorCounters is the lines of the server's metrics that say where
-// datagrams went: the doors', the direct reads', the workers' drops.
-func doorCounters(s *harness.Server) string {
-	resp, err := http.Get("http://" + s.HTTP + "/metrics")
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var keep []string
-	for _, l := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(l, "#") {
-			continue
-		}
-		if strings.Contains(l, "frontdoor") || strings.Contains(l, "direct") || strings.Contains(l, "stale") {
-			keep = append(keep, "  "+l)
-		}
-	}
-	sort.Strings(keep)
-	return strings.Join(keep, "\n")
-}
-
 // neighbors are SO_REUSEPORT UDP sockets of this user on 127.0.0.1, each
 // on a port the kernel chose, as other nodes started on port 0 on the same
 // host hold theirs (the e2e packages run beside each other, each test's
@@ -263,7 +238,7 @@ func TestStartLosesNoLoneInvite(t *testing.T) {
 		tr := loneInvites(t, fmt.Sprintf("lone%d-%d", r, time.Now().UnixNano()), caller, callee, proxy, 20*time.Millisecond, 2500*time.Millisecond, 5*time.Second)
 		if lost := tr.lost(); len(lost) > 0 {
 			t.Errorf("round %d of %d: %d INVITEs lost, sent once each: %v\n%s\ntrace (from the start):\n%s\ncounters:\n%s\nsipvisor's log:\n%s",
-				r+1, rounds, len(lost), lost, ns.took(proxy.Port), tr, doorCounters(s), harness.Tail(s.Log.String(), 60))
+				r+1, rounds, len(lost), lost, ns.took(proxy.Port), tr, s.MetricLines("frontdoor", "direct", "stale"), harness.Tail(s.Log.String(), 60))
 			return
 		}
 		s.Stop()
@@ -280,7 +255,7 @@ func TestDoorDirectSwitchLosesNoLoneInvite(t *testing.T) {
 	rounds := harness.StressRounds(t, 1)
 	for r := range rounds {
 		caller, callee := harness.NewPeer(t), harness.NewPeer(t)
-		s := harness.Start(t, harness.ProxyCfg(callee.Port(), "udp_workers = 2\ntcp_workers = 1\necho_interval = 100ms\nthrottle_count = 2\n"+handledLate))
+		s := harness.Start(t, harness.ProxyCfg(callee.Port(), "udp_direct_reads = yes\nudp_workers = 2\ntcp_workers = 1\necho_interval = 100ms\nthrottle_count = 2\n"+handledLate))
 		const on, off = `msg="direct reads"`, "on=false reason=throttle"
 		s.WaitLog(on, 30*time.Second)
 		proxy := harness.Local(s.SIPPort("udp"))
@@ -307,7 +282,7 @@ func TestDoorDirectSwitchLosesNoLoneInvite(t *testing.T) {
 		<-done
 		if lost := tr.lost(); len(lost) > 0 {
 			t.Errorf("round %d of %d, %d switches: %d INVITEs lost, sent once each: %v\ntrace:\n%s\ncounters:\n%s\nsipvisor's log:\n%s",
-				r+1, rounds, switches, len(lost), lost, tr, doorCounters(s), harness.Tail(s.Log.String(), 60))
+				r+1, rounds, switches, len(lost), lost, tr, s.MetricLines("frontdoor", "direct", "stale"), harness.Tail(s.Log.String(), 60))
 			return
 		}
 		t.Logf("round %d of %d: %d switches, %d lone INVITEs, none lost", r+1, rounds, switches, len(tr.order))

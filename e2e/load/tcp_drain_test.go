@@ -72,7 +72,7 @@ tcp_workers = 4 use_auto_scaling_profile P
 			// drain fell among calls in progress; 20 placed is only a floor.
 			if r.Exit != 0 || r.Created < 20 || r.Successful != r.Created || r.Failed != 0 {
 				t.Fatalf("want every call placed across the scale-down (20 or more) successful and none failed, have %d placed, %d/%d (exit %d)\n%s\ncounters:\n%s\n%s",
-					r.Created, r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 45), wayCounters(s), harness.Tail(s.Log.String(), 30))
+					r.Created, r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 45), s.MetricLines("refused", "passed", "handed", "closed", "dropped", "stale", "throttle"), harness.Tail(s.Log.String(), 30))
 			}
 			if v := s.Metric("sipvisor_profile_scalings_total", `group="tcp"`, `direction="down"`); v < 1 {
 				t.Errorf("want the TCP group to have scaled down, have %v scale-downs", v)

@@ -2,8 +2,6 @@ package load
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -167,31 +165,6 @@ log_level = debug
 	t.Errorf("round %d of %d (stall %v): %d calls placed, %d successful, %d failed %v; connections closed by sipvisor: %v\n"+
 		"the failed calls at the caller (SIPp uac):\n%s\nat the callee (SIPp uas):\n%s\nSIPp's screen:\n%s\ncounters:\n%s\nsipvisor's log:\n%s",
 		r+1, rounds, stall, res.Created, res.Successful, res.Failed, how(failed), closed,
-		uacTrace.calls(failed), uasTrace.calls(failed), harness.Tail(res.Out, 60), wayCounters(s), s.Log.String())
+		uacTrace.calls(failed), uasTrace.calls(failed), harness.Tail(res.Out, 60), s.MetricLines("refused", "passed", "handed", "closed", "dropped", "stale", "throttle"), s.Log.String())
 	return false
-}
-
-// wayCounters is the lines of the server's metrics that say which way
-// messages and connections went: refused, passed, handed off, closed,
-// dropped.
-func wayCounters(s *harness.Server) string {
-	resp, err := http.Get("http://" + s.HTTP + "/metrics")
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var keep []string
-	for _, l := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(l, "#") {
-			continue
-		}
-		for _, w := range []string{"refused", "passed", "handed", "closed", "dropped", "stale", "throttle"} {
-			if strings.Contains(l, w) {
-				keep = append(keep, "  "+l)
-				break
-			}
-		}
-	}
-	return strings.Join(keep, "\n")
 }

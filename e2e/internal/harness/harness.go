@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -406,4 +407,30 @@ func StressRounds(t *testing.T, def int) int {
 		return n
 	}
 	return def
+}
+
+// MetricLines is the samples of the server's /metrics whose lines hold any
+// of words, sorted, one an indented line: what a failing test prints to
+// say where messages went.
+func (s *Server) MetricLines(words ...string) string {
+	resp, err := http.Get("http://" + s.HTTP + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var keep []string
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, "#") {
+			continue
+		}
+		for _, w := range words {
+			if strings.Contains(l, w) {
+				keep = append(keep, "  "+l)
+				break
+			}
+		}
+	}
+	sort.Strings(keep)
+	return strings.Join(keep, "\n")
 }
