@@ -235,7 +235,16 @@ func TestDoorMemory(t *testing.T) {
 	// The first wave grows the maps: what a call in progress costs. The
 	// second reuses their room: what a finished call leaves.
 	inProgress, _ := wave("first")
+	// A leak shows in every wave; a stray allocation of the runtime or
+	// the race detector's in one: the least of three waves is the door's.
 	_, finished := wave("second")
+	for _, name := range []string{"third", "fourth"} {
+		if finished <= 16 {
+			break
+		}
+		_, f := wave(name)
+		finished = min(finished, f)
+	}
 	t.Logf("front door bytes per call in progress: %.0f; per finished call: %.0f", inProgress, finished)
 	if inProgress <= 0 {
 		t.Fatalf("bytes per call in progress: want more than 0, have %.0f: the measure is broken", inProgress)
