@@ -53,8 +53,10 @@ const AffinityTTL = sessions.TransactionLifetime
 // be cancelled and its answer went to a worker that knew nothing of it.
 const PendingInviteTTL = sessions.PendingInvite
 
-// Admission decides about one new session. retryAfter is the Retry-After
-// value in seconds for a refusal.
+// Admission decides about one new session (overload.Decide). retryAfter is
+// the configured Retry-After, in seconds, whether it refuses or not: the
+// door gives it to its own refusal of the session further on (no worker
+// could take it).
 type Admission func(m *sipscan.Msg, now int64) (r overload.Refusal, retryAfter int)
 
 // Target is what the door hands frames to: a worker's queue.
@@ -91,9 +93,15 @@ type Door struct {
 	pick   Picker
 	admit  Admission
 	reply  Replier
-	// OptionalNewSessions counts MESSAGE, OPTIONS, PUBLISH and NOTIFY outside
-	// a dialog as new sessions for admission.
-	OptionalNewSessions bool
+	// RetryAfter, when set, is the configured Retry-After, in seconds, of
+	// the door's own refusals of a new session that admission did not
+	// decide here (one another door let in and handed over).
+	RetryAfter func() int
+	// OnRefused, when set, is told of every refusal the door sends,
+	// admission's or its own (no worker, a full queue), and of every probe
+	// refused, to log it; the door counts them in Stats. It runs on the
+	// door's goroutine.
+	OnRefused func(r overload.Refusal, c overload.Class, k sipscan.Kind)
 	// Sessions counts the calls and subscriptions in progress that came in
 	// through this door: what session limits and the number_of_sessions
 	// monitor count. Its MaxCallDuration may be set while the door runs.
@@ -331,17 +339,25 @@ func (d *Door) handle(frame []byte, from netip.AddrPort, now int64) {
 		d.Stats.OwnAcks.Add(1)
 		return
 	}
-	if d.Probe != nil && !d.handed && IsProbe(m) {
+	class, kind := overload.Classify(overload.RequestOf(m))
+	if class == overload.ClassProbe && d.Probe != nil && !d.handed {
 		if refuse, retry := d.Probe(now); refuse {
 			d.Stats.ProbesRefused.Add(1)
+			d.refused(overload.RefuseSuspended, class, kind)
 			d.sendReply(dgram, 503, retry)
 			return
 		}
 	}
-	newSession := m.NewSession(d.OptionalNewSessions)
+	// A new session or a REGISTER is new work for the pick, a removal
+	// too, which admission always lets pass. retry is admission's
+	// Retry-After once it decided, -1 before.
+	newSession := class == overload.ClassNew || class == overload.ClassRegister || class == overload.ClassRemoval
+	retry := -1
 	if newSession && d.admit != nil && !d.handed {
-		if r, retry := d.admit(m, now); r != overload.RefuseNone {
+		var r overload.Refusal
+		if r, retry = d.admit(m, now); r != overload.RefuseNone {
 			d.Stats.Refused[r].Add(1)
+			d.refused(r, class, kind)
 			d.sendReply(dgram, 503, retry)
 			return
 		}
@@ -350,7 +366,8 @@ func (d *Door) handle(frame []byte, from netip.AddrPort, now int64) {
 	if w == nil {
 		if newSession {
 			d.Stats.Refused[overload.RefuseNoWorker].Add(1)
-			d.sendReply(dgram, 503, 5)
+			d.refused(overload.RefuseNoWorker, class, kind)
+			d.sendReply(dgram, 503, d.ownRetry(retry))
 			return
 		}
 		d.Stats.DroppedNoWorker.Add(1)
@@ -372,7 +389,8 @@ func (d *Door) handle(frame []byte, from netip.AddrPort, now int64) {
 	if err != nil {
 		if newSession {
 			d.Stats.Refused[overload.RefuseQueue].Add(1)
-			d.sendReply(dgram, 503, 5)
+			d.refused(overload.RefuseQueue, class, kind)
+			d.sendReply(dgram, 503, d.ownRetry(retry))
 			return
 		}
 		if err == wire.ErrQueueFull {
@@ -385,7 +403,7 @@ func (d *Door) handle(frame []byte, from netip.AddrPort, now int64) {
 	d.Stats.Forwarded.Add(1)
 	if newSession && !d.handed {
 		// A handed session was counted by the door that let it in.
-		d.Stats.Admitted[m.Kind()].Add(1)
+		d.Stats.Admitted[kind].Add(1)
 	}
 	d.track(m, key, now)
 	if tx != 0 {
@@ -411,41 +429,29 @@ func (d *Door) track(m *sipscan.Msg, key uint64, now int64) {
 
 // IsProbe reports whether m is a keepalive probe of the server itself: an
 // OPTIONS outside a dialog whose Request-URI names no user, such as
-// sip:10.0.0.1:5060. Kamailio's dispatcher and OpenSIPS's load_balancer
-// probe their destinations this way, and mark one that answers 503 as
-// down, so new calls go to another node. An OPTIONS to a user
-// (sip:alice@host) is a request to relay, not a probe. A user part is the
-// only place a SIP URI may hold an unescaped "@".
+// sip:10.0.0.1:5060 (overload.ClassProbe). Kamailio's dispatcher and
+// OpenSIPS's load_balancer probe their destinations this way, and mark one
+// that answers 503 as down, so new calls go to another node. An OPTIONS to
+// a user (sip:alice@host) is a request to relay, not a probe.
 func IsProbe(m *sipscan.Msg) bool {
-	if !m.IsRequest || m.Method != sipscan.Options || m.HasToTag {
-		return false
-	}
-	u := m.RequestURI
-	if !hasPrefixFold(u, "sip:") && !hasPrefixFold(u, "sips:") {
-		return false
-	}
-	for _, c := range u {
-		if c == '@' {
-			return false
-		}
-	}
-	return true
+	c, _ := overload.Classify(overload.RequestOf(m))
+	return c == overload.ClassProbe
 }
 
-func hasPrefixFold(b []byte, prefix string) bool {
-	if len(b) < len(prefix) {
-		return false
+// ownRetry is the Retry-After of the door's own refusal of a new session:
+// admission's, when it decided (retry >= 0), else the configured one.
+func (d *Door) ownRetry(retry int) int {
+	if retry < 0 && d.RetryAfter != nil {
+		retry = d.RetryAfter()
 	}
-	for i := 0; i < len(prefix); i++ {
-		c := b[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != prefix[i] {
-			return false
-		}
+	return max(retry, 0)
+}
+
+// refused tells OnRefused of a refusal.
+func (d *Door) refused(r overload.Refusal, c overload.Class, k sipscan.Kind) {
+	if d.OnRefused != nil {
+		d.OnRefused(r, c, k)
 	}
-	return true
 }
 
 // EndSession ends the call of key at the door's next datagram or sweep: its

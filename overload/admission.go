@@ -107,8 +107,8 @@ type Admission struct {
 
 	flips *fliphealth.Tracker
 	m     metrics
-	// regsFull paces the log of REGISTERs refused at max_registrations.
-	regsFull refusalLog
+	// refusals paces the log lines of the refusals, by reason.
+	refusals RefusalLog
 }
 
 // New makes the admission of a server and registers its metrics with reg.
@@ -131,91 +131,73 @@ func New(reg prometheus.Registerer, in Inputs, s Settings) *Admission {
 // Limits are the limits in force, to read or set.
 func (a *Admission) Limits() *Limits { return &a.limits }
 
-// Admit is the admission decision of one new session on a group, cheapest
-// checks first: suspension, limits, queue occupancy, RTT throttle. A new
-// registration (a REGISTER that is no refresh of a live binding) is bounded
-// by max_registrations alone among the limits: bindings are no sessions.
-// A refresh of a live binding, or a removal (an Expires header of 0), adds
-// no binding and is never refused.
+// Admit is Decide's refusal, RefuseNone when it admits.
 func (a *Admission) Admit(g *Gate, m *sipscan.Msg) Refusal {
-	if m.Method == sipscan.Register && (m.Expires == 0 || a.in.Registrations.Refreshes(m.CallID)) {
-		return RefuseNone
-	}
-	if a.suspended.Load() || a.stopping.Load() {
-		return RefuseSuspended
-	}
-	kind := m.Kind()
-	if kind == sipscan.KindRegistration {
-		if lim := a.limits.MaxByKind[kind].Load(); lim > 0 {
-			if n := a.in.Sessions.Sessions(kind); n >= lim {
-				a.regsFull.note(a.in.Log, n, lim)
-				return RefuseRegistrations
-			}
-		}
-		return a.admitLoad(g)
-	}
-	if lim := a.limits.MaxByKind[kind].Load(); lim > 0 {
-		if a.in.Sessions.Sessions(kind) >= lim {
-			return RefuseLimit
-		}
-	}
-	if lim := a.limits.MaxSessions.Load(); lim > 0 {
-		if total, _ := a.Sessions(); total >= lim {
-			return RefuseLimit
-		}
-	}
-	if own, ok := g.group.Sessions(); ok {
-		if lim := a.limits.MaxPerGroup.Load(); lim > 0 && own >= lim {
-			return RefuseLimit
-		}
-		if lim := a.limits.MaxPerSocket.Load(); lim > 0 && own >= lim {
-			return RefuseLimit
-		}
-	}
-	return a.admitLoad(g)
+	r, _ := a.Decide(g, m)
+	return r
 }
 
-// admitLoad is Admit's checks of the group's load: queue occupancy, queue
-// delay, RTT throttle. They weigh what a new request costs the workers, a
-// REGISTER's as a call's.
-func (a *Admission) admitLoad(g *Gate) Refusal {
-	if th := a.limits.QueueAdmission.Load(); th > 0 {
-		if g.group.QueueUsage() > th {
-			return RefuseQueue
-		}
-	}
-	if d := a.limits.QueueDelay.Load(); d > 0 {
-		if g.QueueDelay() > time.Duration(d) {
-			return RefuseQueue
-		}
-	}
-	if t := g.throttle.Load(); t != nil && !t.Admit(g.admitted.Add(1)) {
-		return RefuseThrottle
-	}
-	return RefuseNone
+// Decide is the decision about a scanned message on a group, with the
+// configured Retry-After, in seconds: of its refusal, or of one further on
+// (no worker could take it).
+func (a *Admission) Decide(g *Gate, m *sipscan.Msg) (Refusal, int) {
+	c, k := Classify(RequestOf(m))
+	ans := a.Answer(g, c, k, m.CallID)
+	return ans.Refusal, ans.RetryAfter
 }
 
-// refusalLogEvery is the least time between two log lines of REGISTERs
-// refused at max_registrations: a registrar at its bound refuses every new
-// phone, and one line per refusal would flood the log.
-const refusalLogEvery = 10 * time.Second
-
-// refusalLog paces the log lines of one kind of refusal, counting those it
-// did not log.
-type refusalLog struct {
-	last    atomic.Int64 // unix ns of the last line
-	skipped atomic.Int64
+// Answer is the decision (package function Decide) about a message of
+// class c and kind k with this Call-ID on a group, over the state in force.
+// The entry point that sends the refusal counts it and tells Refused.
+func (a *Admission) Answer(g *Gate, c Class, k sipscan.Kind, callID []byte) Answer {
+	return Decide(c, k, a.State(g, c, k, callID))
 }
 
-func (r *refusalLog) note(log Logger, n, lim int64) {
-	now := time.Now().UnixNano()
-	last := r.last.Load()
-	if now-last < int64(refusalLogEvery) || !r.last.CompareAndSwap(last, now) {
-		r.skipped.Add(1)
-		return
+// Refused logs a refusal an entry point of the supervisor's sent (where
+// names it), admission's or its own, at most one line per reason every
+// RefusalLogEvery.
+func (a *Admission) Refused(where string, r Refusal, c Class, k sipscan.Kind) {
+	a.refusals.Note(a.in.Log, where, r, c, k, a.detail(r)...)
+}
+
+// State is the admission state in force for a message of class c and kind
+// k with this Call-ID on g. It reads only what the decision may weigh: no
+// count for a limit that is off, no lookup of a registration for what is
+// no REGISTER.
+func (a *Admission) State(g *Gate, c Class, k sipscan.Kind, callID []byte) State {
+	st := State{RefuseAll: a.suspended.Load() || a.stopping.Load(), RetryAfter: a.in.RetryAfter()}
+	for i := range st.Room {
+		st.Room[i] = Unlimited
 	}
-	log.Warn("new registration refused: the location store holds max_registrations bindings; refreshes and removals still pass",
-		"event", "registrations_full", "bindings", n, "max_registrations", lim, "refused_since_last_line", r.skipped.Swap(0)+1)
+	if c != ClassNew && c != ClassRegister {
+		return st
+	}
+	if c == ClassRegister {
+		st.Refreshes = a.in.Registrations.Refreshes(callID)
+	}
+	if st.RefuseAll || st.Refreshes {
+		return st
+	}
+	st.Room[k] = a.roomFor(g, k)
+	if th := a.limits.QueueAdmission.Load(); th > 0 && g.group.QueueUsage() > th {
+		st.QueueFull = true
+	}
+	if d := a.limits.QueueDelay.Load(); d > 0 && g.QueueDelay() > time.Duration(d) {
+		st.QueueFull = true
+	}
+	if g.throttle.Load() != nil {
+		st.Throttle = g
+	}
+	return st
+}
+
+// detail is what a refusal's log line says of the limit that made it.
+func (a *Admission) detail(r Refusal) []any {
+	if r == RefuseRegistrations {
+		return []any{"bindings", a.in.Sessions.Sessions(sipscan.KindRegistration),
+			"max_registrations", a.limits.MaxByKind[sipscan.KindRegistration].Load()}
+	}
+	return nil
 }
 
 // OpenToAll reports whether Admit would admit any new session on g now
@@ -259,42 +241,44 @@ func (a *Admission) Closed(g *Gate) string {
 const Unlimited = math.MaxInt64
 
 // Room is how many more new sessions of each kind (sipscan.Kind order) the
-// session limits let g admit now: the least of what max_sessions,
-// max_calls, max_subscriptions, and the group's and socket's limits leave;
-// for registrations what max_registrations leaves alone; Unlimited where
-// none applies.
+// session limits let g admit now: the least of what max_sessions (calls and
+// subscriptions), the limit of the kind (max_calls, max_subscriptions), and
+// the group's and socket's limits leave; for registrations what
+// max_registrations leaves alone; Unlimited where none applies. Decide
+// weighs the same room, so that a worker's quota and the supervisor's
+// answer agree.
 func (a *Admission) Room(g *Gate) (room [4]int64) {
-	total, byKind := a.Sessions()
-	free := func(lim, n int64) int64 {
-		if lim <= 0 {
-			return Unlimited
-		}
-		return max(lim-n, 0)
-	}
-	own, ok := g.group.Sessions()
 	for k := range room {
-		r := free(a.limits.MaxByKind[k].Load(), byKind[k])
-		if sipscan.Kind(k) == sipscan.KindRegistration {
-			room[k] = r
-			continue
-		}
-		if sipscan.Kind(k) != sipscan.KindOther {
-			r = min(r, free(a.limits.MaxSessions.Load(), total))
-		}
-		if ok {
-			r = min(r, free(a.limits.MaxPerGroup.Load(), own), free(a.limits.MaxPerSocket.Load(), own))
-		}
-		room[k] = r
+		room[k] = a.roomFor(g, sipscan.Kind(k))
 	}
 	return room
 }
 
-// Decide is Admit with the Retry-After, in seconds, of a refusal.
-func (a *Admission) Decide(g *Gate, m *sipscan.Msg) (Refusal, int) {
-	if r := a.Admit(g, m); r != RefuseNone {
-		return r, a.in.RetryAfter()
+// roomFor is Room of kind k, counting only what a limit in force weighs.
+func (a *Admission) roomFor(g *Gate, k sipscan.Kind) int64 {
+	r := int64(Unlimited)
+	if lim := a.limits.MaxByKind[k].Load(); lim > 0 {
+		r = min(r, max(lim-a.in.Sessions.Sessions(k), 0))
 	}
-	return RefuseNone, 0
+	if k == sipscan.KindRegistration {
+		return r
+	}
+	if lim := a.limits.MaxSessions.Load(); lim > 0 && k != sipscan.KindOther {
+		total, _ := a.Sessions()
+		r = min(r, max(lim-total, 0))
+	}
+	perGroup, perSocket := a.limits.MaxPerGroup.Load(), a.limits.MaxPerSocket.Load()
+	if perGroup > 0 || perSocket > 0 {
+		if own, ok := g.group.Sessions(); ok {
+			if perGroup > 0 {
+				r = min(r, max(perGroup-own, 0))
+			}
+			if perSocket > 0 {
+				r = min(r, max(perSocket-own, 0))
+			}
+		}
+	}
+	return r
 }
 
 // ProbeRefused says whether a keepalive probe of the server (an OPTIONS
@@ -308,10 +292,8 @@ func (a *Admission) Decide(g *Gate, m *sipscan.Msg) (Refusal, int) {
 // from the script, which runs in a worker that knows the server's state
 // only by asking.
 func (a *Admission) ProbeRefused() (bool, int) {
-	if a.suspended.Load() || a.stopping.Load() {
-		return true, a.in.RetryAfter()
-	}
-	return false, 0
+	ans := a.Answer(nil, ClassProbe, sipscan.KindOther, nil)
+	return ans.Refused(), ans.RetryAfter
 }
 
 // Sessions counts the sessions in progress, in total and by kind: total is

@@ -88,6 +88,14 @@ func (g *Gate) Name() string { return g.name }
 // Throttle is the group's throttle, nil when switched off.
 func (g *Gate) Throttle() *throttle.Throttle { return g.throttle.Load() }
 
+// Pass draws whether the group's next new session passes its RTT
+// throttle (Throttler): every session that reaches the throttle takes the
+// next number of its pattern.
+func (g *Gate) Pass() bool {
+	t := g.throttle.Load()
+	return t == nil || t.Admit(g.admitted.Add(1))
+}
+
 // LastRTT is the worst echo round trip of the last echo interval.
 func (g *Gate) LastRTT() time.Duration { return g.lastRTT.Load() }
 

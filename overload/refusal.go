@@ -1,5 +1,12 @@
 package overload
 
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/sipvisor/sipvisor/internal/sipscan"
+)
+
 // Refusal is why a new session was turned away; RefuseNone admits it.
 type Refusal uint8
 
@@ -26,4 +33,51 @@ func (r Refusal) String() string {
 		return refusalNames[r]
 	}
 	return "unknown"
+}
+
+// RefusalLogEvery is the least time between two log lines of refusals for
+// one reason: a server at a limit refuses every new session, and one line
+// per refusal would flood the log. Each line says how many were refused
+// since the last one.
+const RefusalLogEvery = 10 * time.Second
+
+// RefusalLog paces the log lines of refusals, one pace per reason, so that
+// no refusal goes untold and none floods the log. Every entry point that
+// refuses (the supervisor's doors and answers, a worker's own door) keeps
+// one. Safe for concurrent use.
+type RefusalLog struct {
+	by [NumRefusals]pacedLog
+}
+
+type pacedLog struct {
+	last    atomic.Int64 // unix ns of the last line
+	skipped atomic.Int64
+}
+
+// Note tells of one refusal: where (the entry point), why, of what. It
+// logs a line unless one for the same reason was logged within
+// RefusalLogEvery; detail adds key-value pairs to the line.
+func (l *RefusalLog) Note(log Logger, where string, r Refusal, c Class, k sipscan.Kind, detail ...any) {
+	if log == nil || r >= NumRefusals {
+		return
+	}
+	p := &l.by[r]
+	now := time.Now().UnixNano()
+	last := p.last.Load()
+	if now-last < int64(RefusalLogEvery) || !p.last.CompareAndSwap(last, now) {
+		p.skipped.Add(1)
+		return
+	}
+	n := p.skipped.Swap(0) + 1
+	if r == RefuseRegistrations {
+		log.Warn("new registration refused: the location store holds max_registrations bindings; refreshes and removals still pass",
+			append([]any{"event", "registrations_full", "where", where, "refused_since_last_line", n}, detail...)...)
+		return
+	}
+	what := "new session refused"
+	if c == ClassProbe {
+		what = "probe of the server refused: every new session is"
+	}
+	log.Warn(what, append([]any{"event", "refused", "reason", r.String(), "class", c.String(), "kind", k.String(),
+		"where", where, "refused_since_last_line", n}, detail...)...)
 }

@@ -88,6 +88,7 @@ func (b backend) Stats() ctl.Stats {
 					st.Counters["refused_"+overload.Refusal(r).String()] += float64(v)
 				}
 			}
+			st.Counters["probes_refused"] += float64(gr.probesRefusedConn.Load())
 			continue
 		}
 		d := &gr.door.Stats

@@ -71,6 +71,7 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 					ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue,
 						float64(gr.refusedConn[r].Load()), gr.g.Name(), r.String())
 				}
+				ch <- prometheus.MustNewConstMetric(c.probesRefused, prometheus.CounterValue, float64(gr.probesRefusedConn.Load()), gr.g.Name())
 				for _, k := range []sipscan.Kind{sipscan.KindCall, sipscan.KindSubscription} {
 					ch <- prometheus.MustNewConstMetric(c.sessions, prometheus.GaugeValue, float64(c.s.connSess.count(k)), gr.g.Name(), k.String())
 				}

@@ -154,6 +154,9 @@ type groupRun struct {
 	// refusedConn counts the new sessions refused to workers that read
 	// their own connections (TCP), by reason, as the door counts its own.
 	refusedConn [overload.NumRefusals]atomic.Uint64
+	// probesRefusedConn counts the probes of the server those workers
+	// answered 503 on the supervisor's word.
+	probesRefusedConn atomic.Uint64
 
 	// gate is the group's admission state (its RTT throttle); ramps are
 	// its workers in slow start.
@@ -801,26 +804,35 @@ func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
 }
 
 // answerAdmit decides about a new session that a worker read from its own
-// connection: the front door's decision, for the worker's group.
+// connection or socket: the one decision (overload.Decide), for the
+// worker's group. Workers ask only about what admission may refuse, so the
+// method tells the class: an INVITE or SUBSCRIBE outside a dialog, a
+// REGISTER that is no removal, an OPTIONS that probes the server.
 func (s *Supervisor) answerAdmit(w *pool.Worker, method sipscan.Method, callID []byte) []byte {
-	if method == sipscan.Options {
-		// Workers ask about an OPTIONS only for a probe of the server.
-		if refuse, retry := s.ov.ProbeRefused(); refuse {
-			return wire.AdmitAnswer(byte(overload.RefuseSuspended), retry)
-		}
-		return wire.AdmitAnswer(byte(overload.RefuseNone), 0)
-	}
+	c, k := overload.Classify(overload.Request{IsRequest: true, Method: method, Expires: -1, NoUser: method == sipscan.Options})
 	gr := s.groupOf(w)
-	if gr == nil {
-		return wire.AdmitAnswer(byte(overload.RefuseNone), 0)
+	var ans overload.Answer
+	switch {
+	case gr != nil:
+		ans = s.ov.Answer(gr.gate, c, k, callID)
+	case c == overload.ClassProbe:
+		// A probe weighs no group.
+		ans = s.ov.Answer(nil, c, k, callID)
+	default:
+		// A worker of no group that takes sessions: nothing to weigh.
+		ans = overload.Answer{RetryAfter: s.retryAfter()}
 	}
-	m := sipscan.Msg{IsRequest: true, Method: method, CSeqMethod: method, CallID: callID,
-		MaxForwards: -1, ContentLength: -1, Expires: -1}
-	r, retry := s.ov.Decide(gr.gate, &m)
-	if r != overload.RefuseNone {
-		gr.refusedConn[r].Add(1)
+	if ans.Refused() {
+		if gr != nil {
+			if c == overload.ClassProbe {
+				gr.probesRefusedConn.Add(1)
+			} else {
+				gr.refusedConn[ans.Refusal].Add(1)
+			}
+		}
+		s.ov.Refused("asked by worker "+strconv.Itoa(w.ID), ans.Refusal, c, k)
 	}
-	return wire.AdmitAnswer(byte(r), retry)
+	return wire.AdmitAnswer(byte(ans.Refusal), ans.RetryAfter)
 }
 
 // pickTCP is the TCP worker to take a connection, nil without one.

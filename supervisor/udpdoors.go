@@ -58,6 +58,9 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 	door.Sessions.MaxCallDuration.Store(int64(s.config().Limits.MaxCallDuration))
 	door.OnUnknownEnd = s.connSess.end
 	door.Probe = func(int64) (bool, int) { return s.ov.ProbeRefused() }
+	door.RetryAfter = s.retryAfter
+	where := "door " + sk.UDP.LocalAddr().String()
+	door.OnRefused = func(r overload.Refusal, c overload.Class, k sipscan.Kind) { s.ov.Refused(where, r, c, k) }
 	u.pike.Set(s.bans.policy())
 	door.Bans, door.Pike, door.OnHeavy = &s.bans.list, &u.pike, s.bans.requests
 	u.door = door

@@ -340,8 +340,8 @@ func TestDirectReads(t *testing.T) {
 		t.Errorf("want 1 datagram read and no frame handled but the table and the echo, have %d and %d", r, h)
 	}
 
-	// Probes refused: the worker answers a probe itself.
-	w.stats.Store(wire.OffGate, wire.Gate(true, true, 9))
+	// The server refusing all: the worker answers a probe itself.
+	w.stats.Store(wire.OffGate, wire.Gate(false, true, 9)|wire.GateRefuseAll)
 	cl.sendTo(t, w.direct, testkit.Options("sip:127.0.0.1", via, "probe-1").Bytes())
 	if r := cl.expect(t, w.direct, "SIP/2.0 503"); !strings.Contains(r, "Retry-After: 9") {
 		t.Errorf("want Retry-After 9, have %q", r)

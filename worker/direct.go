@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"math"
 	"sync/atomic"
 
 	"github.com/sipvisor/sipvisor/listeners/steer"
@@ -90,29 +91,29 @@ func toDoor(handed, draining, newSession bool, t *steerTable, slot uint8, callID
 	return !t.settled(slot, callID, now)
 }
 
-// admitLocal is what a worker decides about a new session it read, without
-// asking: a refusal while the server refuses every new session
-// (wire.GateRefuseAll), unless it is a REGISTER, which the supervisor admits
-// if it refreshes a known registration; a refusal when the datagram waited
-// in its socket longer than the
-// group's queue_delay_admission (limit, ns; 0 for none), with the gate's
-// Retry-After, as the supervisor's admission refuses a group whose queue
-// waits that long; an admission when the gate is open, or when the worker
-// drains, as it passes every new session to the supervisor's door, which
-// decides. The gate admits only within the worker's quota of the kind
-// (wire.OffQuota), which keeps the session limits exact. Otherwise ask: the
-// supervisor decides (wire.AdmitRequest).
-func admitLocal(gate uint64, limit, wait int64, draining, inQuota, register bool) (r overload.Refusal, retryAfter int, ask bool) {
-	if gate&wire.GateRefuseAll != 0 && !register && !draining {
-		return overload.RefuseSuspended, wire.GateRetryAfter(gate), false
+// admitLocal is the one admission decision (overload.Decide) over what a
+// worker reading its own socket knows: the gate word the supervisor wrote
+// into its page (the server refusing all, the gate open, the Retry-After),
+// its quota of the kind less what it admitted, and how long the datagram
+// waited in its socket against queue_delay_admission (limit, ns; 0 for
+// none), which it alone measures. Where that is not enough the answer
+// asks the supervisor: a gate not open, a quota used up, a REGISTER about
+// to be refused (it may refresh a live binding, which only the supervisor
+// knows).
+func admitLocal(c overload.Class, k sipscan.Kind, gate, quota, admitted uint64, limit, wait int64) overload.Answer {
+	st := overload.State{RefuseAll: gate&wire.GateRefuseAll != 0, RetryAfter: wire.GateRetryAfter(gate),
+		RefreshUnknown: true, RoomIsQuota: true, QueueFull: limit > 0 && wait > limit, LoadUnknown: gate&wire.GateOpen == 0}
+	for i := range st.Room {
+		st.Room[i] = overload.Unlimited
 	}
-	if limit > 0 && wait > limit {
-		return overload.RefuseQueue, wire.GateRetryAfter(gate), false
+	switch {
+	case quota == math.MaxUint64:
+	case quota > admitted:
+		st.Room[k] = int64(min(quota-admitted, overload.Unlimited))
+	default:
+		st.Room[k] = 0
 	}
-	if gate&wire.GateOpen != 0 && inQuota || draining {
-		return overload.RefuseNone, 0, false
-	}
-	return overload.RefuseNone, 0, true
+	return overload.Decide(c, k, st)
 }
 
 // parseDirect reads wire.EnvDirect, "SOCKET:SLOT": SOCKET indexes the
@@ -237,6 +238,7 @@ type direct struct {
 	kinds    [4]int64 // OffKindSessions as last stored
 	admitted [4]uint64
 	refused  [overload.NumRefusals]uint64
+	refusals overload.RefusalLog
 	// counters are the door's other counters, in wire.DoorCounter order,
 	// and shown their values as last stored.
 	counters []*atomic.Uint64
@@ -248,6 +250,12 @@ func newDirect(w *workerLoop, fd int, v6 bool, socket int, slot uint8) *direct {
 	d.self.d, d.pass.d = d, d
 	d.door = frontdoor.New(socket, d.pick, d.admit, d.reply)
 	d.door.Probe = d.probe
+	d.door.RetryAfter = func() int { return wire.GateRetryAfter(w.stats.Load(wire.OffGate)) }
+	// The supervisor logs what it refused when asked; what this door
+	// refuses alone is logged here.
+	d.door.OnRefused = func(r overload.Refusal, c overload.Class, k sipscan.Kind) {
+		d.refusals.Note(w.env.Logger, "worker door", r, c, k)
+	}
 	// The worker's bans and its count of requests per source, which the
 	// TCP reading of a worker shares; the supervisor sums the counts.
 	d.door.Bans, d.door.Pike = &w.bans, &w.pike
@@ -308,46 +316,26 @@ func (d *direct) pick(m *sipscan.Msg, newSession bool, now int64) frontdoor.Targ
 }
 
 func (d *direct) admit(m *sipscan.Msg, now int64) (overload.Refusal, int) {
+	gate := d.w.stats.Load(wire.OffGate)
 	if toDoor(false, d.w.draining, true, &d.steer, d.slot, m.CallID, now) {
 		// The supervisor's door will decide (pick passes it there).
-		return overload.RefuseNone, 0
+		return overload.RefuseNone, wire.GateRetryAfter(gate)
 	}
-	if m.Method == sipscan.Register && m.Expires == 0 {
-		// A removal adds no binding: admission never refuses one.
-		return overload.RefuseNone, 0
-	}
-	gate := d.w.stats.Load(wire.OffGate)
+	c, k := overload.Classify(overload.RequestOf(m))
 	var wait int64
-	if d.arrived > 0 {
-		wait = now - d.arrived
-	}
 	if d.arrived > 0 {
 		wait = d.wait
 	}
-	k := int(m.Kind())
-	inQuota := d.door.Stats.Admitted[k].Load() < d.w.stats.Load(wire.OffQuota+8*k)
-	r, retry, ask := admitLocal(gate, int64(d.w.stats.Load(wire.OffQueueDelayLimit)), wait, d.w.draining, inQuota, m.Method == sipscan.Register)
-	if !ask {
-		return r, retry
+	ans := admitLocal(c, k, gate, d.w.stats.Load(wire.OffQuota+8*int(k)), d.door.Stats.Admitted[k].Load(),
+		int64(d.w.stats.Load(wire.OffQueueDelayLimit)), wait)
+	if !ans.Ask {
+		return ans.Refusal, ans.RetryAfter
 	}
-	// As a worker reading its own connections asks: a call that fails (the
-	// supervisor stuck or gone) admits, as refusing every new session on a
-	// control channel's hiccup would be worse than serving them.
-	ans, err := d.w.env.Call(wire.AdmitRequest(byte(m.Method), m.CallID))
-	if err != nil {
-		d.w.env.Logger.Warn("admission call failed; admitting", "error", err)
-		return overload.RefuseNone, 0
+	r, retry := d.w.env.Ask(m.Method, m.CallID)
+	if retry == 0 {
+		retry = wire.GateRetryAfter(gate)
 	}
-	reason, retry, err := wire.ParseAdmitAnswer(ans)
-	if err != nil {
-		d.w.env.Logger.Warn("admission answer unreadable; admitting", "error", err)
-		return overload.RefuseNone, 0
-	}
-	if reason >= byte(overload.NumRefusals) {
-		// A reason this worker does not know still refuses.
-		return overload.RefuseSuspended, retry
-	}
-	return overload.Refusal(reason), retry
+	return r, retry
 }
 
 // waitCheck is the wait in the socket from which waitFor checks it
@@ -383,8 +371,8 @@ func (d *direct) waitFor(measured int64) int64 {
 }
 
 func (d *direct) probe(int64) (bool, int) {
-	g := d.w.stats.Load(wire.OffGate)
-	return g&wire.GateProbesRefused != 0, wire.GateRetryAfter(g)
+	ans := admitLocal(overload.ClassProbe, sipscan.KindOther, d.w.stats.Load(wire.OffGate), 0, 0, 0, 0)
+	return ans.Refused(), ans.RetryAfter
 }
 
 // reply sends the door's stateless reply from the socket the request came

@@ -3,6 +3,7 @@ package worker
 import (
 	"github.com/sipvisor/sipvisor/listeners/steer"
 
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/overload/sessions"
@@ -85,38 +87,43 @@ func TestToDoor(t *testing.T) {
 func TestAdmitLocal(t *testing.T) {
 	t.Parallel()
 	ms := int64(time.Millisecond)
+	const unlimited = math.MaxUint64
+	invite, register := overload.ClassNew, overload.ClassRegister
+	call, reg := sipscan.KindCall, sipscan.KindRegistration
 	for _, c := range []struct {
-		name        string
-		gate        uint64
-		limit, wait int64
-		draining    bool
-		register    bool
-		want        overload.Refusal
-		retry       int
-		ask         bool
+		name            string
+		class           overload.Class
+		kind            sipscan.Kind
+		gate            uint64
+		quota, admitted uint64
+		limit, wait     int64
+		want            overload.Refusal
+		retry           int
+		ask             bool
 	}{
-		{"open gate admits", wire.Gate(true, false, 5), 0, 9 * ms, false, false, overload.RefuseNone, 0, false},
-		{"closed gate asks", wire.Gate(false, false, 5), 0, 0, false, false, overload.RefuseNone, 0, true},
-		{"waited past the limit: refused with the gate's Retry-After", wire.Gate(true, false, 7), 10 * ms, 11 * ms, false, false, overload.RefuseQueue, 7, false},
-		{"waited past the limit at a closed gate: refused without asking", wire.Gate(false, true, 3), 10 * ms, 11 * ms, false, false, overload.RefuseQueue, 3, false},
-		{"waited as long as the limit: admitted", wire.Gate(true, false, 7), 10 * ms, 10 * ms, false, false, overload.RefuseNone, 0, false},
-		{"no limit: any wait", wire.Gate(true, false, 7), 0, int64(time.Hour), false, false, overload.RefuseNone, 0, false},
-		{"probes refused does not close the gate", wire.Gate(true, true, 7), 0, 0, false, false, overload.RefuseNone, 0, false},
-		{"draining at a closed gate: the supervisor's door decides", wire.Gate(false, false, 5), 0, 0, true, false, overload.RefuseNone, 0, false},
-		{"draining, waited past the limit: refused", wire.Gate(false, false, 5), 10 * ms, 11 * ms, true, false, overload.RefuseQueue, 5, false},
-		{"refusing all: refused with the gate's Retry-After, without asking", wire.Gate(false, true, 9) | wire.GateRefuseAll, 0, 0, false, false, overload.RefuseSuspended, 9, false},
-		{"refusing all, waited past the limit: suspended first, as the supervisor decides", wire.Gate(false, true, 9) | wire.GateRefuseAll, 10 * ms, 11 * ms, false, false, overload.RefuseSuspended, 9, false},
-		{"refusing all, a REGISTER: asks, it may refresh a known registration", wire.Gate(false, true, 9) | wire.GateRefuseAll, 0, 0, false, true, overload.RefuseNone, 0, true},
-		{"refusing all, draining: the supervisor's door decides", wire.Gate(false, true, 9) | wire.GateRefuseAll, 0, 0, true, false, overload.RefuseNone, 0, false},
+		{"open gate admits", invite, call, wire.Gate(true, false, 5), unlimited, 0, 0, 9 * ms, overload.RefuseNone, 5, false},
+		{"closed gate asks", invite, call, wire.Gate(false, false, 5), unlimited, 0, 0, 0, overload.RefuseNone, 5, true},
+		{"waited past the limit: refused with the gate's Retry-After", invite, call, wire.Gate(true, false, 7), unlimited, 0, 10 * ms, 11 * ms, overload.RefuseQueue, 7, false},
+		{"waited past the limit at a closed gate: refused without asking", invite, call, wire.Gate(false, true, 3), unlimited, 0, 10 * ms, 11 * ms, overload.RefuseQueue, 3, false},
+		{"waited as long as the limit: admitted", invite, call, wire.Gate(true, false, 7), unlimited, 0, 10 * ms, 10 * ms, overload.RefuseNone, 7, false},
+		{"no limit: any wait", invite, call, wire.Gate(true, false, 7), unlimited, 0, 0, int64(time.Hour), overload.RefuseNone, 7, false},
+		{"probes refused does not close the gate", invite, call, wire.Gate(true, true, 7), unlimited, 0, 0, 0, overload.RefuseNone, 7, false},
+		{"refusing all: refused with the gate's Retry-After, without asking", invite, call, wire.Gate(false, true, 9) | wire.GateRefuseAll, unlimited, 0, 0, 0, overload.RefuseSuspended, 9, false},
+		{"refusing all, waited past the limit: suspended first, as the supervisor decides", invite, call, wire.Gate(false, true, 9) | wire.GateRefuseAll, unlimited, 0, 10 * ms, 11 * ms, overload.RefuseSuspended, 9, false},
+		{"refusing all, a REGISTER: asks, it may refresh a known registration", register, reg, wire.Gate(false, true, 9) | wire.GateRefuseAll, unlimited, 0, 0, 0, overload.RefuseNone, 9, true},
+		{"a REGISTER that waited past the limit: asks, it may be a refresh", register, reg, wire.Gate(true, false, 7), unlimited, 0, 10 * ms, 11 * ms, overload.RefuseNone, 7, true},
+		{"refusing all, a removal: admitted", overload.ClassRemoval, reg, wire.Gate(false, true, 9) | wire.GateRefuseAll, 0, 0, 0, 0, overload.RefuseNone, 9, false},
+		{"within the quota", invite, call, wire.Gate(true, false, 5), 3, 2, 0, 0, overload.RefuseNone, 5, false},
+		{"past the quota an open gate asks", invite, call, wire.Gate(true, false, 5), 3, 3, 0, 0, overload.RefuseNone, 5, true},
+		{"past the quota, waited past the limit: refused", invite, call, wire.Gate(true, false, 5), 3, 3, 10 * ms, 11 * ms, overload.RefuseQueue, 5, false},
+		{"a probe while refusing all", overload.ClassProbe, sipscan.KindOther, wire.Gate(false, true, 9) | wire.GateRefuseAll, 0, 0, 0, 0, overload.RefuseSuspended, 9, false},
+		{"a probe at a closed gate", overload.ClassProbe, sipscan.KindOther, wire.Gate(false, false, 9), 0, 0, 0, 0, overload.RefuseNone, 9, false},
+		{"in a dialog", overload.ClassExisting, sipscan.KindOther, wire.Gate(false, true, 9) | wire.GateRefuseAll, 0, 0, 10 * ms, 11 * ms, overload.RefuseNone, 9, false},
 	} {
-		r, retry, ask := admitLocal(c.gate, c.limit, c.wait, c.draining, true, c.register)
-		if r != c.want || retry != c.retry || ask != c.ask {
-			t.Errorf("%s: want %v %d ask %v, have %v %d ask %v", c.name, c.want, c.retry, c.ask, r, retry, ask)
+		a := admitLocal(c.class, c.kind, c.gate, c.quota, c.admitted, c.limit, c.wait)
+		if a.Refusal != c.want || a.RetryAfter != c.retry || a.Ask != c.ask {
+			t.Errorf("%s: want %v %d ask %v, have %v %d ask %v", c.name, c.want, c.retry, c.ask, a.Refusal, a.RetryAfter, a.Ask)
 		}
-	}
-	// Past its quota an open gate asks.
-	if r, _, ask := admitLocal(wire.Gate(true, false, 5), 0, 0, false, false, false); r != overload.RefuseNone || !ask {
-		t.Errorf("open gate, quota used up: want to ask, have %v ask %v", r, ask)
 	}
 }
 

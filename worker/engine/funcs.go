@@ -16,6 +16,7 @@ import (
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/location"
+	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/script"
 	"github.com/sipvisor/sipvisor/worker"
 )
@@ -54,26 +55,15 @@ func reportFor(env *worker.Env, logger *slog.Logger) func(uint64) {
 	}
 }
 
-// admitFor asks the supervisor's admission control, when the worker can
-// call it. A call that fails (the supervisor is stuck or gone) admits: the
-// worker is no judge of the server's load, and refusing every new session
-// on a control channel's hiccup would be worse than serving them.
-func admitFor(env *worker.Env, logger *slog.Logger) func(sipscan.Method, []byte) (bool, int) {
+// admitFor asks the supervisor's admission (worker.Env.Ask), when the
+// worker can call it.
+func admitFor(env *worker.Env) func(sipscan.Method, []byte) (bool, int) {
 	if env.Call == nil {
 		return nil
 	}
 	return func(m sipscan.Method, callID []byte) (bool, int) {
-		ans, err := env.Call(wire.AdmitRequest(byte(m), callID))
-		if err != nil {
-			logger.Warn("admission call failed; admitting", "error", err)
-			return false, 0
-		}
-		reason, retry, err := wire.ParseAdmitAnswer(ans)
-		if err != nil {
-			logger.Warn("admission answer unreadable; admitting", "error", err)
-			return false, 0
-		}
-		return reason != 0, retry
+		r, retry := env.Ask(m, callID)
+		return r != overload.RefuseNone, retry
 	}
 }
 

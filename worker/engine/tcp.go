@@ -21,6 +21,7 @@ import (
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/worker"
 )
 
@@ -638,38 +639,28 @@ func (w *Worker) tcpAdvertised(c *tcpConn) netip.AddrPort {
 	return c.local
 }
 
-// admit applies the front door's admission control to a request that came
-// over a connection, which no door saw: a new session (an INVITE, REGISTER
-// or SUBSCRIBE outside a dialog) that the door would refuse gets the same
-// 503 with Retry-After, sent statelessly, and is not handled further. It
-// reports whether the request goes on.
+// admit applies the one admission decision to a request that came over a
+// connection, which no door saw: what admission may refuse (overload.Classify:
+// a new session, a REGISTER that may add a binding, a probe of the server)
+// is asked of the supervisor, which holds the state; a refusal gets the
+// door's 503 with Retry-After, sent statelessly, and is not handled
+// further. It reports whether the request goes on.
 func (w *Worker) admit(req *sip.Request, src source) bool {
 	if w.opt.Admit == nil {
 		return true
 	}
-	if _, ok := param(req.To().Params, "tag"); ok {
-		return true
+	_, inDialog := param(req.To().Params, "tag")
+	expires := -1
+	if h := headerValue(req, "Expires"); h != "" {
+		if n, err := strconv.Atoi(strings.TrimSpace(h)); err == nil && n >= 0 {
+			expires = n
+		}
 	}
-	var m sipscan.Method
-	switch req.Method {
-	case sip.INVITE:
-		m = sipscan.Invite
-	case sip.REGISTER:
-		if headerValue(req, "Expires") == "0" {
-			// A removal adds no binding: admission never refuses one.
-			return true
-		}
-		m = sipscan.Register
-	case sip.SUBSCRIBE:
-		m = sipscan.Subscribe
-	case sip.OPTIONS:
-		// A probe of the server itself (no user part), answered 503
-		// while the server refuses every new session, as the front door
-		// answers one over UDP.
-		if req.Recipient.User != "" {
-			return true
-		}
-		m = sipscan.Options
+	m := sipscan.ParseMethod([]byte(req.Method))
+	sipURI := strings.EqualFold(req.Recipient.Scheme, "sip") || strings.EqualFold(req.Recipient.Scheme, "sips")
+	switch c, _ := overload.Classify(overload.Request{IsRequest: true, Method: m, InDialog: inDialog, Expires: expires,
+		NoUser: sipURI && req.Recipient.User == ""}); c {
+	case overload.ClassNew, overload.ClassRegister, overload.ClassProbe:
 	default:
 		return true
 	}

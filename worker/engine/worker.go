@@ -300,7 +300,7 @@ func New(env *worker.Env) (worker.Handler, error) {
 		Store:   store,
 		Logger:  logger,
 		Submit:  env.Submit,
-		Admit:   admitFor(env, logger),
+		Admit:   admitFor(env),
 		Late:    env.Late,
 
 		NoteSession: noteFor(env),

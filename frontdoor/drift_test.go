@@ -1,0 +1,53 @@
+package frontdoor
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/overload"
+	"github.com/sipvisor/sipvisor/overload/watermark"
+)
+
+// idle is a server with nothing in progress, as admission reads it: no
+// session, no binding, empty queues; it logs nowhere.
+type idle struct{}
+
+func (idle) Sessions(sipscan.Kind) int64 { return 0 }
+func (idle) Refreshes([]byte) bool       { return false }
+func (idle) Info(string, ...any)         {}
+func (idle) Warn(string, ...any)         {}
+
+// idleGroup is a group that takes sessions and has none.
+type idleGroup struct{}
+
+func (idleGroup) Sessions() (int64, bool)   { return 0, true }
+func (idleGroup) QueueUsage() float64       { return 0 }
+func (idleGroup) QueueDelay() time.Duration { return 0 }
+
+// A new session admission let in and no worker could take is refused by
+// the door with the configured Retry-After, as admission's own refusals
+// are: a client told to come back in 5 s when the operator set 30 comes
+// back six times too soon.
+func TestDoorRefusalsCarryTheConfiguredRetryAfter(t *testing.T) {
+	t.Parallel()
+	a := overload.New(prometheus.NewRegistry(), overload.Inputs{Sessions: idle{}, Registrations: idle{}, RetryAfter: func() int { return 30 }, Log: idle{}},
+		overload.Settings{Marks: watermark.Defaults()})
+	g := a.NewGate(overload.GateOptions{Name: "udp", Group: idleGroup{}})
+	rec := &recorder{}
+	d := New(0, func(*sipscan.Msg, bool, int64) Target { return nil },
+		func(m *sipscan.Msg, now int64) (overload.Refusal, int) { return a.Decide(g, m) }, rec.reply)
+	d.Handle(frame(invite("no-worker", "")), src, time.Now().UnixNano())
+	if len(rec.replies) != 1 || !bytes.HasPrefix(rec.replies[0], []byte("SIP/2.0 503")) {
+		t.Fatalf("want one 503, have %q", rec.replies)
+	}
+	if !bytes.Contains(rec.replies[0], []byte("\r\nRetry-After: 30\r\n")) {
+		t.Errorf("no worker: want the configured Retry-After: 30, have\n%s", rec.replies[0])
+	}
+	if n := d.Stats.Refused[overload.RefuseNoWorker].Load(); n != 1 {
+		t.Errorf("want the refusal counted as no_worker, have %d", n)
+	}
+}
