@@ -153,6 +153,21 @@ func (a *Admission) Answer(g *Gate, c Class, k sipscan.Kind, callID []byte) Answ
 	return Decide(c, k, a.State(g, c, k, callID))
 }
 
+// AnswerAsk is the supervisor's answer to a worker's ask
+// (wire.AdmitRequest) about a message of method with this Call-ID on the
+// worker's group, nil for a group that takes no sessions. Workers ask only
+// about what admission may refuse, so the method tells the class: an
+// INVITE or SUBSCRIBE outside a dialog, a REGISTER that is no removal, an
+// OPTIONS that probes the server.
+func (a *Admission) AnswerAsk(g *Gate, method sipscan.Method, callID []byte) (Answer, Class, sipscan.Kind) {
+	c, k := Classify(Request{IsRequest: true, Method: method, Expires: -1, NoUser: method == sipscan.Options})
+	if g == nil && c != ClassProbe {
+		// No group that takes sessions: nothing to weigh.
+		return Answer{RetryAfter: a.in.RetryAfter()}, c, k
+	}
+	return a.Answer(g, c, k, callID), c, k
+}
+
 // Refused logs a refusal an entry point of the supervisor's sent (where
 // names it), admission's or its own, at most one line per reason every
 // RefusalLogEvery.

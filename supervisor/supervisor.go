@@ -805,23 +805,14 @@ func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
 
 // answerAdmit decides about a new session that a worker read from its own
 // connection or socket: the one decision (overload.Decide), for the
-// worker's group. Workers ask only about what admission may refuse, so the
-// method tells the class: an INVITE or SUBSCRIBE outside a dialog, a
-// REGISTER that is no removal, an OPTIONS that probes the server.
+// worker's group.
 func (s *Supervisor) answerAdmit(w *pool.Worker, method sipscan.Method, callID []byte) []byte {
-	c, k := overload.Classify(overload.Request{IsRequest: true, Method: method, Expires: -1, NoUser: method == sipscan.Options})
 	gr := s.groupOf(w)
-	var ans overload.Answer
-	switch {
-	case gr != nil:
-		ans = s.ov.Answer(gr.gate, c, k, callID)
-	case c == overload.ClassProbe:
-		// A probe weighs no group.
-		ans = s.ov.Answer(nil, c, k, callID)
-	default:
-		// A worker of no group that takes sessions: nothing to weigh.
-		ans = overload.Answer{RetryAfter: s.retryAfter()}
+	var gate *overload.Gate
+	if gr != nil {
+		gate = gr.gate
 	}
+	ans, c, k := s.ov.AnswerAsk(gate, method, callID)
 	if ans.Refused() {
 		if gr != nil {
 			if c == overload.ClassProbe {

@@ -203,14 +203,8 @@ func (p *Port) Refresh(now time.Time) {
 	p.refreshMu.Lock()
 	defer p.refreshMu.Unlock()
 	ws := p.o.Workers()
-	ov := p.o.Admission
-	in := Inputs{Now: now, Closed: ov.Closed(p.o.Gate), Room: ov.Room(p.o.Gate), Ramps: p.o.Ramps.Len(),
-		QueueDelay:     uint64(max(ov.Limits().QueueDelay.Load(), 0)),
-		QueueAdmission: ov.Limits().QueueAdmission.Load() > 0}
-	in.ProbesRefused, in.RetryAfter = ov.ProbeRefused()
-	if !in.ProbesRefused {
-		in.RetryAfter = p.o.RetryAfter()
-	}
+	in := Inputs{Now: now, Ramps: p.o.Ramps.Len()}
+	ReadAdmission(&in, p.o.Admission, p.o.Gate, p.o.RetryAfter)
 	if p.o.MaxCallDuration != nil {
 		in.MaxCallDuration = uint64(p.o.MaxCallDuration())
 	}
@@ -247,6 +241,20 @@ func (p *Port) Refresh(now time.Time) {
 	in.ViewGen = p.view.Load().gen
 	in.Last = p.state
 	p.apply(Plan(in), ws)
+}
+
+// ReadAdmission reads into in what a refresh weighs of admission's state
+// for the group of g: whether it is open to all, the room the limits
+// leave, whether it refuses every new session, the Retry-After, and the
+// queue guards the workers apply themselves.
+func ReadAdmission(in *Inputs, ov *overload.Admission, g *overload.Gate, retryAfter func() int) {
+	in.Closed, in.Room = ov.Closed(g), ov.Room(g)
+	in.QueueDelay = uint64(max(ov.Limits().QueueDelay.Load(), 0))
+	in.QueueAdmission = ov.Limits().QueueAdmission.Load() > 0
+	in.ProbesRefused, in.RetryAfter = ov.ProbeRefused()
+	if !in.ProbesRefused {
+		in.RetryAfter = retryAfter()
+	}
 }
 
 // apply does what a plan says, under p.mu, ws being the workers planned

@@ -649,6 +649,24 @@ func (w *Worker) admit(req *sip.Request, src source) bool {
 	if w.opt.Admit == nil {
 		return true
 	}
+	r := admissionRequest(req)
+	switch c, _ := overload.Classify(r); c {
+	case overload.ClassNew, overload.ClassRegister, overload.ClassProbe:
+	default:
+		return true
+	}
+	refuse, retry := w.opt.Admit(r.Method, []byte(*req.CallID()))
+	if !refuse {
+		return true
+	}
+	w.Stats.Refused++
+	w.replyStateless(req, src, 503, "Service Unavailable", []string{"Retry-After: " + strconv.Itoa(retry)})
+	return false
+}
+
+// admissionRequest is what admission reads of a parsed request, as the
+// front door reads it of a scanned one (overload.RequestOf).
+func admissionRequest(req *sip.Request) overload.Request {
 	_, inDialog := param(req.To().Params, "tag")
 	expires := -1
 	if h := headerValue(req, "Expires"); h != "" {
@@ -656,21 +674,9 @@ func (w *Worker) admit(req *sip.Request, src source) bool {
 			expires = n
 		}
 	}
-	m := sipscan.ParseMethod([]byte(req.Method))
 	sipURI := strings.EqualFold(req.Recipient.Scheme, "sip") || strings.EqualFold(req.Recipient.Scheme, "sips")
-	switch c, _ := overload.Classify(overload.Request{IsRequest: true, Method: m, InDialog: inDialog, Expires: expires,
-		NoUser: sipURI && req.Recipient.User == ""}); c {
-	case overload.ClassNew, overload.ClassRegister, overload.ClassProbe:
-	default:
-		return true
-	}
-	refuse, retry := w.opt.Admit(m, []byte(*req.CallID()))
-	if !refuse {
-		return true
-	}
-	w.Stats.Refused++
-	w.replyStateless(req, src, 503, "Service Unavailable", []string{"Retry-After: " + strconv.Itoa(retry)})
-	return false
+	return overload.Request{IsRequest: true, Method: sipscan.ParseMethod([]byte(req.Method)), InDialog: inDialog,
+		Expires: expires, NoUser: sipURI && req.Recipient.User == ""}
 }
 
 // refuseBanned refuses a request read from a connection whose source is
