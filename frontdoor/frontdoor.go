@@ -6,8 +6,9 @@
 // separate processes and share no transaction state. The door keeps Call-ID
 // affinity for as long as a transaction of the call may live, and hands new
 // work to the least loaded worker. It refuses new sessions that admission
-// control (package overload) turns away with a 503 built from the raw
-// bytes, so a refusal costs no worker, no transaction and no full parse.
+// control (package overload: Classify, then Decide) turns away with a 503
+// built from the raw bytes, so a refusal costs no worker, no transaction and
+// no full parse.
 //
 // Before all that, the door refuses a banned source's datagrams (package
 // overload/pike: dropped, or a 403), and counts the requests it reads per

@@ -12,8 +12,14 @@
 // (SessionCounter, Registrations, Group), so that every decision here can be
 // tested without a process or a socket.
 //
-// Invariant: one decision for every transport. A new session is refused, by
-// the cheapest check first, for being stopped or suspended, over a limit,
-// behind a queue or throttled, and a refresh of a live registration is never
+// Invariant: one decision for every transport. Classify tells what a message
+// is (a new session, a REGISTER that may add a binding, a removal, a probe,
+// or what is never refused) and Decide, a pure function of that and a State,
+// answers admit, refuse (with why and the configured Retry-After) or ask.
+// The supervisor's doors and answers fill the State from Admission; a worker
+// reading its own socket fills it from the gate and quota in its page and
+// asks where that is not enough. A new session is refused, by the cheapest
+// check first, for being stopped or suspended, over a limit, behind a queue
+// or throttled; a refresh of a live registration and a removal are never
 // refused; what is refused never reaches a worker.
 package overload

@@ -21,9 +21,10 @@
 // supervisor/steering's; steering.go lends it the group and admission.
 //
 // Where each decision lives:
-//   - admission of a new session, on every transport: overload.Admission,
-//     asked by the UDP doors and, for what workers read from connections,
-//     by answerAdmit; admission.go supplies what it weighs (sessions,
+//   - admission of a new session, on every transport: overload.Decide over
+//     overload.Admission's state, asked by the UDP doors and, for what
+//     workers ask, by answerAdmit (Admission.AnswerAsk); it logs every
+//     refusal they send (Admission.Refused); admission.go supplies what it weighs (sessions,
 //     registrations, queues) and holds no decision of its own;
 //   - the sessions counted: the doors' tables and, for connections,
 //     connsessions.go;

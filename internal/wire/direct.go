@@ -93,7 +93,9 @@ const (
 	// GateOpen: admission would admit any new session now, so the worker
 	// admits without asking; without it, it asks (AdmitRequest).
 	GateOpen = 1 << 0
-	// GateProbesRefused: a probe of the server itself is answered 503.
+	// GateProbesRefused: a probe of the server itself is answered 503. It
+	// is set with GateRefuseAll, which a worker's decision reads
+	// (overload.Decide refuses a probe while every new session is).
 	GateProbesRefused = 1 << 1
 	// GateRefuseAll: the server refuses every new session (suspended or
 	// stopping), so the worker refuses one itself, with the word's

@@ -99,9 +99,9 @@
 // own socket of the port's SO_REUSEPORT group, whose kernel program places
 // each datagram by its Call-ID (package listeners/steer); the supervisor's
 // socket, first in the group, takes the rest. The worker runs a front door
-// of its own over what it reads: its admission reads the gate the
-// supervisor writes in the stats page (open: admit; else ask with
-// AdmitRequest; the Retry-After of refusals), refuses by itself a new
+// of its own over what it reads: its admission (overload.Decide) reads the
+// gate the supervisor writes in the stats page (open: admit within its
+// quota; else ask with AdmitRequest; the Retry-After of refusals), refuses by itself a new
 // session that waited in its socket longer than queue_delay_admission, and
 // counts its sessions by kind, and the sessions it admitted and refused, in
 // the page, which the supervisor sums; max_call_duration comes the other
