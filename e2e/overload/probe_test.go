@@ -89,7 +89,12 @@ func TestProbeOfTheServer(t *testing.T) {
 	if m := probe(); m.Code != 200 {
 		t.Fatalf("want 200 to a probe after resume, have %d\n%s", m.Code, m.Raw)
 	}
-	if v := s.Metric("sipvisor_frontdoor_probes_refused_total"); v != 1 {
-		t.Fatalf("want 1 probe refused by the UDP door, have %v", v)
+	// Each refusal counted where it was sent: one by the UDP door, one on
+	// a connection, on the supervisor's word.
+	if v := s.Metric("sipvisor_frontdoor_probes_refused_total", `group="tcp"`); v != 1 {
+		t.Fatalf("want 1 probe refused over TCP, have %v", v)
+	}
+	if v := s.Metric("sipvisor_frontdoor_probes_refused_total"); v != 2 {
+		t.Fatalf("want 2 probes refused, one by the UDP door, have %v", v)
 	}
 }
