@@ -2,6 +2,7 @@ package frontdoor
 
 import (
 	"bytes"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -49,5 +50,29 @@ func TestDoorRefusalsCarryTheConfiguredRetryAfter(t *testing.T) {
 	}
 	if n := d.Stats.Refused[overload.RefuseNoWorker].Load(); n != 1 {
 		t.Errorf("want the refusal counted as no_worker, have %d", n)
+	}
+}
+
+// A refusal by the one decision, over the whole state admission reads,
+// costs the door no allocation, as a refusal by a stub did.
+func TestRefusalByAdmissionAllocatesNothing(t *testing.T) {
+	a := overload.New(prometheus.NewRegistry(), overload.Inputs{Sessions: idle{}, Registrations: idle{}, RetryAfter: func() int { return 30 }, Log: idle{}},
+		overload.Settings{Marks: watermark.Defaults()})
+	g := a.NewGate(overload.GateOptions{Name: "udp", Group: idleGroup{}})
+	a.Limits().MaxSessions.Store(1)
+	a.Limits().MaxByKind[sipscan.KindCall].Store(1)
+	a.Limits().QueueAdmission.Store(50)
+	a.SuspendManually(time.Unix(1, 0))
+	var sent int
+	d := New(0, func(*sipscan.Msg, bool, int64) Target { return nil },
+		func(m *sipscan.Msg, now int64) (overload.Refusal, int) { return a.Decide(g, m) },
+		func(p []byte, _ netip.AddrPort) { sent++ })
+	f := frame(invite("refused", ""))
+	now := time.Now().UnixNano()
+	if n := testing.AllocsPerRun(200, func() { d.Handle(f, src, now) }); n != 0 {
+		t.Errorf("a refusal allocates %v times", n)
+	}
+	if sent == 0 {
+		t.Fatal("nothing refused")
 	}
 }
