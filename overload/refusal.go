@@ -46,12 +46,27 @@ const RefusalLogEvery = 10 * time.Second
 // refuses (the supervisor's doors and answers, a worker's own door) keeps
 // one. Safe for concurrent use.
 type RefusalLog struct {
-	by [NumRefusals]pacedLog
+	by [NumRefusals]Pacer
 }
 
-type pacedLog struct {
+// Pacer paces the log lines of one kind of event: at most one every
+// RefusalLogEvery, counting the events it held back. Safe for concurrent
+// use.
+type Pacer struct {
 	last    atomic.Int64 // unix ns of the last line
 	skipped atomic.Int64
+}
+
+// Line reports whether this event gets a log line now, and then how many
+// events the line tells of: this one and those held back since the last.
+func (p *Pacer) Line() (ok bool, n int64) {
+	now := time.Now().UnixNano()
+	last := p.last.Load()
+	if now-last < int64(RefusalLogEvery) || !p.last.CompareAndSwap(last, now) {
+		p.skipped.Add(1)
+		return false, 0
+	}
+	return true, p.skipped.Swap(0) + 1
 }
 
 // Note tells of one refusal: where (the entry point), why, of what. It
@@ -61,14 +76,10 @@ func (l *RefusalLog) Note(log Logger, where string, r Refusal, c Class, k sipsca
 	if log == nil || r >= NumRefusals {
 		return
 	}
-	p := &l.by[r]
-	now := time.Now().UnixNano()
-	last := p.last.Load()
-	if now-last < int64(RefusalLogEvery) || !p.last.CompareAndSwap(last, now) {
-		p.skipped.Add(1)
+	ok, n := l.by[r].Line()
+	if !ok {
 		return
 	}
-	n := p.skipped.Swap(0) + 1
 	if r == RefuseRegistrations {
 		log.Warn("new registration refused: the location store holds max_registrations bindings; refreshes and removals still pass",
 			append([]any{"event", "registrations_full", "where", where, "refused_since_last_line", n}, detail...)...)

@@ -239,6 +239,9 @@ type direct struct {
 	admitted [4]uint64
 	refused  [overload.NumRefusals]uint64
 	refusals overload.RefusalLog
+	// asked: the supervisor refused the datagram in hand when asked, and
+	// logged it; the door is about to tell of it.
+	asked bool
 	// counters are the door's other counters, in wire.DoorCounter order,
 	// and shown their values as last stored.
 	counters []*atomic.Uint64
@@ -254,6 +257,10 @@ func newDirect(w *workerLoop, fd int, v6 bool, socket int, slot uint8) *direct {
 	// The supervisor logs what it refused when asked; what this door
 	// refuses alone is logged here.
 	d.door.OnRefused = func(r overload.Refusal, c overload.Class, k sipscan.Kind) {
+		if d.asked {
+			d.asked = false
+			return
+		}
 		d.refusals.Note(w.env.Logger, "worker door", r, c, k)
 	}
 	// The worker's bans and its count of requests per source, which the
@@ -332,6 +339,7 @@ func (d *direct) admit(m *sipscan.Msg, now int64) (overload.Refusal, int) {
 		return ans.Refusal, ans.RetryAfter
 	}
 	r, retry := d.w.env.Ask(m.Method, m.CallID)
+	d.asked = r != overload.RefuseNone
 	if retry == 0 {
 		retry = wire.GateRetryAfter(gate)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/internal/rawio"
 	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/overload/pike"
 	"golang.org/x/sys/unix"
 )
@@ -265,7 +266,14 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 	env.CountRequest = w.countRequest
 	env.OpenReplySockets = w.openReplySockets
 	env.Late = w.waitedTooLong
-	env.RefusedLate = func() { w.stats.Add(wire.OffStaleRefused, 1) }
+	var late overload.Pacer
+	env.RefusedLate = func() {
+		w.stats.Add(wire.OffStaleRefused, 1)
+		if ok, n := late.Line(); ok && env.Logger != nil {
+			env.Logger.Warn("request refused: it waited longer than max_queue_wait", "event", "refused", "reason", "max_queue_wait",
+				"where", "worker", "refused_since_last_line", n)
+		}
+	}
 	calls := newCaller(ctl)
 	env.Call = calls.call
 	env.Note = func(note []byte) error {
