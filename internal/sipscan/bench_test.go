@@ -55,7 +55,7 @@ func BenchmarkRefuse(b *testing.B) {
 	b.ReportAllocs()
 	start := time.Now()
 	for b.Loop() {
-		if Scan(msg, &m) == nil && m.NewSession(false) {
+		if Scan(msg, &m) == nil && m.IsRequest && !m.HasToTag && m.Method == Invite {
 			dst = AppendReply(dst[:0], msg, &m, 503, "", 5)
 		}
 	}

@@ -2,8 +2,9 @@
 // stateless replies from the raw request bytes.
 //
 // The supervisor's front door sees every UDP datagram before any worker does.
-// It must learn the Call-ID (for affinity), whether the message starts a new
-// session (for admission control) and the top Via (for the reply), and it must
+// It must learn the Call-ID (for affinity), what admission control classifies
+// a message by (method, To tag, Expires, Request-URI: overload.Classify) and
+// the top Via (for the reply), and it must
 // be able to refuse with a 503 without handing the message to a worker. A full
 // SIP parse costs microseconds and dozens of allocations per message, which
 // would make the front door the bottleneck it exists to avoid, so this package

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/overload"
 )
 
 // The front door's path for one datagram when admission control says no:
@@ -27,12 +28,13 @@ Content-Length: 0
 		fmt.Println("drop:", err)
 		return
 	}
-	fmt.Println(m.Method, m.Kind(), string(m.CallID), m.NewSession(false))
+	class, _ := overload.Classify(overload.RequestOf(&m))
+	fmt.Println(m.Method, m.Kind(), string(m.CallID), class)
 
 	reply := sipscan.AppendReply(make([]byte, 0, 1024), datagram, &m, 503, "", 30)
 	fmt.Print(strings.ReplaceAll(string(reply), "\r\n", "\n"))
 	// Output:
-	// INVITE call a84b4c76e66710@pc33.atlanta.com true
+	// INVITE call a84b4c76e66710@pc33.atlanta.com new_session
 	// SIP/2.0 503 Service Unavailable
 	// Via: SIP/2.0/UDP pc33.atlanta.com;branch=z9hG4bK776asdhds
 	// To: Bob <sip:bob@biloxi.com>;tag=818c4362f9f154bb

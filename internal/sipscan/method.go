@@ -129,23 +129,3 @@ func (m *Msg) Kind() Kind {
 	}
 	return KindOther
 }
-
-// NewSession reports whether admission control may refuse the message: an
-// out-of-dialog request (no To tag) that creates a dialog or a registration.
-// INVITE, REGISTER and SUBSCRIBE always count; MESSAGE, OPTIONS, PUBLISH and
-// NOTIFY count only when withOptionalMethods is set, because refusing them
-// protects little while many deployments use them as cheap probes. ACK,
-// CANCEL, in-dialog requests and responses belong to existing sessions and
-// are never new.
-func (m *Msg) NewSession(withOptionalMethods bool) bool {
-	if !m.IsRequest || m.HasToTag {
-		return false
-	}
-	switch m.Method {
-	case Invite, Register, Subscribe:
-		return true
-	case Message, Options, Publish, Notify:
-		return withOptionalMethods
-	}
-	return false
-}

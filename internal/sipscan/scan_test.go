@@ -42,8 +42,6 @@ type summary struct {
 	MaxForwards   int
 	ContentLength int
 	Expires       int
-	New           bool // NewSession(false)
-	NewOptional   bool // NewSession(true)
 	Kind          Kind
 }
 
@@ -65,8 +63,6 @@ func summarize(m *Msg) summary {
 		MaxForwards:   m.MaxForwards,
 		ContentLength: m.ContentLength,
 		Expires:       m.Expires,
-		New:           m.NewSession(false),
-		NewOptional:   m.NewSession(true),
 		Kind:          m.Kind(),
 	}
 }
@@ -79,7 +75,7 @@ var messageTests = []struct {
 		IsRequest: true, Method: Invite, MethodBytes: "INVITE", CSeq: 1, CSeqMethod: Invite,
 		CallID: "1-12550@127.0.0.1", FromTag: "12550SIPpTag001",
 		Branch: "z9hG4bK-12550-1-0", SentBy: "127.0.0.1:47171", Transport: "UDP",
-		MaxForwards: 70, Expires: -1, ContentLength: 129, New: true, NewOptional: true, Kind: KindCall}},
+		MaxForwards: 70, Expires: -1, ContentLength: 129, Kind: KindCall}},
 	{"msgs/sipp_uas_180.sip", summary{
 		StatusCode: 180, CSeq: 1, CSeqMethod: Invite,
 		CallID: "1-12550@127.0.0.1", FromTag: "12550SIPpTag001", HasToTag: true, ToTag: "12515SIPpTag011",
@@ -109,12 +105,12 @@ var messageTests = []struct {
 		IsRequest: true, Method: Register, MethodBytes: "REGISTER", CSeq: 1, CSeqMethod: Register,
 		CallID: "1-4242@127.0.0.1", FromTag: "4242SIPpTag001",
 		Branch: "z9hG4bK-4242-1-0", SentBy: "127.0.0.1:5061", Transport: "UDP",
-		MaxForwards: 70, Expires: 3600, ContentLength: 0, New: true, NewOptional: true, Kind: KindRegistration}},
+		MaxForwards: 70, Expires: 3600, ContentLength: 0, Kind: KindRegistration}},
 	{"msgs/rfc3261_invite.sip", summary{
 		IsRequest: true, Method: Invite, MethodBytes: "INVITE", CSeq: 314159, CSeqMethod: Invite,
 		CallID: "a84b4c76e66710@pc33.atlanta.com", FromTag: "1928301774",
 		Branch: "z9hG4bK776asdhds", SentBy: "pc33.atlanta.com", Transport: "UDP",
-		MaxForwards: 70, Expires: -1, ContentLength: 156, New: true, NewOptional: true, Kind: KindCall}},
+		MaxForwards: 70, Expires: -1, ContentLength: 156, Kind: KindCall}},
 	{"msgs/rfc3261_200_invite.sip", summary{
 		StatusCode: 200, CSeq: 314159, CSeqMethod: Invite,
 		CallID: "a84b4c76e66710@pc33.atlanta.com", FromTag: "1928301774", HasToTag: true, ToTag: "a6c85cf",
@@ -134,7 +130,7 @@ var messageTests = []struct {
 		IsRequest: true, Method: Register, MethodBytes: "REGISTER", CSeq: 1826, CSeqMethod: Register,
 		CallID: "843817637684230@998sdasdh09", FromTag: "456248",
 		Branch: "z9hG4bKnashds7", SentBy: "bobspc.biloxi.com:5060", Transport: "UDP",
-		MaxForwards: 70, Expires: 7200, ContentLength: 0, New: true, NewOptional: true, Kind: KindRegistration}},
+		MaxForwards: 70, Expires: 7200, ContentLength: 0, Kind: KindRegistration}},
 	{"msgs/rfc3261_cancel.sip", summary{
 		IsRequest: true, Method: Cancel, MethodBytes: "CANCEL", CSeq: 314159, CSeqMethod: Cancel,
 		CallID: "a84b4c76e66710@pc33.atlanta.com", FromTag: "1928301774",
@@ -144,22 +140,22 @@ var messageTests = []struct {
 		IsRequest: true, Method: Invite, MethodBytes: "INVITE", CSeq: 314160, CSeqMethod: Invite,
 		CallID: "compact-a84b4c76e66710@pc33.atlanta.com", FromTag: "1928301774",
 		Branch: "z9hG4bKcompact1", SentBy: "pc33.atlanta.com", Transport: "UDP",
-		MaxForwards: 69, Expires: -1, ContentLength: 156, New: true, NewOptional: true, Kind: KindCall}},
+		MaxForwards: 69, Expires: -1, ContentLength: 156, Kind: KindCall}},
 	{"msgs/options_keepalive.sip", summary{
 		IsRequest: true, Method: Options, MethodBytes: "OPTIONS", CSeq: 1, CSeqMethod: Options,
 		CallID: "opt-1@192.0.2.20", FromTag: "opt-77",
 		Branch: "z9hG4bKopt1", SentBy: "192.0.2.20:5060", Transport: "UDP",
-		MaxForwards: 70, Expires: -1, ContentLength: 0, NewOptional: true}},
+		MaxForwards: 70, Expires: -1, ContentLength: 0}},
 	{"msgs/message_ood.sip", summary{
 		IsRequest: true, Method: Message, MethodBytes: "MESSAGE", CSeq: 1, CSeqMethod: Message,
 		CallID: "asd88asd77a@1.2.3.4", FromTag: "49583",
 		Branch: "z9hG4bK776sgdkse", SentBy: "user1pc.domain.com", Transport: "TCP",
-		MaxForwards: 70, Expires: -1, ContentLength: 18, NewOptional: true}},
+		MaxForwards: 70, Expires: -1, ContentLength: 18}},
 	{"msgs/subscribe.sip", summary{
 		IsRequest: true, Method: Subscribe, MethodBytes: "SUBSCRIBE", CSeq: 1, CSeqMethod: Subscribe,
 		CallID: "sub-1@pc33.atlanta.com", FromTag: "sub-1",
 		Branch: "z9hG4bKsub1", SentBy: "pc33.atlanta.com", Transport: "UDP",
-		MaxForwards: 70, ContentLength: 0, Expires: 3600, New: true, NewOptional: true, Kind: KindSubscription}},
+		MaxForwards: 70, ContentLength: 0, Expires: 3600, Kind: KindSubscription}},
 	{"msgs/notify_in_dialog.sip", summary{
 		IsRequest: true, Method: Notify, MethodBytes: "NOTIFY", CSeq: 1, CSeqMethod: Notify,
 		CallID: "sub-1@pc33.atlanta.com", FromTag: "not-9", HasToTag: true, ToTag: "sub-1",
@@ -174,7 +170,7 @@ var messageTests = []struct {
 		IsRequest: true, Method: Invite, MethodBytes: "INVITE", CSeq: 1, CSeqMethod: Invite,
 		CallID: "8b4e1f0a2c3d4e5f6a7b8c9d0e1f2a3b@198.51.100.23", FromTag: "4f8a2c61",
 		Branch: "z9hG4bK-524287-1---6d2f8e1c3a5b7d90", SentBy: "198.51.100.23:5060", Transport: "UDP",
-		MaxForwards: 70, Expires: -1, ContentLength: 240, New: true, NewOptional: true, Kind: KindCall}},
+		MaxForwards: 70, Expires: -1, ContentLength: 240, Kind: KindCall}},
 	{"msgs/bench_200.sip", summary{
 		StatusCode: 200, CSeq: 1, CSeqMethod: Invite,
 		CallID: "8b4e1f0a2c3d4e5f6a7b8c9d0e1f2a3b@198.51.100.23", FromTag: "4f8a2c61", HasToTag: true, ToTag: "as1d9e22f1",
@@ -185,7 +181,7 @@ var messageTests = []struct {
 		IsRequest: true, Method: Invite, MethodBytes: "INVITE", CSeq: 1, CSeqMethod: Invite,
 		CallID: "7f1e0c2a@192.0.2.10", FromTag: "abc@host/{x}|a",
 		Branch: "z9hG4bK@192.0.2.10/7f1e", SentBy: "192.0.2.10:5060", Transport: "UDP",
-		MaxForwards: 70, Expires: -1, ContentLength: 0, New: true, NewOptional: true, Kind: KindCall}},
+		MaxForwards: 70, Expires: -1, ContentLength: 0, Kind: KindCall}},
 	{"msgs/lenient_bye.sip", summary{
 		IsRequest: true, Method: Bye, MethodBytes: "BYE", CSeq: 2, CSeqMethod: Bye,
 		CallID: "7f1e0c2a@192.0.2.10", FromTag: "<9d2e>", HasToTag: true, ToTag: "abc@host/{x}|a",
@@ -209,7 +205,7 @@ var messageTests = []struct {
 		IsRequest: true, Method: Register, MethodBytes: "REGISTER", CSeq: 8, CSeqMethod: Register,
 		CallID: "dblreq.0ha0isndaksdj99sdfafnl3lk233412", FromTag: "43251j3j324",
 		Branch: "z9hG4bKkdjuw23492", SentBy: "192.0.2.125", Transport: "UDP",
-		MaxForwards: 8, Expires: -1, ContentLength: 0, New: true, NewOptional: true, Kind: KindRegistration}},
+		MaxForwards: 8, Expires: -1, ContentLength: 0, Kind: KindRegistration}},
 	{"rfc4475/valid/noreason.dat", summary{
 		StatusCode: 100, CSeq: 35, CSeqMethod: Invite,
 		CallID: "noreason.asndj203insdf99223ndf", FromTag: "39ansfi3", HasToTag: true, ToTag: "902jndnke3",
@@ -220,7 +216,7 @@ var messageTests = []struct {
 		IsRequest: true, Method: Invite, MethodBytes: "INVITE", CSeq: 56, CSeqMethod: Invite,
 		CallID: "inv2543.1717@ift.client.example.com",
 		SentBy: "iftgw.example.com", Transport: "UDP",
-		MaxForwards: -1, Expires: -1, ContentLength: -1, New: true, NewOptional: true, Kind: KindCall}},
+		MaxForwards: -1, Expires: -1, ContentLength: -1, Kind: KindCall}},
 }
 
 func TestScanMessages(t *testing.T) {
