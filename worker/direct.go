@@ -218,6 +218,9 @@ type direct struct {
 	// frame, or without a timestamp), and the frame the door gave this
 	// worker, if it did.
 	arrived int64
+	// behind is how many datagrams read in the same batch follow the one
+	// in hand.
+	behind int
 	// wait is how long the datagram in hand counts as having waited: what
 	// it waited in the socket, but no longer than the backlog behind it
 	// takes to handle (waitFor).
@@ -365,16 +368,19 @@ func (d *direct) waitFor(measured int64) int64 {
 	if measured <= waitCheck || d.cost == 0 {
 		return measured
 	}
+	// The datagrams read with it in one batch wait behind it as those in
+	// the socket do.
+	behind := float64(d.behind)
 	// The next datagram's length, 0 with none: exact, where the buffer's
 	// count below lags, as UDP frees read datagrams in batches.
 	if next, err := unix.IoctlGetInt(d.fd, unix.SIOCINQ); err == nil && next == 0 {
-		return 0
+		return min(measured, int64(behind*d.cost))
 	}
 	queued, _, e := rawio.SocketMemory(d.fd)
 	if e != 0 {
 		return measured
 	}
-	backlog := max(float64(queued)/(d.size+skbOverhead), 1) * d.cost
+	backlog := max(float64(queued)/(d.size+skbOverhead)+behind, 1) * d.cost
 	return min(measured, int64(backlog))
 }
 

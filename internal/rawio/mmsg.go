@@ -1,0 +1,85 @@
+package rawio
+
+import (
+	"net/netip"
+	"syscall"
+	"unsafe"
+)
+
+// mmsghdr is the kernel's struct mmsghdr: a msghdr and the length the call
+// received into it.
+type mmsghdr struct {
+	hdr syscall.Msghdr
+	n   uint32
+	_   [4]byte
+}
+
+// Batch is what one Recvmmsg reads: up to len(Bufs) datagrams, each with
+// its sender and control messages. Its buffers are made once and reused, so
+// a read allocates nothing.
+type Batch struct {
+	hdrs  []mmsghdr
+	iovs  []syscall.Iovec
+	names []syscall.RawSockaddrAny
+	bufs  [][]byte
+	oobs  [][]byte
+	room  int
+}
+
+// NewBatch makes a batch of n datagrams of up to size bytes each, read after
+// room free bytes of its buffer (a frame header to fill in place), with oob
+// bytes of control messages each.
+func NewBatch(n, room, size, oob int) *Batch {
+	b := &Batch{
+		hdrs:  make([]mmsghdr, n),
+		iovs:  make([]syscall.Iovec, n),
+		names: make([]syscall.RawSockaddrAny, n),
+		bufs:  make([][]byte, n),
+		oobs:  make([][]byte, n),
+		room:  room,
+	}
+	for i := range b.hdrs {
+		b.bufs[i] = make([]byte, room+size)
+		b.oobs[i] = make([]byte, oob)
+		b.iovs[i].Base = &b.bufs[i][room]
+		b.iovs[i].SetLen(size)
+		h := &b.hdrs[i].hdr
+		h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
+		h.Iov = &b.iovs[i]
+		h.Iovlen = 1
+		if oob > 0 {
+			h.Control = &b.oobs[i][0]
+		}
+	}
+	return b
+}
+
+// Len is how many datagrams the batch holds at most.
+func (b *Batch) Len() int { return len(b.hdrs) }
+
+// Recvmmsg reads into b as many datagrams as fd has queued, up to b.Len(),
+// in one call, and says how many. Fewer than b.Len() means the socket was
+// empty when the call returned, which spares the caller a read that would
+// find nothing.
+func Recvmmsg(fd int, b *Batch) (int, syscall.Errno) {
+	for i := range b.hdrs {
+		h := &b.hdrs[i].hdr
+		h.Namelen = uint32(unsafe.Sizeof(b.names[i]))
+		h.SetControllen(len(b.oobs[i]))
+		h.Flags = 0
+	}
+	n, _, e := syscall.RawSyscall6(syscall.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(len(b.hdrs)),
+		0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), 0
+}
+
+// Msg is datagram i of the last read: the buffer from its free room to
+// the datagram's end, the datagram's control messages, and its sender
+// (unmapped, as Recvfrom says it).
+func (b *Batch) Msg(i int) (frame, oob []byte, from netip.AddrPort) {
+	h := &b.hdrs[i]
+	return b.bufs[i][:b.room+int(h.n)], b.oobs[i][:h.hdr.Controllen], addrPort(&b.names[i])
+}
