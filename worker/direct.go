@@ -221,6 +221,9 @@ type direct struct {
 	// behind is how many datagrams read in the same batch follow the one
 	// in hand.
 	behind int
+	// emptied: the batch of the datagram in hand was short, so the socket
+	// had nothing left when it was read.
+	emptied bool
 	// wait is how long the datagram in hand counts as having waited: what
 	// it waited in the socket, but no longer than the backlog behind it
 	// takes to handle (waitFor).
@@ -371,6 +374,11 @@ func (d *direct) waitFor(measured int64) int64 {
 	// The datagrams read with it in one batch wait behind it as those in
 	// the socket do.
 	behind := float64(d.behind)
+	if d.behind == 0 && d.emptied {
+		// The last of a batch that emptied the socket: nothing waited
+		// behind it, which spares the calls that would ask.
+		return 0
+	}
 	// The next datagram's length, 0 with none: exact, where the buffer's
 	// count below lags, as UDP frees read datagrams in batches.
 	if next, err := unix.IoctlGetInt(d.fd, unix.SIOCINQ); err == nil && next == 0 {

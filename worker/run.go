@@ -655,7 +655,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 		}
 		if src >= len(w.replies) {
 			if rerr == nil {
-				w.direct.behind = bn - bi
+				w.direct.behind, w.direct.emptied = bn-bi, bn < batch.Len()
 				w.direct.read(dframe, from, doob)
 				w.checkDrained()
 				// The wait the datagram showed falls at a tick.
