@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sipvisor/sipvisor/internal/sipstream"
 )
 
 const resp200 = "SIP/2.0 200 OK\r\n" +
@@ -63,33 +65,6 @@ func TestScanErrors(t *testing.T) {
 	}
 }
 
-func TestFrameLen(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		in      string
-		skip, n int
-		err     string
-	}{
-		{in: "SIP/2.0 200 OK\r\nContent-Length: 3\r\n\r\nabcNEXT", n: 40},
-		{in: "\r\n\r\nSIP/2.0 200 OK\r\nl: 0\r\n\r\n", skip: 4, n: 24},
-		{in: "SIP/2.0 200 OK\r\nContent-Length: 10\r\n\r\nabc", n: 0},
-		{in: "SIP/2.0 200 OK\r\nContent-Le", n: 0},
-		{in: "SIP/2.0 200 OK\r\nCall-ID: x\r\n\r\n", err: "without Content-Length"},
-		{in: "SIP/2.0 200 OK\r\nContent-Length: -1\r\n\r\n", err: "bad Content-Length"},
-	} {
-		skip, n, err := frameLen([]byte(tc.in))
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%q: want error with %q, have %v", tc.in, tc.err, err)
-			}
-			continue
-		}
-		if err != nil || skip != tc.skip || n != tc.n {
-			t.Errorf("%q: want %d %d, have %d %d %v", tc.in, tc.skip, tc.n, skip, n, err)
-		}
-	}
-}
-
 // A response sipload builds must scan back to what it said: the request's
 // Via, a To tag, our Contact.
 func TestBuildScansBack(t *testing.T) {
@@ -118,7 +93,8 @@ func FuzzScan(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m msg
 		_ = m.scan(b)
-		_, _, _ = frameLen(b)
+		fr := sipstream.Framer{MaxHeader: maxStreamHeader, MaxBody: maxStreamBody}
+		_, _, _ = fr.Next(b)
 	})
 }
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sipvisor/sipvisor/internal/sipstream"
 )
 
 // packet is one received SIP message, handed from a reader goroutine to the
@@ -170,17 +172,25 @@ type tcpTransport struct {
 	shut  bool // closed: a handshake that ends now is not served
 }
 
+// The bounds of a message sipload reads from a stream: a header of 64 KiB,
+// a body of 1 MiB.
+const (
+	maxStreamHeader = 64 << 10
+	maxStreamBody   = 1 << 20
+)
+
 // readStream frames messages off one connection. A client's only connection
 // closing ends its run (reportClose), a server's peer leaving does not.
 func readStream(sc *streamConn, k *sink, reportClose bool, done func()) {
 	defer done()
 	buf := make([]byte, 0, 256<<10)
 	tmp := make([]byte, 64<<10)
+	fr := sipstream.Framer{MaxHeader: maxStreamHeader, MaxBody: maxStreamBody}
 	for {
 		n, err := sc.c.Read(tmp)
 		buf = append(buf, tmp[:n]...)
 		for {
-			skip, l, ferr := frameLen(buf)
+			skip, l, ferr := fr.Next(buf)
 			if ferr != nil {
 				k.fail(fmt.Errorf("tcp from %s: %w", sc.c.RemoteAddr(), ferr))
 				sc.c.Close()

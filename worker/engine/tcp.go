@@ -20,6 +20,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/internal/sipstream"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/worker"
@@ -531,50 +532,59 @@ func (w *Worker) closeConn(tc *tcpConn, reason string) {
 	}
 }
 
-// readStreamMessage reads one message: CRLF keep-alives are skipped, the
-// header ends at an empty line, the body is Content-Length bytes.
+// readStreamMessage reads one message, framed by sipstream: the header
+// ends at an empty line, the body is Content-Length bytes. The message is
+// framed where the reader buffers it and copied out once, whole; one that
+// outgrows the buffer is gathered beside it.
 func readStreamMessage(r *bufio.Reader) ([]byte, error) {
-	var buf []byte
-	length := -1
+	f := sipstream.Framer{MaxHeader: maxTCPMessage, MaxBody: maxTCPMessage}
+	// big holds the message's first bytes once it outgrows r's buffer.
+	var big []byte
 	for {
-		line, err := r.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
-			return nil, errors.New("header line too long")
+		b, _ := r.Peek(r.Buffered())
+		m := b
+		if big != nil {
+			m = append(big, b...)
 		}
+		skip, n, err := f.Next(m)
 		if err != nil {
 			return nil, err
 		}
-		if len(buf) == 0 && len(bytes.TrimSpace(line)) == 0 {
-			continue // keep-alive
+		if skip > 0 && big == nil {
+			// Keep-alives before the message: not part of it.
+			r.Discard(skip)
+			f.Reset()
+			continue
 		}
-		buf = append(buf, line...)
-		if len(buf) > maxTCPMessage {
-			return nil, fmt.Errorf("message header over %d bytes", maxTCPMessage)
-		}
-		t := bytes.TrimSpace(line)
-		if len(t) == 0 {
-			break
-		}
-		if i := bytes.IndexByte(t, ':'); i > 0 {
-			name := bytes.TrimSpace(t[:i])
-			if bytes.EqualFold(name, []byte("Content-Length")) || bytes.EqualFold(name, []byte("l")) {
-				n, err := strconv.Atoi(string(bytes.TrimSpace(t[i+1:])))
-				if err != nil || n < 0 || n > maxTCPMessage {
-					return nil, fmt.Errorf("bad Content-Length %q", t[i+1:])
-				}
-				length = n
+		if n > 0 {
+			if big != nil {
+				r.Discard(n - len(big))
+				return m[:n], nil
 			}
+			msg := append([]byte(nil), b[:n]...)
+			r.Discard(n)
+			return msg, nil
+		}
+		if big == nil && len(b) < r.Size() {
+			// More of it, in the buffer.
+			if _, err := r.Peek(len(b) + 1); err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+				return nil, err
+			}
+			continue
+		}
+		// The buffer is full and the message goes on: gather it beside,
+		// out of the buffer, which the next read overwrites.
+		if big == nil {
+			m = append(make([]byte, 0, max(f.Need(), 2*len(b))), b...)
+		} else if need := f.Need(); need > cap(m) {
+			m = append(make([]byte, 0, need), m...)
+		}
+		big = m
+		r.Discard(len(b))
+		if _, err := r.Peek(1); err != nil {
+			return nil, err
 		}
 	}
-	if length < 0 {
-		return nil, errors.New("message without Content-Length on a stream")
-	}
-	start := len(buf)
-	buf = append(buf, make([]byte, length)...)
-	if _, err := io.ReadFull(r, buf[start:]); err != nil {
-		return nil, err
-	}
-	return buf, nil
 }
 
 // connTo returns a connection of proto ("tcp", "tls", "ws" or "wss") to
