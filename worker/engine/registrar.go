@@ -49,68 +49,6 @@ func homeDomain(domains []string, self []netip.AddrPort, keepPort bool) string {
 	return a.String()
 }
 
-// served reports whether host is one of the domain setting's domains.
-func (w *Worker) served(host string) bool {
-	for _, d := range w.opt.Domains {
-		if strings.EqualFold(d, host) {
-			return true
-		}
-	}
-	return false
-}
-
-// isOwnAddr reports whether host:port is an address this server receives
-// SIP on, strictly: a socket bound to 0.0.0.0 owns the addresses of this
-// host's interfaces, not every address with its port.
-func (w *Worker) isOwnAddr(host string, port int) bool {
-	ip, err := hostIPNoLookup(host)
-	if err != nil {
-		return false
-	}
-	if port == 0 {
-		port = 5060
-	}
-	return w.ownAddrPort(netip.AddrPortFrom(ip, uint16(port)))
-}
-
-func (w *Worker) ownAddrPort(ap netip.AddrPort) bool {
-	ip := ap.Addr().Unmap()
-	for _, s := range w.self {
-		if s.Port() != ap.Port() {
-			continue
-		}
-		if s.Addr() == ip || s.Addr().IsUnspecified() && (ip.IsLoopback() || w.localIPs[ip]) {
-			return true
-		}
-	}
-	return false
-}
-
-func hostIPNoLookup(host string) (netip.Addr, error) {
-	host = strings.Trim(host, "[]")
-	if strings.EqualFold(host, "localhost") {
-		return netip.AddrFrom4([4]byte{127, 0, 0, 1}), nil
-	}
-	ip, err := netip.ParseAddr(host)
-	return ip.Unmap(), err
-}
-
-// interfaceIPs are this host's addresses, what a socket bound to 0.0.0.0
-// receives on.
-func interfaceIPs() map[netip.Addr]bool {
-	out := map[netip.Addr]bool{}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return out
-	}
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil {
-			out[p.Addr().Unmap()] = true
-		}
-	}
-	return out
-}
-
 // errLoop is a relay whose next hop is this server itself.
 var errLoop = errors.New("next hop is this server")
 

@@ -819,64 +819,6 @@ func hostIP(host string) (netip.Addr, error) {
 	return ips[0].Unmap(), nil
 }
 
-// isMyself reports whether host[:port] is one of this server's addresses,
-// or host one of its served domains (any port). A missing port means 5060.
-func (w *Worker) isMyself(host string, port int) bool {
-	ip, ok := parseIP(strings.Trim(host, "[]"))
-	if !ok {
-		if w.served(host) {
-			return true
-		}
-		if !strings.EqualFold(host, "localhost") {
-			return false
-		}
-		ip = netip.AddrFrom4([4]byte{127, 0, 0, 1})
-	}
-	ip = ip.Unmap()
-	if port == 0 {
-		port = 5060
-	}
-	for _, s := range w.self {
-		if int(s.Port()) != port {
-			continue
-		}
-		if s.Addr() == ip || s.Addr().IsUnspecified() {
-			return true
-		}
-	}
-	return false
-}
-
-// parseIP is netip.ParseAddr without the error, which it allocates: a
-// domain name, in the From of most requests, is no address, and only what
-// starts with a digit (IPv4) or holds a colon (IPv6) can be one.
-func parseIP(s string) (netip.Addr, bool) {
-	if s == "" || !('0' <= s[0] && s[0] <= '9') && strings.IndexByte(s, ':') < 0 {
-		return netip.Addr{}, false
-	}
-	ip, err := netip.ParseAddr(s)
-	return ip, err == nil
-}
-
-func (w *Worker) uriIsMyself(s string) bool {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return false
-	}
-	if !strings.Contains(s, ":") || strings.HasPrefix(s, "[") {
-		return w.isMyself(s, 0)
-	}
-	var u sip.Uri
-	if err := sip.ParseUri(strings.Trim(s, "<>"), &u); err != nil || u.Host == "" {
-		// host:port without a scheme
-		if ap, err := netip.ParseAddrPort(s); err == nil {
-			return w.isMyself(ap.Addr().String(), int(ap.Port()))
-		}
-		return false
-	}
-	return w.isMyself(u.Host, u.Port)
-}
-
 func (w *Worker) newBranch() string {
 	w.branchSeq++
 	return w.branchPrefix + strconv.FormatUint(w.branchSeq, 36)
