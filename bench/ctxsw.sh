@@ -1,46 +1,70 @@
 #!/usr/bin/env bash
-# Context switches and CPU per call of sipvisor's process tree: a quick A/B
-# check for changes to how processes wake, lighter than run.sh. Calls go
-# sipload uac -> sipvisor (2 UDP workers, stateful relay) -> sipload uas,
-# all on 127.0.0.1.
+# System calls, context switches and CPU per call of each server's whole
+# process tree, sipvisor beside Kamailio: SIPp UAC -> server (stateful relay)
+# -> SIPp UAS, all on 127.0.0.1, each server with --children UDP workers.
+# System calls are counted by perf from the kernel's tracepoint, which slows
+# nothing as strace does (bench/syscalls.sh says which calls; this says how
+# many, unwatched); context switches are read from /proc. Counts move little
+# with a shared machine's load, unlike time: they are what to compare.
 #
-#   bench/ctxsw.sh [BIN] [RATE] [CALLS]     # defaults: bin/sipvisor 300 3000
+#   bench/ctxsw.sh [--servers sipvisor,kamailio] [--rate 400] [--calls 6000]
+#                  [--children 2] [--reps 1] [--out DIR]
 #
-# REPLY_SOCKETS=yes in the environment runs the workers with
-# worker_reply_sockets = yes.
-#
-# Context switches are counted from /proc/PID/task/*/status of the
-# supervisor and its workers: a count, so it moves little with the noise of
-# a shared machine, unlike time.
+# Without perf (apt-get install linux-perf) the system calls are left out.
+# Writes DIR/summary.txt, one line per server and repetition.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-source bench/lib.sh
-BIN=${1:-bin/sipvisor}
-RATE=${2:-300}
-CALLS=${3:-3000}
-SIP=47611 HTTP=47612 UAS=47621
-[ -x bin/sipload ] || make -s build
-work=$(mktemp -d)
-trap 'kill $SV $UASPID 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-cat >"$work/ab.cfg" <<CFG
-socket = udp:127.0.0.1:$SIP
-http_listen = 127.0.0.1:$HTTP
-udp_workers = 2
-${REPLY_SOCKETS:+worker_reply_sockets = yes}
-timer_workers = 1
-$(relay_route $UAS)
-CFG
-"$BIN" -f "$work/ab.cfg" >"$work/sipvisor.log" 2>&1 &
-SV=$!
-bin/sipload -sn uas -i 127.0.0.1 -p $UAS -q >/dev/null 2>&1 &
-UASPID=$!
-for _ in $(seq 1 100); do curl -fsS http://127.0.0.1:$HTTP/readyz >/dev/null 2>&1 && break; sleep 0.1; done
-tree() { echo $SV; pgrep -P $SV || true; }
-switches() { for p in $(tree); do cat /proc/$p/task/*/status 2>/dev/null; done | awk '/ctxt_switches:/ { n += $2 } END { print n + 0 }'; }
-ticks() { for p in $(tree); do awk '{ print $14 + $15 }' /proc/$p/stat 2>/dev/null; done | awk '{ n += $1 } END { print n + 0 }'; }
-c0=$(switches) t0=$(ticks)
-bin/sipload 127.0.0.1:$SIP -sn uac -i 127.0.0.1 -r "$RATE" -m "$CALLS" -q >"$work/uac.out" 2>&1 || true
-c1=$(switches) t1=$(ticks)
-hz=$(getconf CLK_TCK)
-awk -v c=$((c1 - c0)) -v t=$((t1 - t0)) -v n="$CALLS" -v hz="$hz" -v ok="$(grep -o 'succeeded [0-9]*' "$work/uac.out" | head -1)" \
-	'BEGIN { printf "%s of %d calls: %.1f context switches and %.3f CPU ms per call\n", ok, n, c / n, t * 1000 / hz / n }'
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+servers=sipvisor,kamailio
+rate=400
+calls=6000
+reps=1
+CHILDREN=2
+out=${BENCH_OUT:-/tmp/sipvisor-bench/ctxsw}
+
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+FLAGS=(servers rate calls reps children=CHILDREN out)
+parse_flags "$@"
+need_positive rate calls reps CHILDREN
+command -v sipp >/dev/null || die "sipp not installed: run make bench-install"
+perf=
+if command -v perf >/dev/null && perf stat -e raw_syscalls:sys_enter -x, true 2>/dev/null; then perf=yes; fi
+
+mkdir -p "$out"
+: >"$out/summary.txt"
+trap bench_cleanup EXIT
+trap 'exit 130' INT TERM
+case ,$servers, in *,sipvisor,*) build_sipvisor "$out" ;; esac
+
+for ((rep = 1; rep <= reps; rep++)); do
+	for server in ${servers//,/ }; do
+		work=$out/$server-$rep
+		mkdir -p "$work"
+		start_uas "$work"
+		start_server "$server" "$work"
+		# Direct reads begin once admission has been open a second; the
+		# warm-up also fills the heaps and the transaction tables.
+		sleep 2
+		run_uac "$work/warm" call "$rate" $((rate * 2)) "$UAC_PORT"
+		c0=$(tree_ctxsw "$SERVER_PID") t0=$(tree_cpu_exact "$SERVER_PID")
+		pp=
+		if [ -n "$perf" ]; then
+			perf stat -x, -e raw_syscalls:sys_enter -p "$(tree_pids "$SERVER_PID" | paste -sd,)" \
+				-o "$work/perf.txt" &
+			pp=$!
+			BG_PIDS+=("$pp")
+		fi
+		run_uac "$work/run" call "$rate" "$calls" "$UAC_PORT"
+		[ -z "$pp" ] || { kill -INT "$pp"; wait "$pp" || true; BG_PIDS=(); }
+		c1=$(tree_ctxsw "$SERVER_PID") t1=$(tree_cpu_exact "$SERVER_PID")
+		ok=$(stat_last "$work/run" 'SuccessfulCall(C)')
+		sc=NA
+		[ -z "$perf" ] || sc=$(awk -F, -v n="$calls" '/sys_enter/ { printf "%.2f", $1 / n }' "$work/perf.txt")
+		awk -v s="$server" -v r="$rep" -v ok="$ok" -v n="$calls" -v sc="$sc" \
+			-v c=$((c1 - c0)) -v t0="$t0" -v t1="$t1" 'BEGIN {
+				printf "%-9s rep %d: %s of %d calls; per call %s system calls, %.2f context switches, %.3f CPU ms\n",
+					s, r, ok, n, sc, c / n, (t1 - t0) * 1000 / n }' | tee -a "$out/summary.txt" >&2
+		stop_server
+		stop_uas
+	done
+done
