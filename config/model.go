@@ -157,6 +157,10 @@ type WorkerSettings struct {
 	ReplySockets bool `json:"reply_sockets"`
 	// DirectReads: udp_direct_reads (default yes).
 	DirectReads bool `json:"direct_reads"`
+	// UpgradeTimeout: upgrade_timeout (default 30s), how long a new
+	// binary started by an upgrade may take to be ready before it is
+	// stopped and the running one keeps serving.
+	UpgradeTimeout time.Duration `json:"upgrade_timeout"`
 }
 
 // Watermark is a high/low pair of one monitor.

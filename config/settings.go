@@ -93,6 +93,8 @@ var settings = []setting{
 
 	{Name: "worker_ready_timeout", Kind: kindDuration, Default: "5s", Min: 0.001, Max: 600, HasMax: true, Doc: "How long a new worker may take to report ready before it is killed.",
 		set: func(c *Config, v value) { c.Workers.ReadyTimeout = v.d }},
+	{Name: "upgrade_timeout", Kind: kindDuration, Default: "30s", Min: 1, Max: 3600, HasMax: true, Doc: "How long the new binary that `sipvisor ctl upgrade` (or SIGUSR2) starts may take to load its config and have a ready worker in every group; past it, the new process is stopped and the running one keeps serving, as when the new one exits.",
+		set: func(c *Config, v value) { c.Workers.UpgradeTimeout = v.d }},
 	{Name: "worker_drain_timeout", Kind: kindDuration, Default: fmt.Sprintf("%ds", int(sessions.DrainTimeout/time.Second)),
 		Min: sessions.PendingInvite.Seconds(), Max: 3600, HasMax: true,
 		MinWhy: fmt.Sprintf("a worker drained sooner than a ringing INVITE may stay pending (fr_inv %v, then 64×T1 %v) would cut calls still ringing", sessions.InviteTimeout, sessions.TransactionLifetime),

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,13 @@ func writePS(w io.Writer, gs []Group) error {
 	}
 	t := table(w)
 	fmt.Fprintln(t, "GROUP\tKIND\tPROFILE\tWORKERS\tLOAD 1s/1m/10m")
+	gs = slices.Clone(gs)
+	for i, g := range gs {
+		// Two generations overlap after an upgrade: each group says whose.
+		if g.Generation != 0 {
+			gs[i].Name = fmt.Sprintf("gen%d/%s", g.Generation, g.Name)
+		}
+	}
 	for _, g := range gs {
 		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\n", g.Name, g.Kind, orDash(g.Profile), len(g.Workers), fmtLoads(g.Load))
 	}

@@ -37,6 +37,9 @@ commands:
   resume                 end a suspension made by suspend
   resource-monitor       monitors and limits, * beside each over its threshold
   reload                 re-read the config file (as SIGHUP)
+  upgrade                start the binary on disk as a new supervisor that takes
+                         over every socket, and let this one drain (as SIGUSR2);
+                         rolled back, with the new one's last lines, if it fails
   wait-ready             wait until sipvisor takes new calls (/readyz), at
                          most -timeout: for scripts that start it
   ul show [AOR]          registered bindings (AOR sip:user@domain, or a user name)
@@ -265,6 +268,22 @@ func (cmd *command) run(ctx context.Context, words []string) error {
 		}
 		var r ReloadResult
 		return cmd.call(ctx, http.MethodPost, "reload", nil, &r, func() error { return writeReload(cmd.stdout, r) })
+	case "upgrade":
+		if err := want(0, 0, "no arguments"); err != nil {
+			return err
+		}
+		// The new binary may take up to upgrade_timeout to be ready: the
+		// default -timeout would give up on it first.
+		if cmd.c.http.Timeout < 5*time.Minute {
+			c := *cmd.c.http
+			c.Timeout = 5 * time.Minute
+			cmd.c.http = &c
+		}
+		var r UpgradeResult
+		return cmd.call(ctx, http.MethodPost, "upgrade", nil, &r, func() error {
+			_, err := fmt.Fprintf(cmd.stdout, "upgraded: generation %d (pid %d, version %s) serves; the previous one drains its calls\n", r.Generation, r.Pid, r.Version)
+			return err
+		})
 	case "resource-monitor":
 		if err := want(0, 0, "no arguments"); err != nil {
 			return err

@@ -107,6 +107,17 @@ type Group struct {
 	// Load is the mean over the group's live, non-draining workers.
 	Load    Loads    `json:"load"`
 	Workers []Worker `json:"workers"`
+	// Generation is set while two generations of supervisor overlap after
+	// an upgrade: which one the group belongs to (the older one drains).
+	Generation int `json:"generation,omitempty"`
+}
+
+// UpgradeResult answers POST /mi/upgrade: the new generation that serves.
+type UpgradeResult struct {
+	Upgraded   bool   `json:"upgraded"`
+	Pid        int    `json:"pid"`
+	Generation int    `json:"generation"`
+	Version    string `json:"version"`
 }
 
 // Worker is one worker process.

@@ -122,6 +122,14 @@ func Bind(addrs []Addr) ([]*Socket, error) { return BindUDPGroups(addrs, false) 
 // use, whether the holder shares it or not; on port 0, that bind picks the
 // port, so that the group joins no other's.
 func BindUDPGroups(addrs []Addr, groups bool) ([]*Socket, error) {
+	return BindFrom(addrs, groups, nil)
+}
+
+// BindFrom is BindUDPGroups, taking over instead of binding each address
+// for which inherited returns a descriptor: the socket a previous
+// sipvisor bound and passed on at an upgrade, so that not one datagram or
+// connection waits for a bind. inherited may be nil.
+func BindFrom(addrs []Addr, groups bool, inherited func(Addr) *os.File) ([]*Socket, error) {
 	var out []*Socket
 	fail := func(err error) ([]*Socket, error) {
 		Close(out)
@@ -129,6 +137,17 @@ func BindUDPGroups(addrs []Addr, groups bool) ([]*Socket, error) {
 	}
 	for _, a := range addrs {
 		s := &Socket{Addr: a}
+		if inherited != nil {
+			if f := inherited(a); f != nil {
+				err := s.adopt(f)
+				f.Close()
+				if err != nil {
+					return fail(fmt.Errorf("take over %s: %w", a, err))
+				}
+				out = append(out, s)
+				continue
+			}
+		}
 		hp := net.JoinHostPort(a.Host, strconv.Itoa(a.Port))
 		switch a.Proto {
 		case "udp":
@@ -161,6 +180,46 @@ func BindUDPGroups(addrs []Addr, groups bool) ([]*Socket, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// adopt makes s of an inherited descriptor, which must be a socket of the
+// kind s.Addr names.
+func (s *Socket) adopt(f *os.File) error {
+	if s.Addr.Proto == "udp" {
+		pc, err := net.FilePacketConn(f)
+		if err != nil {
+			return err
+		}
+		c, ok := pc.(*net.UDPConn)
+		if !ok {
+			pc.Close()
+			return fmt.Errorf("descriptor %s is not a UDP socket", f.Name())
+		}
+		s.UDP = c
+		s.Bound = boundAddr("udp", c.LocalAddr())
+		return nil
+	}
+	l, err := net.FileListener(f)
+	if err != nil {
+		return err
+	}
+	tl, ok := l.(*net.TCPListener)
+	if !ok {
+		l.Close()
+		return fmt.Errorf("descriptor %s is not a TCP listener", f.Name())
+	}
+	s.TCP = tl
+	s.Bound = boundAddr(s.Addr.Proto, tl.Addr())
+	return nil
+}
+
+// File duplicates the socket's descriptor, to pass the socket itself to
+// another process.
+func (s *Socket) File() (*os.File, error) {
+	if s.UDP != nil {
+		return s.UDP.File()
+	}
+	return s.TCP.File()
 }
 
 func listenUDP(ua *net.UDPAddr, group bool) (*net.UDPConn, error) {

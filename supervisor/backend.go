@@ -47,7 +47,7 @@ func (b backend) PS() []ctl.Group {
 		sort.Slice(g.Workers, func(i, j int) bool { return g.Workers[i].ID < g.Workers[j].ID })
 		out = append(out, g)
 	}
-	return out
+	return s.withOldPS(out)
 }
 
 func (b backend) Stats() ctl.Stats {

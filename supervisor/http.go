@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sipvisor/sipvisor/ctl"
 )
 
 var errServerClosed = http.ErrServerClosed
@@ -20,6 +22,7 @@ func (s *Supervisor) httpServer() *http.Server {
 	if h := s.miHandler(); h != nil {
 		mux.Handle("/mi/", h)
 	}
+	mux.Handle("POST /mi/upgrade", ctl.RequireToken(s.config().HTTPToken, http.HandlerFunc(s.upgradeHandler)))
 	s.registerPprof(mux)
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 }

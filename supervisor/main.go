@@ -37,6 +37,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runCtl(ctx, args[1:], stdout, stderr)
 		}
 	}
+	// A process an upgrade started tells the old one what goes wrong at
+	// start, through the pipe that is its stderr until the hand-over.
+	inherited, err := takeInheritance()
+	if err != nil {
+		fmt.Fprintln(stderr, "sipvisor:", err)
+		return 1
+	}
+	if inherited != nil {
+		stderr = inherited.out
+	}
 	fs := flag.NewFlagSet("sipvisor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	file := fs.String("f", "", "config `file` (opensips.cfg style); the built-in config when empty")
@@ -95,7 +105,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *level != "" {
 		levelVar = nil
 	}
-	s, err := New(Options{Config: cfg, ConfigPath: *file, Logger: logger, LogLevel: levelVar, LogFormat: strings.ToLower(lf)})
+	logger = logger.With("generation", generation())
+	s, err := New(Options{Config: cfg, ConfigPath: *file, Logger: logger, LogLevel: levelVar, LogFormat: strings.ToLower(lf), inherited: inherited})
 	if err != nil {
 		fmt.Fprintln(stderr, "sipvisor:", err)
 		return 1

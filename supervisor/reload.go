@@ -57,6 +57,7 @@ var liveSettings = []struct {
 	{"auto_scaling_cooldown", func(c *config.Config) any { return c.AutoScalingCooldown }},
 	{"worker_ready_timeout", func(c *config.Config) any { return c.Workers.ReadyTimeout }},
 	{"worker_drain_timeout", func(c *config.Config) any { return c.Workers.DrainTimeout }},
+	{"upgrade_timeout", func(c *config.Config) any { return c.Workers.UpgradeTimeout }},
 	{"worker_memory_limit", func(c *config.Config) any { return c.Workers.MemoryLimit }},
 	{"worker_reply_sockets", func(c *config.Config) any { return c.Workers.ReplySockets }},
 	// Connections: the supervisor reads the limits at each accept; TCP

@@ -51,6 +51,10 @@ type Options struct {
 	LogFormat string
 	// Registry receives every metric; nil makes a new one.
 	Registry *prometheus.Registry
+
+	// inherited is what an upgrade passed (takeInheritance), nil when
+	// this process was started otherwise.
+	inherited *inheritance
 }
 
 // Supervisor owns the SIP sockets, the worker groups, the cycle loop and the
@@ -132,6 +136,9 @@ type Supervisor struct {
 	// shorten it).
 	cpuProfiling atomic.Bool
 	profileWait  atomic.Int64
+
+	// up is this supervisor's part in upgrades (upgrade.go).
+	up upgradeState
 }
 
 // groupRun is a worker group and the scaling state the cycle loop keeps for it.
@@ -205,6 +212,7 @@ func New(o Options) (*Supervisor, error) {
 	s.connSess = newConnSessions(s.frontDoors)
 	s.connSess.t.MaxCallDuration.Store(int64(o.Config.Limits.MaxCallDuration))
 	s.m = newMetrics(s.reg)
+	s.initUpgrade(o.inherited)
 	s.conns = newConnCounts(s.reg)
 	s.bans = newBanAuthority(s.log, s.reg, o.Config.Bans, s.banWorkers)
 	s.passCounts = newPassCounts(s.reg)
@@ -221,8 +229,22 @@ func New(o Options) (*Supervisor, error) {
 		addrs = append(addrs, listeners.Addr{Proto: sk.Proto, Host: sk.Host, Port: sk.Port})
 	}
 	var err error
-	s.sockets, err = listeners.BindUDPGroups(addrs, o.Config.Workers.DirectReads)
+	if o.inherited != nil && o.Config.Workers.DirectReads {
+		// The old generation's workers are members of each port's
+		// SO_REUSEPORT group until they have drained, and the kernel
+		// renumbers a group's members as they leave: this generation's
+		// members would not keep the numbers its program places datagrams
+		// by. So its door reads each port until the next start.
+		s.log.Warn("udp_direct_reads is off in a generation started by an upgrade: the supervisor's door reads each UDP port until the next start")
+		c := *o.Config
+		c.Workers.DirectReads = false
+		o.Config = &c
+		s.opts.Config = &c
+		s.cfg.Store(&c)
+	}
+	s.sockets, err = listeners.BindFrom(addrs, o.Config.Workers.DirectReads, s.inheritedSocket)
 	if err != nil {
+		o.inherited.closeRest()
 		return nil, err
 	}
 	// Workers learn here the ports the kernel picked for a port 0; a
@@ -233,7 +255,13 @@ func New(o Options) (*Supervisor, error) {
 		adv[i] = listeners.Addr{Proto: sk.Addr.Proto, Host: sk.Addr.Host, Port: sk.Bound.Port}
 	}
 	s.opts.Worker.Env = append(s.opts.Worker.Env, listeners.EnvBound+"="+listeners.FormatAddrs(adv))
-	s.httpLn, err = net.Listen("tcp", o.Config.HTTPListen)
+	if f := o.inherited.take("http:" + o.Config.HTTPListen); f != nil {
+		s.httpLn, err = net.FileListener(f)
+		f.Close()
+	} else {
+		s.httpLn, err = net.Listen("tcp", o.Config.HTTPListen)
+	}
+	o.inherited.closeRest()
 	if err != nil {
 		listeners.Close(s.sockets)
 		return nil, fmt.Errorf("control address %s: %w", o.Config.HTTPListen, err)
@@ -357,6 +385,19 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	signal.Notify(term, os.Interrupt, sigTERM)
 	defer signal.Stop(term)
 
+	if s.up.in != nil {
+		if err := s.awaitHandOver(ctx, term); err != nil {
+			s.httpLn.Close()
+			s.stopGroups()
+			return err
+		}
+	}
+	defer func() {
+		if l := s.up.link.Load(); l != nil && s.up.old {
+			l.close()
+		}
+	}()
+
 	// The front doors and the control server run outside the run group:
 	// while workers drain, the doors keep passing the messages of calls in
 	// progress to them (refusing new sessions), and the control API stays up
@@ -372,8 +413,13 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	var doors sync.WaitGroup
 	for _, u := range s.doors {
-		serve(u.run)
+		doors.Add(1)
+		serve(func() error {
+			defer doors.Done()
+			return u.run()
+		})
 	}
 	for _, sk := range s.sockets {
 		if sk.TCP != nil {
@@ -397,10 +443,16 @@ func (s *Supervisor) Run(ctx context.Context) error {
 				return run.SignalError{Signal: sig}
 			case err := <-failed:
 				return err
+			case h := <-s.up.handOver:
+				return h
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 		}, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return s.usr2Loop(ctx) }, func(error) { cancel() })
 	}
 	{
 		ctx, cancel := context.WithCancel(ctx)
@@ -447,9 +499,17 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.logSockets()
 	s.log.Info("sipvisor running", "sockets", all, "http", s.HTTPAddr(), "groups", len(s.groups))
+	go s.notifyReady(ctx)
 	err := g.Run()
 
-	s.log.Info("stopping: draining workers; new sessions are refused, calls in progress go on")
+	var h *handover
+	if errors.As(err, &h) {
+		s.handOverSockets(h, &doors)
+		err = nil
+	} else {
+		s.log.Info("stopping: draining workers; new sessions are refused, calls in progress go on")
+		sdNotify("STOPPING=1")
+	}
 	s.ov.Stop()
 	for _, sk := range s.sockets {
 		if sk.TCP != nil {

@@ -30,6 +30,9 @@ type udpDoor struct {
 	// pike counts the requests the door reads per source; set under mu.
 	pike pike.Counter
 	v6   bool // an AF_INET6 socket
+	// linked is set while the door handles a datagram the other
+	// generation passed at an upgrade (upgrade.go); set under mu.
+	linked bool
 	// mu serialises the door: with direct reads it also handles what
 	// workers pass it and what an exited worker left in its socket.
 	mu sync.Mutex
@@ -43,6 +46,9 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 	}
 	door := frontdoor.New(udpIndex,
 		func(m *sipscan.Msg, newSession bool, now int64) frontdoor.Target {
+			if t := s.upgradePick(u); t != nil {
+				return t
+			}
 			if gr.steer != nil {
 				if w := gr.steer.Pick(m, newSession, now); w != nil {
 					return w

@@ -1,0 +1,948 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/frontdoor"
+	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/listeners"
+	"github.com/sipvisor/sipvisor/listeners/steer"
+)
+
+// An upgrade hands the node to the binary on disk without closing a socket:
+//
+//  1. the running supervisor (the old one) starts its own executable, as
+//     found on disk now, with its own arguments, passing it every listening
+//     socket (SIP and control) as inherited descriptors named in
+//     envUpgradeFDs, as cloudflare/tableflip does, and one end of a
+//     SOCK_SEQPACKET pair, the link;
+//  2. the new one takes the sockets instead of binding, loads its config,
+//     starts its workers and, once every group has a ready worker, says so
+//     over the link; it reads no socket yet;
+//  3. the old one stops reading every socket (its doors, accept loops and
+//     control server), makes its ports' kernel program give every datagram
+//     to the shared socket, answers "go", and drains as on SIGTERM;
+//  4. the new one reads the sockets from then on. While the old one drains,
+//     every datagram the new one's doors hold no affinity for goes over the
+//     link to the old one, whose door places it on the old worker that holds
+//     its Call-ID (a response for an old branch, an ACK, a CANCEL, a
+//     retransmission), or sends it back, and the new door then places it as
+//     usual. So exactly one process reads each socket at any time, and a
+//     message of an old transaction reaches the old worker however it
+//     arrives.
+//
+// Until step 3 the old one has changed nothing: if the new process exits,
+// or is not ready within upgrade_timeout, it is stopped and the old one
+// serves on, and the caller is told why with the new process's last lines,
+// which reach the old one through a pipe that is the new one's stderr until
+// the hand-over.
+const (
+	envUpgradeFDs = "SIPVISOR_UPGRADE_FDS"
+	envGeneration = "SIPVISOR_GENERATION"
+)
+
+// Names of the descriptors passed at an upgrade, besides the sockets
+// ("sip:" and the configured address, "http:" and http_listen).
+const (
+	fdLink   = "link"
+	fdStderr = "stderr"
+)
+
+// Link messages: the first byte says what follows.
+const (
+	linkReady   = 'R' // new → old: pid, version
+	linkGo      = 'G' // old → new: the sockets are yours
+	linkForward = 'F' // new → old: a datagram without affinity here
+	linkBounce  = 'B' // old → new: a forwarded datagram no old worker holds
+	linkPS      = 'P' // old → new: the old side's ctl ps, as JSON
+)
+
+// linkTail is how many of the new process's last lines a failed upgrade
+// reports.
+const linkTail = 20
+
+// inheritance is what a supervisor started by an upgrade takes from the
+// one before: the sockets, the link, and the pipe to it that is stderr
+// until the hand-over.
+type inheritance struct {
+	files map[string]*os.File
+	link  *net.UnixConn
+	out   *switchWriter
+	pipe  *os.File
+}
+
+// generation counts the supervisors that have served this node since it
+// was started: 1 for the first, one more at each upgrade.
+func generation() int {
+	if n, err := strconv.Atoi(os.Getenv(envGeneration)); err == nil && n > 0 {
+		return n
+	}
+	return 1
+}
+
+// takeInheritance takes the descriptors an upgrade passed, nil when this
+// process was not started by one. From here the process's own stderr is
+// the real one again (where its workers write), and out writes to the old
+// supervisor until the hand-over, so that what goes wrong at start is told
+// to whoever asked for the upgrade.
+func takeInheritance() (*inheritance, error) {
+	env, ok := os.LookupEnv(envUpgradeFDs)
+	if !ok {
+		return nil, nil
+	}
+	os.Unsetenv(envUpgradeFDs)
+	in := &inheritance{files: map[string]*os.File{}}
+	for i, name := range strings.Split(env, ",") {
+		fd := 3 + i
+		// Inherited descriptors come without close-on-exec: a worker must
+		// not hold any of them.
+		unix.CloseOnExec(fd)
+		in.files[name] = os.NewFile(uintptr(fd), name)
+	}
+	if f := in.files[fdLink]; f != nil {
+		delete(in.files, fdLink)
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("upgrade link: %w", err)
+		}
+		uc, ok := c.(*net.UnixConn)
+		if !ok {
+			c.Close()
+			return nil, errors.New("upgrade link: not a Unix socket")
+		}
+		in.link = uc
+	}
+	if f := in.files[fdStderr]; f != nil {
+		delete(in.files, fdStderr)
+		pipe, err := unix.FcntlInt(2, unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			return nil, fmt.Errorf("upgrade: keep the pipe to the old supervisor: %w", err)
+		}
+		if err := unix.Dup2(int(f.Fd()), 2); err != nil {
+			return nil, fmt.Errorf("upgrade: take stderr back: %w", err)
+		}
+		f.Close()
+		in.pipe = os.NewFile(uintptr(pipe), "upgrade-log")
+	}
+	if in.link == nil || in.pipe == nil {
+		return nil, fmt.Errorf("%s names no link or stderr: %q", envUpgradeFDs, env)
+	}
+	in.out = &switchWriter{w: in.pipe}
+	return in, nil
+}
+
+// take hands out the inherited socket of name once, nil if none.
+func (in *inheritance) take(name string) *os.File {
+	if in == nil {
+		return nil
+	}
+	f := in.files[name]
+	delete(in.files, name)
+	return f
+}
+
+// closeRest closes what was passed and not taken: sockets the new config
+// no longer has. The old supervisor holds its own until it exits.
+func (in *inheritance) closeRest() {
+	if in == nil {
+		return
+	}
+	for name, f := range in.files {
+		f.Close()
+		delete(in.files, name)
+	}
+}
+
+// switchWriter writes to the old supervisor until the hand-over, then to
+// stderr.
+type switchWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *switchWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+func (s *switchWriter) set(w io.Writer) {
+	s.mu.Lock()
+	s.w = w
+	s.mu.Unlock()
+}
+
+// upgradeState is a supervisor's part in upgrades: as the old side, the one
+// upgrade under way; as either, the link while both overlap.
+type upgradeState struct {
+	gen int
+	in  *inheritance // set in a supervisor started by an upgrade
+
+	mu      sync.Mutex
+	running bool
+	handed  bool
+	// handOver takes the new process, once ready, to Run, which stops
+	// serving and hands the sockets over.
+	handOver chan *handover
+
+	// link is the other side while both serve, nil otherwise; old says
+	// this side is the old one.
+	link atomic.Pointer[upLink]
+	old  bool
+	// oldPS is what the old side last said of its workers, with its pid.
+	oldPS  atomic.Pointer[[]ctl.Group]
+	oldPid atomic.Int64
+
+	upgrades *prometheus.CounterVec
+}
+
+// handover is a new supervisor ready to take over.
+type handover struct {
+	link *upLink
+	pid  int
+	done chan struct{}
+}
+
+func (h *handover) Error() string { return "handed over to the new supervisor" }
+
+func (s *Supervisor) initUpgrade(in *inheritance) {
+	s.up.gen = generation()
+	s.up.in = in
+	s.up.handOver = make(chan *handover)
+	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sipvisor_generation",
+		Help: "The generation of the supervisor that serves: 1 when started, one more at each upgrade."},
+		func() float64 { return float64(s.up.gen) }))
+	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sipvisor_upgrade_overlap",
+		Help: "1 while the previous generation drains its calls beside this one after an upgrade."},
+		func() float64 {
+			if s.up.link.Load() != nil && !s.up.old {
+				return 1
+			}
+			return 0
+		}))
+	s.up.upgrades = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sipvisor_upgrades_total",
+		Help: "Upgrades this supervisor started, by result: handed_over, or rolled_back with the new process stopped."}, []string{"result"})
+	s.up.upgrades.WithLabelValues("handed_over")
+	s.up.upgrades.WithLabelValues("rolled_back")
+	s.reg.MustRegister(s.up.upgrades)
+}
+
+// inheritedSocket is the bind hook: the socket an upgrade passed for a
+// configured address.
+func (s *Supervisor) inheritedSocket(a listeners.Addr) *os.File {
+	return s.up.in.take("sip:" + a.String())
+}
+
+// UpgradeResult answers POST /mi/upgrade.
+type UpgradeResult struct {
+	Upgraded   bool   `json:"upgraded"`
+	Pid        int    `json:"pid"`
+	Generation int    `json:"generation"`
+	Version    string `json:"version"`
+	// Error says why the upgrade rolled back; Lines are the new process's
+	// last lines then.
+	Error string   `json:"error,omitempty"`
+	Lines []string `json:"lines,omitempty"`
+}
+
+// errUpgradeRefused is an upgrade not even tried.
+type errUpgradeRefused string
+
+func (e errUpgradeRefused) Error() string { return string(e) }
+
+// Upgrade starts the binary on disk as a new supervisor and hands it the
+// node once it is ready, or stops it and keeps serving.
+func (s *Supervisor) Upgrade(ctx context.Context) (UpgradeResult, error) {
+	s.up.mu.Lock()
+	switch {
+	case s.up.handed:
+		s.up.mu.Unlock()
+		return UpgradeResult{}, errUpgradeRefused("this supervisor has handed over already and is draining")
+	case s.up.running:
+		s.up.mu.Unlock()
+		return UpgradeResult{}, errUpgradeRefused("an upgrade is already under way")
+	case s.up.link.Load() != nil:
+		s.up.mu.Unlock()
+		return UpgradeResult{}, errUpgradeRefused("the previous generation is still draining; upgrade again once it has exited")
+	}
+	s.up.running = true
+	s.up.mu.Unlock()
+	defer func() {
+		s.up.mu.Lock()
+		s.up.running = false
+		s.up.mu.Unlock()
+	}()
+	res, err := s.upgrade(ctx)
+	if err != nil {
+		s.up.upgrades.WithLabelValues("rolled_back").Inc()
+		s.log.Error("upgrade rolled back; this supervisor serves on", "error", err, "new_lines", len(res.Lines))
+		return res, err
+	}
+	s.up.upgrades.WithLabelValues("handed_over").Inc()
+	return res, nil
+}
+
+func (s *Supervisor) upgrade(ctx context.Context) (UpgradeResult, error) {
+	res := UpgradeResult{Generation: s.up.gen + 1}
+	exe, err := executable()
+	if err != nil {
+		return res, err
+	}
+	var files []*os.File
+	var names []string
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, sk := range s.sockets {
+		f, err := sk.File()
+		if err != nil {
+			return res, fmt.Errorf("pass %s: %w", sk.Name(), err)
+		}
+		files, names = append(files, f), append(names, "sip:"+sk.Addr.String())
+	}
+	hf, err := s.httpLn.(*net.TCPListener).File()
+	if err != nil {
+		return res, fmt.Errorf("pass the control address: %w", err)
+	}
+	files, names = append(files, hf), append(names, "http:"+s.config().HTTPListen)
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return res, fmt.Errorf("upgrade link: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "link"), os.NewFile(uintptr(fds[1]), "link")
+	files, names = append(files, theirs), append(names, fdLink)
+	lc, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return res, fmt.Errorf("upgrade link: %w", err)
+	}
+	link := &upLink{c: lc.(*net.UnixConn)}
+	logR, logW, err := os.Pipe()
+	if err != nil {
+		link.close()
+		return res, err
+	}
+	defer logW.Close()
+	files, names = append(files, os.Stderr), append(names, fdStderr)
+
+	env := []string{}
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, envUpgradeFDs+"=") && !strings.HasPrefix(e, envGeneration+"=") {
+			env = append(env, e)
+		}
+	}
+	env = append(env, envUpgradeFDs+"="+strings.Join(names, ","), envGeneration+"="+strconv.Itoa(res.Generation))
+	s.log.Info("upgrade: starting the binary on disk as the next generation", "path", exe, "new_generation", res.Generation)
+	proc, err := startRaw(exe, os.Args, env, append([]*os.File{os.Stdin, os.Stdout, logW}, files...))
+	files = files[:len(files)-1] // stderr is ours to keep
+	logW.Close()
+	if err != nil {
+		link.close()
+		logR.Close()
+		return res, fmt.Errorf("start %s: %w", exe, err)
+	}
+	tail := &lineTail{max: linkTail}
+	relayed := make(chan struct{})
+	go func() {
+		defer close(relayed)
+		relay(logR, os.Stderr, tail)
+	}()
+	exited := make(chan error, 1)
+	go func() {
+		st, err := proc.Wait()
+		if err == nil && !st.Success() {
+			err = errors.New(st.String())
+		}
+		exited <- err
+	}()
+	ready := make(chan []byte, 1)
+	go func() {
+		b, err := link.recv()
+		if err == nil && len(b) > 0 && b[0] == linkReady {
+			ready <- b[1:]
+		}
+	}()
+
+	timeout := s.config().Workers.UpgradeTimeout
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	var why string
+	select {
+	case b := <-ready:
+		pid, version, _ := strings.Cut(string(b), " ")
+		res.Pid, _ = strconv.Atoi(pid)
+		res.Version = version
+		h := &handover{link: link, pid: res.Pid, done: make(chan struct{})}
+		select {
+		case s.up.handOver <- h:
+		case <-ctx.Done():
+			why = "the supervisor is stopping"
+		}
+		if why == "" {
+			<-h.done
+			res.Upgraded = true
+			return res, nil
+		}
+	case err := <-exited:
+		why = "exited before it was ready: " + exitText(err)
+		exited <- err
+	case <-t.C:
+		why = fmt.Sprintf("was not ready within upgrade_timeout (%v)", timeout)
+	case <-ctx.Done():
+		why = "the supervisor is stopping"
+	}
+	// Rollback: closing the link tells the new process to stop; it takes
+	// its workers with it.
+	link.close()
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		proc.Kill()
+		<-exited
+	}
+	select {
+	case <-relayed:
+	case <-time.After(2 * time.Second):
+	}
+	logR.Close()
+	res.Lines = tail.lines()
+	msg := fmt.Sprintf("the new process (%s, pid %d) %s; generation %d (pid %d) serves on", exe, proc.Pid, why, s.up.gen, os.Getpid())
+	if len(res.Lines) > 0 {
+		msg += "; its last lines:\n" + strings.Join(res.Lines, "\n")
+	}
+	res.Error = msg
+	return res, errors.New(msg)
+}
+
+// startRaw starts a process with files as its descriptors 0, 1, 2, 3...
+// It passes raw descriptors, as package pool does for workers: os/exec
+// would call Fd on each file, which switches the open file description,
+// shared with this process's own sockets, to blocking mode, and a door's
+// read of a blocking socket no longer sees its deadline.
+func startRaw(path string, argv, env []string, files []*os.File) (*os.Process, error) {
+	fds := make([]uintptr, len(files))
+	for i, f := range files {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return nil, err
+		}
+		if err := rc.Control(func(x uintptr) { fds[i] = x }); err != nil {
+			return nil, err
+		}
+	}
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: env, Files: fds})
+	if err != nil {
+		return nil, err
+	}
+	return os.FindProcess(pid)
+}
+
+func exitText(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
+// executable is this binary's path on disk. A binary replaced since it
+// started reads back as "path (deleted)": the path is what an upgrade runs.
+func executable() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find own executable: %w", err)
+	}
+	return strings.TrimSuffix(exe, " (deleted)"), nil
+}
+
+// relay copies the new process's output to w line by line, keeping the
+// last ones.
+func relay(r io.Reader, w io.Writer, tail *lineTail) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		tail.add(line)
+		fmt.Fprintln(w, line)
+	}
+}
+
+// lineTail keeps the last lines it was given.
+type lineTail struct {
+	mu  sync.Mutex
+	max int
+	l   []string
+}
+
+func (t *lineTail) add(s string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.l = append(t.l, s)
+	if len(t.l) > t.max {
+		t.l = t.l[len(t.l)-t.max:]
+	}
+}
+
+func (t *lineTail) lines() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.l...)
+}
+
+// awaitHandOver is the new side's start: with its workers ready, it tells
+// the old one so and waits for the sockets to be its own. An error (the old
+// one closed the link: it rolled back) ends the process.
+func (s *Supervisor) awaitHandOver(ctx context.Context, term <-chan os.Signal) error {
+	in := s.up.in
+	link := &upLink{c: in.link}
+	got := make(chan error, 1)
+	go func() {
+		for {
+			b, err := link.recv()
+			if err != nil {
+				got <- fmt.Errorf("the old supervisor called the upgrade off: %w", err)
+				return
+			}
+			if len(b) > 0 && b[0] == linkGo {
+				got <- nil
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for sent := false; ; {
+		if !sent && s.allRoutable() {
+			if err := link.send([]byte(fmt.Sprintf("%c%d %s", linkReady, os.Getpid(), Version))); err != nil {
+				return fmt.Errorf("upgrade: tell the old supervisor: %w", err)
+			}
+			sent = true
+			s.log.Info("upgrade: workers ready; waiting for the old supervisor to hand over")
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				return err
+			}
+			s.up.link.Store(link)
+			in.out.set(os.Stderr)
+			in.pipe.Close()
+			go s.linkLoop(link)
+			s.log.Info("upgrade: this generation serves; the previous one drains its calls")
+			return nil
+		case <-tick.C:
+		case sig := <-term:
+			return fmt.Errorf("upgrade: %v before the hand-over", sig)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// allRoutable reports whether every group has a worker that takes work.
+func (s *Supervisor) allRoutable() bool {
+	for _, gr := range s.groupRuns() {
+		if len(gr.g.Routable()) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// handOverSockets is the old side's step 3: it stops reading every socket,
+// hands them over and goes on to drain. doors is done when every door has
+// stopped reading.
+func (s *Supervisor) handOverSockets(h *handover, doors *sync.WaitGroup) {
+	s.up.mu.Lock()
+	s.up.handed = true
+	s.up.mu.Unlock()
+	// Direct reads: the kernel's program places datagrams on the old
+	// workers' own sockets; from now on every datagram goes to member 0, the
+	// socket the new supervisor reads. (Its steering loop has stopped with
+	// the run group.)
+	for _, gr := range s.udp {
+		if gr.steer == nil {
+			continue
+		}
+		for _, sk := range s.sockets {
+			if sk.Name() != gr.g.Name() {
+				continue
+			}
+			if rc, err := sk.UDP.SyscallConn(); err == nil {
+				var aerr error
+				rc.Control(func(fd uintptr) { aerr = steer.Attach(int(fd), steer.DoorProgram()) })
+				if aerr != nil {
+					s.log.Warn("upgrade: the door's program not installed; the old workers read what the kernel still gives them", "group", gr.g.Name(), "error", aerr)
+				}
+			}
+		}
+	}
+	for _, sk := range s.sockets {
+		if sk.UDP != nil {
+			sk.UDP.SetReadDeadline(time.Unix(1, 0))
+		}
+		if sk.TCP != nil {
+			sk.TCP.Close()
+		}
+	}
+	s.stopDoors(doors)
+	s.httpLn.Close()
+	s.up.old = true
+	s.up.link.Store(h.link)
+	if err := h.link.send([]byte{linkGo}); err != nil {
+		s.log.Error("upgrade: the new supervisor is gone at the hand-over", "error", err)
+	}
+	go s.linkLoop(h.link)
+	go s.sendPS(h.link)
+	s.log.Info("upgrade: handed over; draining the calls in progress", "new_pid", h.pid, "new_generation", s.up.gen+1)
+	close(h.done)
+}
+
+// withOldPS adds, while the previous generation drains, its groups to this
+// one's, each group saying its generation.
+func (s *Supervisor) withOldPS(gs []ctl.Group) []ctl.Group {
+	old := s.up.oldPS.Load()
+	if old == nil || s.up.old {
+		return gs
+	}
+	for i := range gs {
+		gs[i].Generation = s.up.gen
+	}
+	for _, g := range *old {
+		g.Generation = s.up.gen - 1
+		gs = append(gs, g)
+	}
+	return gs
+}
+
+// stopDoors waits for every door to stop reading. A process that made a
+// socket of this one's with os.File.Fd (a worker's start, the new
+// supervisor's) switched it to blocking mode for a moment: a door that
+// entered its read then waits in the kernel for the next datagram, past
+// its deadline. An empty datagram, which every door drops as a keepalive,
+// wakes it.
+func (s *Supervisor) stopDoors(doors *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() {
+		doors.Wait()
+		close(done)
+	}()
+	for range 40 {
+		select {
+		case <-done:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		for _, sk := range s.sockets {
+			if sk.UDP == nil {
+				continue
+			}
+			to := sk.UDP.LocalAddr().(*net.UDPAddr).AddrPort()
+			if to.Addr().IsUnspecified() {
+				to = netip.AddrPortFrom(netip.IPv6Loopback(), to.Port())
+				if to.Addr().Is4In6() || sk.UDP.LocalAddr().(*net.UDPAddr).IP.To4() != nil {
+					to = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), to.Port())
+				}
+			}
+			if c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(to)); err == nil {
+				c.Write(nil)
+				c.Close()
+			}
+		}
+	}
+	s.log.Warn("upgrade: a door did not stop reading; it passes what it still reads to the new generation")
+}
+
+// sendPS tells the new side, every second, what this side's workers are,
+// for its ctl ps.
+func (s *Supervisor) sendPS(l *upLink) {
+	for s.up.link.Load() == l {
+		b, err := json.Marshal(backend{s}.PS())
+		if err == nil {
+			err = l.send(append([]byte{linkPS}, b...))
+		}
+		if err != nil {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// linkLoop handles what the other side sends while both serve, until the
+// link closes (the old side has exited, or the new one has).
+func (s *Supervisor) linkLoop(l *upLink) {
+	defer func() {
+		s.up.link.CompareAndSwap(l, nil)
+		s.up.oldPS.Store(nil)
+		l.close()
+		if !s.up.old {
+			s.log.Info("upgrade: the previous generation has exited; this one serves alone")
+		}
+	}()
+	for {
+		b, err := l.recv()
+		if err != nil {
+			return
+		}
+		if len(b) == 0 {
+			continue
+		}
+		switch b[0] {
+		case linkForward, linkBounce:
+			sock, from, dgram, ok := parseLinked(b[1:])
+			if !ok {
+				continue
+			}
+			for _, u := range s.doors {
+				if u.sock.Name() == sock {
+					u.handleLinked(dgram, from, b[0] == linkForward)
+					break
+				}
+			}
+		case linkPS:
+			var gs []ctl.Group
+			if json.Unmarshal(b[1:], &gs) == nil {
+				s.up.oldPS.Store(&gs)
+			}
+		}
+	}
+}
+
+// handleLinked passes a datagram from the other side through the door. A
+// forwarded one (old side) was let in by the new side's door: it is
+// placed on the worker with its Call-ID, or sent back. A bounced one (new
+// side) is placed here as if just read.
+func (u *udpDoor) handleLinked(dgram []byte, from netip.AddrPort, forwarded bool) {
+	frame := make([]byte, wire.MsgHeaderLen+len(dgram))
+	copy(frame[wire.MsgHeaderLen:], dgram)
+	wire.PutMsgHeader(frame, u.door.Socket(), from, 0)
+	rc, err := u.sock.UDP.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) {
+		u.mu.Lock()
+		u.fd = int(fd)
+		u.linked = true
+		if forwarded {
+			u.door.Handed(frame, from, time.Now().UnixNano())
+		} else {
+			u.door.Passed(frame, from, time.Now().UnixNano())
+		}
+		u.linked = false
+		u.mu.Unlock()
+	})
+}
+
+// upgradePick is the door's choice while two generations overlap, nil
+// outside one: on the new side, a datagram the door holds no affinity for
+// (and that has not come back already) goes to the old side first; on the
+// old side, one it holds no affinity for goes back.
+func (s *Supervisor) upgradePick(u *udpDoor) frontdoor.Target {
+	l := s.up.link.Load()
+	if l == nil {
+		return nil
+	}
+	if s.up.old {
+		return &linkTarget{l: l, kind: linkBounce, sock: u.sock.Name()}
+	}
+	if u.linked {
+		return nil
+	}
+	return &linkTarget{l: l, kind: linkForward, sock: u.sock.Name()}
+}
+
+// linkTarget is the other side as a door's target.
+type linkTarget struct {
+	l    *upLink
+	kind byte
+	sock string
+}
+
+func (t *linkTarget) SendSeq(frame []byte, now int64) (uint64, error) {
+	_, from, _ := wire.ParseMsgHeader(frame)
+	return 0, t.l.sendDatagram(t.kind, t.sock, from, frame[wire.MsgHeaderLen:])
+}
+
+func (t *linkTarget) Waiting(uint64) bool { return false }
+func (t *linkTarget) Passes() bool        { return true }
+
+// upLink is the link between the two generations: one SOCK_SEQPACKET
+// message per datagram or notice.
+type upLink struct {
+	c    *net.UnixConn
+	wmu  sync.Mutex
+	wbuf []byte
+	rbuf []byte
+	dead atomic.Bool
+}
+
+// errLinkDown is a send on a closed link: the door then places the
+// datagram itself.
+var errLinkDown = errors.New("upgrade link closed")
+
+func (l *upLink) send(b []byte) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	return l.write(b)
+}
+
+func (l *upLink) write(b []byte) error {
+	if l.dead.Load() {
+		return errLinkDown
+	}
+	// A side that stalls must not stall the other's door: a datagram that
+	// cannot be passed within this is dropped, as from a full queue, and
+	// its sender retransmits.
+	l.c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := l.c.Write(b); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return wire.ErrQueueFull
+		}
+		l.close()
+		return errLinkDown
+	}
+	return nil
+}
+
+func (l *upLink) sendDatagram(kind byte, sock string, from netip.AddrPort, dgram []byte) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	fs := from.String()
+	b := append(l.wbuf[:0], kind, byte(len(sock)))
+	b = append(b, sock...)
+	b = append(b, byte(len(fs)))
+	b = append(b, fs...)
+	b = append(b, dgram...)
+	l.wbuf = b
+	return l.write(b)
+}
+
+// recv reads one message; its bytes are good until the next recv.
+func (l *upLink) recv() ([]byte, error) {
+	if l.rbuf == nil {
+		l.rbuf = make([]byte, 1<<20)
+	}
+	n, err := l.c.Read(l.rbuf)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, io.EOF
+	}
+	return l.rbuf[:n], nil
+}
+
+func (l *upLink) close() {
+	l.dead.Store(true)
+	l.c.Close()
+}
+
+func parseLinked(b []byte) (sock string, from netip.AddrPort, dgram []byte, ok bool) {
+	if len(b) < 1 || len(b) < 1+int(b[0])+1 {
+		return "", from, nil, false
+	}
+	sock, b = string(b[1:1+int(b[0])]), b[1+int(b[0]):]
+	if len(b) < 1+int(b[0]) {
+		return "", from, nil, false
+	}
+	from, err := netip.ParseAddrPort(string(b[1 : 1+int(b[0])]))
+	if err != nil {
+		return "", from, nil, false
+	}
+	return sock, from, b[1+int(b[0]):], true
+}
+
+// usr2Loop upgrades on SIGUSR2, as nginx and tableflip do.
+func (s *Supervisor) usr2Loop(ctx context.Context) error {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGUSR2)
+	defer signal.Stop(c)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c:
+			s.log.Info("upgrade asked by SIGUSR2")
+			go func() {
+				if res, err := s.Upgrade(ctx); err == nil {
+					s.log.Info("upgrade done", "new_pid", res.Pid, "new_generation", res.Generation, "new_version", res.Version)
+				} else if _, refused := err.(errUpgradeRefused); refused {
+					s.log.Warn("upgrade refused", "reason", err)
+				}
+			}()
+		}
+	}
+}
+
+// upgradeHandler serves POST /mi/upgrade: it answers once the new
+// generation serves, or with why it does not.
+func (s *Supervisor) upgradeHandler(w http.ResponseWriter, r *http.Request) {
+	res, err := s.Upgrade(r.Context())
+	if err != nil {
+		if _, refused := err.(errUpgradeRefused); refused {
+			writeJSON(w, http.StatusConflict, map[string]any{"error": "upgrade: " + err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusBadGateway, map[string]any{"error": "upgrade: " + err.Error(), "lines": res.Lines})
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// sdNotify sends state to systemd's notification socket, if there is one
+// ($NOTIFY_SOCKET, as sd_notify(3) reads it).
+func sdNotify(state string) error {
+	name := os.Getenv("NOTIFY_SOCKET")
+	if name == "" {
+		return nil
+	}
+	if name[0] == '@' {
+		name = "\x00" + name[1:]
+	}
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: name, Net: "unixgram"})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.Write([]byte(state))
+	return err
+}
+
+// notifyReady tells systemd, once every group has a ready worker, that the
+// service is up and which process is its main one: after an upgrade, this
+// one.
+func (s *Supervisor) notifyReady(ctx context.Context) {
+	for !s.allRoutable() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := sdNotify(fmt.Sprintf("MAINPID=%d\nREADY=1\nSTATUS=generation %d serving", os.Getpid(), s.up.gen)); err != nil {
+		s.log.Warn("systemd notification failed", "error", err)
+	}
+}
