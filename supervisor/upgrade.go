@@ -419,7 +419,7 @@ func (s *Supervisor) upgrade(ctx context.Context) (UpgradeResult, error) {
 	link.close()
 	select {
 	case <-exited:
-	case <-time.After(10 * time.Second):
+	case <-time.After(3 * time.Second):
 		proc.Kill()
 		<-exited
 	}

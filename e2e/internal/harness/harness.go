@@ -151,7 +151,19 @@ func StartServing(t testing.TB, cfg string, flags ...string) *Server {
 	return startIn(t, t.TempDir(), cfg, false, flags...)
 }
 
+// StartBin is Start with another sipvisor binary than the one built for
+// the suite: a copy that a test replaces on disk, as an upgrade does.
+func StartBin(t testing.TB, bin, cfg string, flags ...string) *Server {
+	t.Helper()
+	return startBin(t, bin, t.TempDir(), cfg, true, flags...)
+}
+
 func startIn(t testing.TB, dir, cfg string, waitReady bool, flags ...string) *Server {
+	t.Helper()
+	return startBin(t, SipvisorBin, dir, cfg, waitReady, flags...)
+}
+
+func startBin(t testing.TB, bin, dir, cfg string, waitReady bool, flags ...string) *Server {
 	t.Helper()
 	path := filepath.Join(dir, "sipvisor.cfg")
 	if DirectReads != "" && !strings.Contains(cfg, "udp_direct_reads") {
@@ -161,7 +173,7 @@ func startIn(t testing.TB, dir, cfg string, waitReady bool, flags ...string) *Se
 		t.Fatal(err)
 	}
 	s := &Server{T: t, Log: &SyncBuffer{}, path: path, done: make(chan error, 1)}
-	s.Cmd = exec.Command(SipvisorBin, append(append([]string{}, flags...), "-f", path)...)
+	s.Cmd = exec.Command(bin, append(append([]string{}, flags...), "-f", path)...)
 	var w io.Writer = s.Log
 	if testing.Verbose() {
 		w = io.MultiWriter(s.Log, os.Stderr)
