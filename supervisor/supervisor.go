@@ -504,7 +504,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	var h *handover
 	if errors.As(err, &h) {
-		s.handOverSockets(h, &doors)
+		s.handOverSockets(h, &doors, srv)
 		err = nil
 	} else {
 		s.log.Info("stopping: draining workers; new sessions are refused, calls in progress go on")

@@ -334,12 +334,11 @@ func (s *Supervisor) upgrade(ctx context.Context) (UpgradeResult, error) {
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "link"), os.NewFile(uintptr(fds[1]), "link")
 	files, names = append(files, theirs), append(names, fdLink)
-	lc, err := net.FileConn(ours)
-	ours.Close()
+	lc, err := fileUnixConn(ours)
 	if err != nil {
 		return res, fmt.Errorf("upgrade link: %w", err)
 	}
-	link := &upLink{c: lc.(*net.UnixConn)}
+	link := &upLink{c: lc}
 	logR, logW, err := os.Pipe()
 	if err != nil {
 		link.close()
@@ -574,7 +573,7 @@ func (s *Supervisor) allRoutable() bool {
 // handOverSockets is the old side's step 3: it stops reading every socket,
 // hands them over and goes on to drain. doors is done when every door has
 // stopped reading.
-func (s *Supervisor) handOverSockets(h *handover, doors *sync.WaitGroup) {
+func (s *Supervisor) handOverSockets(h *handover, doors *sync.WaitGroup, srv *http.Server) {
 	s.up.mu.Lock()
 	s.up.handed = true
 	s.up.mu.Unlock()
@@ -609,6 +608,9 @@ func (s *Supervisor) handOverSockets(h *handover, doors *sync.WaitGroup) {
 	}
 	s.stopDoors(doors)
 	s.httpLn.Close()
+	// A client's kept-alive connection would still reach this side: each
+	// is closed once idle, and the next request connects to the new one.
+	srv.SetKeepAlivesEnabled(false)
 	s.up.old = true
 	s.up.link.Store(h.link)
 	if err := h.link.send([]byte{linkGo}); err != nil {
@@ -858,6 +860,38 @@ func (l *upLink) recv() ([]byte, error) {
 func (l *upLink) close() {
 	l.dead.Store(true)
 	l.c.Close()
+}
+
+// seqpacketPair is a connected pair of SOCK_SEQPACKET sockets.
+func seqpacketPair() (a, b *net.UnixConn, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if a, err = fileUnixConn(os.NewFile(uintptr(fds[0]), "link")); err != nil {
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
+	if b, err = fileUnixConn(os.NewFile(uintptr(fds[1]), "link")); err != nil {
+		a.Close()
+		return nil, nil, err
+	}
+	return a, b, nil
+}
+
+// fileUnixConn makes a Unix socket's file a connection, and closes the file.
+func fileUnixConn(f *os.File) (*net.UnixConn, error) {
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil, errors.New("not a Unix socket")
+	}
+	return uc, nil
 }
 
 func parseLinked(b []byte) (sock string, from netip.AddrPort, dgram []byte, ok bool) {
