@@ -215,6 +215,15 @@ func (s *Supervisor) passResponse(note []byte) bool {
 	if !ok {
 		return false
 	}
+	if !s.passToWorker(pid, from, msg) && !s.passToOtherGeneration(pid, from, msg) {
+		s.conns.passed.WithLabelValues("no_holder").Inc()
+	}
+	return true
+}
+
+// passToWorker hands a passed response to the worker of pid, if it is one
+// of this supervisor's; it reports whether it was.
+func (s *Supervisor) passToWorker(pid int, from string, msg []byte) bool {
 	ap, _ := netip.ParseAddrPort(from)
 	for _, gr := range s.groupRuns() {
 		for _, w := range gr.g.Workers() {
@@ -232,8 +241,7 @@ func (s *Supervisor) passResponse(note []byte) bool {
 			return true
 		}
 	}
-	s.conns.passed.WithLabelValues("no_holder").Inc()
-	return true
+	return false
 }
 
 // acceptLoop hands each accepted TCP connection to the least loaded worker of

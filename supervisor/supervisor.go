@@ -588,6 +588,9 @@ func (s *Supervisor) makeGroups() {
 				if s.bans.note(note) || s.conns.closedNote(w, note) || s.passResponse(note) || s.toDoor(w, note) || s.ds.note(note) {
 					return
 				}
+				if s.handOffToNext(w, note) {
+					return
+				}
 				if ok, err := s.conns.handOff(w, note, s.pickTCP); ok {
 					if err != nil {
 						s.log.Warn("connection hand-off failed; the connection is closed", "group", name, "error", err)

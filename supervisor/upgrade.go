@@ -27,6 +27,7 @@ import (
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/listeners/steer"
+	"github.com/sipvisor/sipvisor/pool"
 )
 
 // An upgrade hands the node to the binary on disk without closing a socket:
@@ -75,6 +76,9 @@ const (
 	linkForward = 'F' // new → old: a datagram without affinity here
 	linkBounce  = 'B' // old → new: a forwarded datagram no old worker holds
 	linkPS      = 'P' // old → new: the old side's ctl ps, as JSON
+	linkConn    = 'C' // old → new: a TCP connection (its descriptor), remote, bytes read past its last message
+	linkConnTLS = 'T' // old → new: a TLS connection, remote, its record layer's state
+	linkPass    = 'W' // either way: a response for a branch of a worker of the other side (pid, source, message)
 )
 
 // linkTail is how many of the new process's last lines a failed upgrade
@@ -704,14 +708,27 @@ func (s *Supervisor) linkLoop(l *upLink) {
 		}
 	}()
 	for {
-		b, err := l.recv()
+		b, f, err := l.recvFile()
 		if err != nil {
 			return
 		}
-		if len(b) == 0 {
+		if len(b) == 0 || (f != nil && b[0] != linkConn && b[0] != linkConnTLS) {
+			if f != nil {
+				f.Close()
+			}
 			continue
 		}
 		switch b[0] {
+		case linkConn, linkConnTLS:
+			s.takeConn(b[0] == linkConnTLS, b[1:], f)
+		case linkPass:
+			pid, from, msg, ok := wire.ParseForwardNote(b[1:])
+			if !ok {
+				continue
+			}
+			if !s.passToWorker(pid, from, msg) {
+				s.conns.passed.WithLabelValues("no_holder").Inc()
+			}
 		case linkForward, linkBounce:
 			sock, from, dgram, ok := parseLinked(b[1:])
 			if !ok {
@@ -730,6 +747,109 @@ func (s *Supervisor) linkLoop(l *upLink) {
 			}
 		}
 	}
+}
+
+// handOffToNext passes a connection a draining worker of the old side gave
+// back (wire.HandOffNote) to the new side, which hands it to one of its TCP
+// workers as a scale-down hands it to another worker: the client's
+// connection stays up across the upgrade. It reports whether it took the
+// note; outside an overlap, or on the new side, the note is the usual
+// hand-off's.
+func (s *Supervisor) handOffToNext(from *pool.Worker, note []byte) bool {
+	l := s.up.link.Load()
+	if l == nil || !s.up.old {
+		return false
+	}
+	kind := byte(linkConn)
+	remote, rest, ok := wire.ParseHandOffNote(note)
+	if !ok {
+		if remote, rest, ok = wire.ParseHandOffTLSNote(note); !ok {
+			return false
+		}
+		kind = linkConnTLS
+	}
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return false
+	}
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	c := s.conns
+	c.mu.Lock()
+	f, held := c.byWorker[from][ap]
+	if !held || f == nil {
+		c.mu.Unlock()
+		return false
+	}
+	delete(c.byWorker[from], ap)
+	c.dropLocked(ap)
+	c.mu.Unlock()
+	msg := append([]byte{kind, byte(len(remote))}, remote...)
+	err = l.sendFile(append(msg, rest...), f)
+	f.Close()
+	if err != nil {
+		c.closed.WithLabelValues("handoff_failed").Inc()
+		s.log.Warn("upgrade: connection not passed to the new generation; it is closed", "remote", remote, "error", err)
+		return true
+	}
+	c.handedOff.Inc()
+	return true
+}
+
+// passToOtherGeneration passes a response that a worker read for another
+// worker's branch (wire.ForwardNote), whose pid is none of this side's, to
+// the other generation while both serve: a connection that moved at the
+// upgrade carries responses for the branches of workers of both sides.
+func (s *Supervisor) passToOtherGeneration(pid int, from string, msg []byte) bool {
+	l := s.up.link.Load()
+	if l == nil {
+		return false
+	}
+	if err := l.send(append([]byte{linkPass}, wire.ForwardNote(pid, from, msg)...)); err != nil {
+		return false
+	}
+	s.conns.passed.WithLabelValues("passed").Inc()
+	return true
+}
+
+// takeConn is the new side's end of handOffToNext.
+func (s *Supervisor) takeConn(tls bool, b []byte, f *os.File) {
+	fail := func(why string) {
+		if f != nil {
+			f.Close()
+		}
+		s.conns.closed.WithLabelValues("handoff_failed").Inc()
+		s.log.Warn("upgrade: a connection of the previous generation is closed", "reason", why)
+	}
+	if f == nil || len(b) < 1 || len(b) < 1+int(b[0]) {
+		fail("no descriptor, or a damaged message")
+		return
+	}
+	remote, rest := string(b[1:1+int(b[0])]), b[1+int(b[0]):]
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		fail("remote " + remote)
+		return
+	}
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	w := s.pickTCP()
+	if w == nil {
+		fail("no TCP worker")
+		return
+	}
+	// Counted, never refused: it was admitted once already.
+	s.conns.admit(ap, 0, 0)
+	if tls {
+		err = w.SendTLSConnFile(f, rest)
+	} else {
+		err = w.SendConnFile(f, rest)
+	}
+	if err != nil {
+		s.conns.release(ap)
+		fail(err.Error())
+		return
+	}
+	s.conns.handed(w, ap, f)
+	s.conns.handedOff.Inc()
 }
 
 // handleLinked passes a datagram from the other side through the door. A
@@ -798,6 +918,7 @@ type upLink struct {
 	wmu  sync.Mutex
 	wbuf []byte
 	rbuf []byte
+	oob  []byte
 	dead atomic.Bool
 }
 
@@ -842,19 +963,70 @@ func (l *upLink) sendDatagram(kind byte, sock string, from netip.AddrPort, dgram
 	return l.write(b)
 }
 
-// recv reads one message; its bytes are good until the next recv.
+// recv reads one message; its bytes are good until the next recv. A
+// descriptor that came with it is closed.
 func (l *upLink) recv() ([]byte, error) {
+	b, f, err := l.recvFile()
+	if f != nil {
+		f.Close()
+	}
+	return b, err
+}
+
+// recvFile reads one message and the descriptor that came with it, if any.
+func (l *upLink) recvFile() ([]byte, *os.File, error) {
 	if l.rbuf == nil {
 		l.rbuf = make([]byte, 1<<20)
+		l.oob = make([]byte, unix.CmsgSpace(4*4))
 	}
-	n, err := l.c.Read(l.rbuf)
+	n, oobn, _, _, err := l.c.ReadMsgUnix(l.rbuf, l.oob)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if n == 0 {
-		return nil, io.EOF
+	var f *os.File
+	if oobn > 0 {
+		if cms, err := unix.ParseSocketControlMessage(l.oob[:oobn]); err == nil {
+			for _, cm := range cms {
+				fds, err := unix.ParseUnixRights(&cm)
+				if err != nil {
+					continue
+				}
+				for _, fd := range fds {
+					unix.CloseOnExec(fd)
+					if f == nil {
+						f = os.NewFile(uintptr(fd), "conn")
+					} else {
+						unix.Close(fd)
+					}
+				}
+			}
+		}
 	}
-	return l.rbuf[:n], nil
+	if n == 0 && f == nil {
+		return nil, nil, io.EOF
+	}
+	return l.rbuf[:n], f, nil
+}
+
+// sendFile sends a message with a descriptor.
+func (l *upLink) sendFile(b []byte, f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.dead.Load() {
+		return errLinkDown
+	}
+	var werr error
+	if err := rc.Control(func(fd uintptr) {
+		l.c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _, werr = l.c.WriteMsgUnix(b, unix.UnixRights(int(fd)), nil)
+	}); err != nil {
+		return err
+	}
+	return werr
 }
 
 func (l *upLink) close() {

@@ -433,3 +433,54 @@ func TestUpgradeRefusalWindow(t *testing.T) {
 		t.Logf("a stop and start lost no new session: the machine was quick, or the measure is blind")
 	}
 }
+
+// An upgrade under SIPp calls over TCP, one connection per call (-t tn)
+// and one for all (-t t1): the old generation's draining TCP workers give
+// their connections back at a message boundary, as on a scale-down, and the
+// old supervisor passes each to the new one (its descriptor over the
+// link), whose workers go on reading it. No call fails and sipvisor closes
+// no connection.
+func TestUpgradeKeepsTCPConnections(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("SIPp calls over TCP across an upgrade")
+	}
+	harness.NeedSIPp(t)
+	for _, mode := range []string{"tn", "t1"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			path := filepath.Join(dir, "sipvisor")
+			install(t, harness.SipvisorBin, path)
+			s := harness.StartBin(t, path, harness.ProxyCfg(harness.SIPpUAS(t).Port, "udp_workers = 1\ntcp_workers = 2\n"+handledLate))
+			g := followGenerations(t, s)
+			sipp := harness.StartSIPp(t, 150*time.Second, "-sn", "uac", s.SIPAddr("tcp"), "-t", mode, "-max_socket", "1000",
+				"-i", "127.0.0.1", "-r", "20", "-m", "2400", "-d", "1000",
+				"-timeout", "140", "-timeout_error", "-recv_timeout", "40000")
+			s.AwaitMetricAtLeast(15, 60*time.Second, "sipvisor_frontdoor_sessions", `group="tcp"`)
+			prev := g.upgrade(2, "dev")
+			waitPidGone(t, prev, 60*time.Second)
+			// Calls go on over the connections the new generation took.
+			s.AwaitMetricAtLeast(15, 30*time.Second, "sipvisor_frontdoor_sessions", `group="tcp"`)
+			sipp.Quit()
+			r := sipp.Wait()
+			if r.Exit != 0 || r.Created < 20 || r.Successful != r.Created || r.Failed != 0 {
+				t.Fatalf("want every call placed across the upgrade successful and none failed, have %d placed, %d/%d (exit %d)\n%s\n%s",
+					r.Created, r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 45), harness.Tail(s.Log.String(), 30))
+			}
+			if v := s.Metric("sipvisor_frontdoor_connections_handed_off_total"); v < 1 {
+				t.Errorf("want the old generation's connections taken by the new one, have %v", v)
+			}
+			for _, reason := range []string{"idle", "message_timeout", "malformed", "worker_exit", "handoff_failed"} {
+				if v := s.MetricAbsentAs0("sipvisor_frontdoor_connections_closed_total", `reason="`+reason+`"`); v != 0 {
+					t.Errorf("connections closed by the new generation for %s: want 0, have %v", reason, v)
+				}
+			}
+			for _, closed := range []string{"connection hand-off failed", "connection not passed to the new generation", "a connection of the previous generation is closed"} {
+				if strings.Contains(s.Log.String(), closed) {
+					t.Errorf("want no connection closed across the upgrade, have %q in the log\n%s", closed, harness.Tail(s.Log.String(), 30))
+				}
+			}
+		})
+	}
+}
