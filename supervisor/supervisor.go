@@ -393,7 +393,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 	}
 	defer func() {
-		if l := s.up.link.Load(); l != nil && s.up.old {
+		if l := s.up.link.Load(); l != nil && s.up.old.Load() {
 			l.close()
 		}
 	}()

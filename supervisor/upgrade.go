@@ -213,7 +213,7 @@ type upgradeState struct {
 	// link is the other side while both serve, nil otherwise; old says
 	// this side is the old one.
 	link atomic.Pointer[upLink]
-	old  bool
+	old  atomic.Bool
 	// oldPS is what the old side last said of its workers, with its pid.
 	oldPS  atomic.Pointer[[]ctl.Group]
 	oldPid atomic.Int64
@@ -240,7 +240,7 @@ func (s *Supervisor) initUpgrade(in *inheritance) {
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sipvisor_upgrade_overlap",
 		Help: "1 while the previous generation drains its calls beside this one after an upgrade."},
 		func() float64 {
-			if s.up.link.Load() != nil && !s.up.old {
+			if s.up.link.Load() != nil && !s.up.old.Load() {
 				return 1
 			}
 			return 0
@@ -615,7 +615,7 @@ func (s *Supervisor) handOverSockets(h *handover, doors *sync.WaitGroup, srv *ht
 	// A client's kept-alive connection would still reach this side: each
 	// is closed once idle, and the next request connects to the new one.
 	srv.SetKeepAlivesEnabled(false)
-	s.up.old = true
+	s.up.old.Store(true)
 	s.up.link.Store(h.link)
 	if err := h.link.send([]byte{linkGo}); err != nil {
 		s.log.Error("upgrade: the new supervisor is gone at the hand-over", "error", err)
@@ -630,7 +630,7 @@ func (s *Supervisor) handOverSockets(h *handover, doors *sync.WaitGroup, srv *ht
 // one's, each group saying its generation.
 func (s *Supervisor) withOldPS(gs []ctl.Group) []ctl.Group {
 	old := s.up.oldPS.Load()
-	if old == nil || s.up.old {
+	if old == nil || s.up.old.Load() {
 		return gs
 	}
 	for i := range gs {
@@ -703,7 +703,7 @@ func (s *Supervisor) linkLoop(l *upLink) {
 		s.up.link.CompareAndSwap(l, nil)
 		s.up.oldPS.Store(nil)
 		l.close()
-		if !s.up.old {
+		if !s.up.old.Load() {
 			s.log.Info("upgrade: the previous generation has exited; this one serves alone")
 		}
 	}()
@@ -757,7 +757,7 @@ func (s *Supervisor) linkLoop(l *upLink) {
 // hand-off's.
 func (s *Supervisor) handOffToNext(from *pool.Worker, note []byte) bool {
 	l := s.up.link.Load()
-	if l == nil || !s.up.old {
+	if l == nil || !s.up.old.Load() {
 		return false
 	}
 	kind := byte(linkConn)
@@ -884,10 +884,10 @@ func (u *udpDoor) handleLinked(dgram []byte, from netip.AddrPort, forwarded bool
 // old side, one it holds no affinity for goes back.
 func (s *Supervisor) upgradePick(u *udpDoor) frontdoor.Target {
 	l := s.up.link.Load()
-	if l == nil {
+	if l == nil || l.dead.Load() {
 		return nil
 	}
-	if s.up.old {
+	if s.up.old.Load() {
 		return &linkTarget{l: l, kind: linkBounce, sock: u.sock.Name()}
 	}
 	if u.linked {
