@@ -214,9 +214,8 @@ type upgradeState struct {
 	// this side is the old one.
 	link atomic.Pointer[upLink]
 	old  atomic.Bool
-	// oldPS is what the old side last said of its workers, with its pid.
-	oldPS  atomic.Pointer[[]ctl.Group]
-	oldPid atomic.Int64
+	// oldPS is what the old side last said of its workers.
+	oldPS atomic.Pointer[[]ctl.Group]
 
 	upgrades *prometheus.CounterVec
 }
