@@ -484,3 +484,60 @@ func TestUpgradeKeepsTCPConnections(t *testing.T) {
 		})
 	}
 }
+
+// An upgrade under calls over TLS (sipload callers, one connection each):
+// the old generation's TCP workers give each TLS connection back with its
+// record layer's state, as on a scale-down, and the new generation's
+// workers go on with the calls up on them. Every call completes, its BYE
+// included, and sipvisor closes no connection.
+func TestUpgradeKeepsTLSConnections(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("calls over TLS across an upgrade")
+	}
+	pki := harness.NewPKI(t)
+	pki.Issue("server", "sipvisor", 2)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sipvisor")
+	install(t, harness.SipvisorBin, path)
+	s := harness.StartBin(t, path, harness.ProxyCfg(harness.SIPpUAS(t).Port, fmt.Sprintf(`socket = tls:127.0.0.1:0
+tls_certificate = "%s"
+tls_private_key = "%s"
+udp_workers = 1
+tcp_workers = 2
+`, pki.Path("server.pem"), pki.Path("server.key"))+handledLate))
+	g := followGenerations(t, s)
+	var callers []*harness.Proc
+	for range 2 {
+		callers = append(callers, harness.StartProc(t, harness.SiploadBin, s.SIPAddr("tls"), "-sn", "uac", "-t", "l1",
+			"-i", "127.0.0.1", "-r", "5", "-m", "150", "-d", "1000", "-timeout", "120", "-q"))
+	}
+	s.AwaitMetricAtLeast(6, 60*time.Second, "sipvisor_frontdoor_sessions", `group="tcp"`)
+	prev := g.upgrade(2, "dev")
+	waitPidGone(t, prev, 60*time.Second)
+	summary := regexp.MustCompile(`offered (\d+)  succeeded (\d+)  failed (\d+)`)
+	for i, p := range callers {
+		code, out := p.Wait(t, 100*time.Second)
+		m := summary.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("caller %d: no summary (exit %d)\n%s", i, code, harness.Tail(out, 20))
+		}
+		if code != 0 || m[1] != "150" || m[2] != "150" {
+			t.Errorf("caller %d over TLS: want 150 calls, all completed, have %s (exit %d)\n%s\n%s", i, m[0], code,
+				harness.Tail(out, 20), harness.Tail(s.Log.String(), 30))
+		}
+	}
+	if v := s.Metric("sipvisor_frontdoor_connections_handed_off_total"); v < 1 {
+		t.Errorf("want the old generation's TLS connections taken by the new one, have %v", v)
+	}
+	for _, reason := range []string{"idle", "message_timeout", "malformed", "worker_exit", "handoff_failed", "handshake"} {
+		if v := s.MetricAbsentAs0("sipvisor_frontdoor_connections_closed_total", `reason="`+reason+`"`); v != 0 {
+			t.Errorf("connections closed by the new generation for %s: want 0, have %v", reason, v)
+		}
+	}
+	for _, closed := range []string{"connection hand-off failed", "connection not passed to the new generation", "a connection of the previous generation is closed"} {
+		if strings.Contains(s.Log.String(), closed) {
+			t.Errorf("want no connection closed across the upgrade, have %q in the log\n%s", closed, harness.Tail(s.Log.String(), 30))
+		}
+	}
+}
