@@ -105,7 +105,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *level != "" {
 		levelVar = nil
 	}
-	logger = logger.With("generation", generation())
+	logger = slog.New(genHandler{logger.Handler(), generation()})
 	s, err := New(Options{Config: cfg, ConfigPath: *file, Logger: logger, LogLevel: levelVar, LogFormat: strings.ToLower(lf), inherited: inherited})
 	if err != nil {
 		fmt.Fprintln(stderr, "sipvisor:", err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -176,6 +177,28 @@ func (in *inheritance) closeRest() {
 		f.Close()
 		delete(in.files, name)
 	}
+}
+
+// genHandler ends every log line with the generation of the supervisor
+// that wrote it, so that the lines of two generations that overlap after
+// an upgrade are told apart. Last, so that a line reads as before up to it.
+type genHandler struct {
+	slog.Handler
+	gen int
+}
+
+func (h genHandler) Handle(ctx context.Context, r slog.Record) error {
+	r = r.Clone()
+	r.AddAttrs(slog.Int("generation", h.gen))
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h genHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return genHandler{h.Handler.WithAttrs(a), h.gen}
+}
+
+func (h genHandler) WithGroup(name string) slog.Handler {
+	return genHandler{h.Handler.WithGroup(name), h.gen}
 }
 
 // switchWriter writes to the old supervisor until the hand-over, then to

@@ -175,7 +175,7 @@ func TestUpgradeUnderCallsLosesNoCall(t *testing.T) {
 	}
 	log := s.Log.String()
 	for gen := 1; gen <= 3; gen++ {
-		if !strings.Contains(log, fmt.Sprintf(`msg="upgrade: handed over; draining the calls in progress" generation=%d`, gen)) {
+		if !regexp.MustCompile(fmt.Sprintf(`msg="upgrade: handed over; draining the calls in progress" .*new_generation=%d generation=%d\n`, gen+1, gen)).MatchString(log) {
 			t.Errorf("want generation %d to have handed over\n%s", gen, harness.Tail(log, 40))
 		}
 	}
