@@ -541,3 +541,37 @@ tcp_workers = 2
 		}
 	}
 }
+
+// SIGUSR2 upgrades as ctl upgrade does, as nginx and tableflip take it:
+// the new generation serves the same control address, and the old one
+// exits once drained.
+func TestSIGUSR2Upgrades(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sipvisor")
+	install(t, harness.SipvisorBin, path)
+	s := harness.StartBin(t, path, probeCfg)
+	g := followGenerations(t, s)
+	old := s.Cmd.Process.Pid
+	if err := s.Cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	s.WaitLog(`msg="upgrade done"`, 30*time.Second)
+	m := regexp.MustCompile(`msg="upgrade done" .*new_pid=(\d+) new_generation=2 `).FindStringSubmatch(s.Log.String())
+	if m == nil {
+		t.Fatalf("want the upgrade's new pid and generation 2 in the log\n%s", harness.Tail(s.Log.String(), 20))
+	}
+	pid, _ := strconv.Atoi(m[1])
+	g.mu.Lock()
+	g.pid = pid
+	g.mu.Unlock()
+	waitPidGone(t, old, 30*time.Second)
+	if v := s.Metric("sipvisor_generation"); v != 2 {
+		t.Errorf("want generation 2 serving after SIGUSR2, have %v", v)
+	}
+	p := startProber(t, s.SIPAddr("udp"))
+	time.Sleep(200 * time.Millisecond) // a few probes, each answered by the new generation
+	if f := p.finish(); f.sent == 0 || f.refused+f.unanswered != 0 {
+		t.Errorf("want the new generation to answer every new session, have %v", f)
+	}
+}
