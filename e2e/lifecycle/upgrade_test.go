@@ -575,3 +575,46 @@ func TestSIGUSR2Upgrades(t *testing.T) {
 		t.Errorf("want the new generation to answer every new session, have %v", f)
 	}
 }
+
+// REGISTER refreshes at 100 a second across an upgrade: every refresh gets
+// its 200 without a 503, and the new generation finds every binding (the
+// location store is outside both).
+func TestUpgradeLosesNoRegistration(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("REGISTER refreshes across an upgrade")
+	}
+	harness.NeedSIPp(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sipvisor")
+	install(t, harness.SipvisorBin, path)
+	s := harness.StartBin(t, path, harness.RegistrarCfg())
+	g := followGenerations(t, s)
+	const phones = 1000
+	run := harness.NewID()
+	register := func(rate, cseq int, port ...string) []string {
+		return append([]string{"-sf", harness.Testdata("register_retry_uac.xml"), s.SIPAddr("udp"), "-i", "127.0.0.1",
+			"-cid_str", "phone-%u-" + run + "@127.0.0.1", "-key", "expires", "3600", "-base_cseq", strconv.Itoa(cseq),
+			"-m", strconv.Itoa(phones), "-l", strconv.Itoa(phones), "-r", strconv.Itoa(rate), "-timeout", "100", "-timeout_error"}, port...)
+	}
+	first := harness.RunSIPp(t, 120*time.Second, register(250, 1)...)
+	if first.Exit != 0 || first.Successful != phones {
+		t.Fatalf("want %d phones registered, have %d/%d (exit %d)\n%s", phones, first.Successful, first.Failed, first.Exit, harness.Tail(first.Out, 40))
+	}
+	// The refreshes come from the same port (the same contacts, a higher
+	// CSeq) and take 10 s; the upgrade falls among them.
+	sipp := harness.StartSIPp(t, 120*time.Second, register(100, 10, "-p", strconv.Itoa(first.Port))...)
+	time.Sleep(3 * time.Second) // refreshes before the upgrade too: SIPp has no event to wait on, and 3 s is 300 of them
+	prev := g.upgrade(2, "dev")
+	r := sipp.Wait()
+	waitPidGone(t, prev, 60*time.Second)
+	if r.Exit != 0 || r.Successful != phones || r.Failed != 0 {
+		t.Fatalf("want %d refreshes answered 200 across the upgrade, have %d/%d (exit %d)\n%s", phones, r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 40))
+	}
+	if row := harness.SIPpRow(r.Out, "503 <---"); len(row) > 0 && row[0] != 0 {
+		t.Errorf("want no refresh refused across the upgrade, have %d 503s\n%s", row[0], harness.Tail(r.Out, 40))
+	}
+	if n := len(s.Bindings()); n != phones {
+		t.Errorf("want the new generation to find the %d bindings, have %d", phones, n)
+	}
+}
