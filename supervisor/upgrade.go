@@ -512,6 +512,9 @@ func relay(r io.Reader, w io.Writer, tail *lineTail) {
 		tail.add(line)
 		fmt.Fprintln(w, line)
 	}
+	// A line too long to keep: the rest is copied as it comes, so that the
+	// new process never blocks on a full pipe.
+	io.Copy(w, r)
 }
 
 // lineTail keeps the last lines it was given.
