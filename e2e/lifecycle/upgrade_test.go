@@ -131,7 +131,8 @@ func waitPidGone(t testing.TB, pid int, within time.Duration) {
 }
 
 // Three upgrades in a row under SIPp calls over UDP (with retransmissions),
-// each to a rebuilt binary that reports another version: no call fails,
+// 200 a second held 20 s, each to a rebuilt binary that reports another
+// version: no call fails,
 // calls up before an upgrade end with their BYE answered after it, ctl ps
 // shows both generations while they overlap, and each old generation exits
 // once its calls have ended.
@@ -145,15 +146,15 @@ func TestUpgradeUnderCallsLosesNoCall(t *testing.T) {
 	bins := buildVersions(t, dir, "upgrade-1", "upgrade-2", "upgrade-3", "upgrade-4")
 	path := filepath.Join(dir, "sipvisor")
 	install(t, bins["upgrade-1"], path)
-	s := harness.StartBin(t, path, harness.ProxyCfg(harness.SIPpUAS(t).Port, "udp_workers = 2\ntcp_workers = 1\n"))
+	s := harness.StartBin(t, path, harness.ProxyCfg(harness.SIPpUAS(t).Port, "udp_workers = 2\ntcp_workers = 1\n"+handledLate))
 	g := followGenerations(t, s)
-	const calls = 1500
-	sipp := harness.StartSIPp(t, 300*time.Second, "-sn", "uac", s.SIPAddr("udp"), "-i", "127.0.0.1",
-		"-r", "50", "-m", strconv.Itoa(calls), "-d", "4000", "-timeout", "280", "-timeout_error", "-recv_timeout", "40000")
+	const calls = 10000
+	sipp := harness.StartSIPp(t, 400*time.Second, "-sn", "uac", s.SIPAddr("udp"), "-i", "127.0.0.1",
+		"-r", "200", "-m", strconv.Itoa(calls), "-d", "20000", "-timeout", "380", "-timeout_error", "-recv_timeout", "40000")
 	for gen := 2; gen <= 4; gen++ {
 		// Calls are up in the old generation: each ends with its BYE after
 		// the upgrade, through the new one's socket.
-		s.AwaitMetricAtLeast(100, 60*time.Second, "sipvisor_frontdoor_sessions", `kind="call"`)
+		s.AwaitMetricAtLeast(2000, 60*time.Second, "sipvisor_frontdoor_sessions", `kind="call"`)
 		version := fmt.Sprintf("upgrade-%d", gen)
 		install(t, bins[version], path)
 		prev := g.upgrade(gen, version)
