@@ -86,8 +86,8 @@ for ((rep = 1; rep <= reps; rep++)); do
 		awk -v g="$g" -v r="$rep" -v ok="$okall" -v f="$failed" -v gc0="$gc0" -v gc1="$gc1" -v c0="$cpu0" -v c1="$cpu1" \
 			-v hz="$CLK_TCK" -v n0="$ok0" -v n1="$ok1" -v heap="$heap" 'BEGIN {
 				cpu = (c1 - c0) / hz; gc = gc1 - gc0; n = n1 - n0
-				printf "%s,%d,%s,%s,%.3f,%.2f,%.2f,%.4f,%.1f\n", g, r, ok, f, gc, cpu, cpu > 0 ? 100 * gc / cpu : 0,
-					n > 0 ? 1000 * cpu / n : 0, heap / 1048576 }' | tee -a "$out/results.csv"
+				printf "%s,%d,%s,%s,%.3f,%.2f,%.2f,%.4f,%.1f\n", g, r, ok, f, gc, cpu, (cpu > 0 ? 100 * gc / cpu : 0),
+					(n > 0 ? 1000 * cpu / n : 0), heap / 1048576 }' | tee -a "$out/results.csv"
 		log "GOGC=$g rep $rep: $(tail -1 "$out/results.csv"); ctl ps: $(grep -c . "$dir/ps.txt") lines"
 	done
 done
