@@ -97,9 +97,9 @@ func (b *testBackend) PS() []Group {
 	return []Group{
 		{Name: "udp:127.0.0.1:5060", Kind: "udp", Profile: "PROFILE_UDP", Load: Loads{62.5, 58.25, 40},
 			Workers: []Worker{
-				{ID: 1, Pid: 4101, State: "ready", Load: Loads{70, 60.5, 41}, Queue: 3, QueueWaitSeconds: 0.0125, Sessions: 120, HeapBytes: 50855936, GCCPUSeconds: 1.2345, Age: 2*time.Hour + 5*time.Minute, Handled: 90000, Dropped: 1},
-				{ID: 2, Pid: 4102, State: "ready", Load: Loads{55, 56, 39}, Queue: 0, Sessions: 97, HeapBytes: 12582912, GCCPUSeconds: 0.25, Age: 42 * time.Second, Handled: 1200},
-				{ID: 3, Pid: 4377, State: "draining", Load: Loads{12.25, 30, 35}, Queue: 1, QueueWaitSeconds: 1.5, Sessions: 4, HeapBytes: 3145728, GCCPUSeconds: 12.5, Age: 3*24*time.Hour + 7*time.Hour},
+				{ID: 1, Pid: 4101, State: "ready", Load: Loads{70, 60.5, 41}, Queue: 3, QueueWaitSeconds: 0.0125, Sessions: 120, HeapBytes: 50855936, GCCPUSeconds: 1.2345, CPUSeconds: 98.7, GCCPUPercent: ptr(1.25), Age: 2*time.Hour + 5*time.Minute, Handled: 90000, Dropped: 1},
+				{ID: 2, Pid: 4102, State: "ready", Load: Loads{55, 56, 39}, Queue: 0, Sessions: 97, HeapBytes: 12582912, GCCPUSeconds: 0.25, CPUSeconds: 4.5, GCCPUPercent: ptr(0.5), Age: 42 * time.Second, Handled: 1200},
+				{ID: 3, Pid: 4377, State: "draining", Load: Loads{12.25, 30, 35}, Queue: 1, QueueWaitSeconds: 1.5, Sessions: 4, HeapBytes: 3145728, GCCPUSeconds: 12.5, CPUSeconds: 800, GCCPUPercent: ptr(2.04), Age: 3*24*time.Hour + 7*time.Hour},
 			}},
 		{Name: "tcp", Kind: "tcp", Load: Loads{}, Workers: []Worker{
 			{ID: 1, Pid: 4103, State: "spawning", Age: 0},
@@ -249,3 +249,5 @@ func (b *testBackend) Unban(source string) error {
 	}
 	return errors.New("not an address")
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -37,18 +37,21 @@ func writePS(w io.Writer, gs []Group) error {
 	}
 	fmt.Fprintln(w)
 	t = table(w)
-	fmt.Fprintln(t, "GROUP\tID\tPID\tSTATE\tLOAD 1s/1m/10m\tQUEUE\tWAIT\tSESSIONS\tHEAP\tGC CPU\tAGE")
+	fmt.Fprintln(t, "GROUP\tID\tPID\tSTATE\tLOAD 1s/1m/10m\tQUEUE\tWAIT\tSESSIONS\tHEAP\tGC CPU\tGC %\tAGE")
 	for _, g := range gs {
 		for _, wk := range g.Workers {
 			// A worker that has not reported its heap has not reported its
 			// GC time either: both are unknown, not 0.
-			gc := "-"
+			gc, share := "-", "-"
 			if wk.HeapBytes > 0 {
 				gc = fmtValue(wk.GCCPUSeconds, "s")
 			}
-			fmt.Fprintf(t, "%s\t%d\t%d\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n",
+			if wk.GCCPUPercent != nil {
+				share = strconv.FormatFloat(*wk.GCCPUPercent, 'f', 1, 64)
+			}
+			fmt.Fprintf(t, "%s\t%d\t%d\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n",
 				g.Name, wk.ID, wk.Pid, wk.State, fmtLoads(wk.Load), wk.Queue, fmtWait(wk.QueueWaitSeconds),
-				wk.Sessions, fmtBytes(wk.HeapBytes), gc, fmtAge(wk.Age))
+				wk.Sessions, fmtBytes(wk.HeapBytes), gc, share, fmtAge(wk.Age))
 		}
 	}
 	return t.Flush()

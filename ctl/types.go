@@ -140,6 +140,11 @@ type Worker struct {
 	// GCCPUSeconds is the CPU time its garbage collector has taken, the Go
 	// runtime's estimate.
 	GCCPUSeconds float64 `json:"gc_cpu_seconds"`
+	// CPUSeconds is the CPU time the process has taken, user and system.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// GCCPUPercent is the share of its CPU its garbage collector took over
+	// the last 10 to 20 seconds; absent until it has used any CPU.
+	GCCPUPercent *float64 `json:"gc_cpu_percent,omitempty"`
 	// Age is the time since it was forked; in JSON, as age_seconds.
 	Age     time.Duration `json:"-"`
 	Handled uint64        `json:"handled"`

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"sort"
@@ -614,9 +615,14 @@ type WorkerSample struct {
 	Sessions int
 	Heap     uint64  // 0 until the worker has reported it
 	GCCPU    float64 // seconds
-	Handled  uint64
-	Dropped  uint64
-	Age      time.Duration
+	CPU      float64 // seconds, the process's user and system time
+	// GCShare is the percent of CPU the GC took (Worker.GCShare), if
+	// GCShareOK.
+	GCShare   float64
+	GCShareOK bool
+	Handled   uint64
+	Dropped   uint64
+	Age       time.Duration
 }
 
 // Sample measures every worker's busy share since its previous sample and
@@ -630,7 +636,11 @@ func (g *Group) Sample(now time.Time) (load float64, ok bool, ws []WorkerSample)
 	var n int
 	for _, w := range g.workers {
 		s := WorkerSample{ID: w.ID, Pid: w.Pid, State: w.State(), Queue: w.Queue(), Sessions: w.Sessions(),
-			Heap: w.HeapBytes(), GCCPU: w.GCCPUSeconds(), Handled: w.Handled(), Dropped: w.Dropped(), Age: now.Sub(w.Started)}
+			Heap: w.HeapBytes(), GCCPU: w.GCCPUSeconds(), CPU: w.CPUSeconds(), Handled: w.Handled(), Dropped: w.Dropped(), Age: now.Sub(w.Started)}
+		if share, ok := w.gcWin.add(nowNs, s.GCCPU, s.CPU); ok {
+			w.gcShare.Store(math.Float64bits(share + 1))
+		}
+		s.GCShare, s.GCShareOK = w.GCShare()
 		if s.State == Ready || s.State == Draining {
 			busy := w.p.stats.BusyAt(nowNs)
 			if dt := nowNs - w.lastAt; dt > 0 {

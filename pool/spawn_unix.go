@@ -12,6 +12,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// WorkerGOGC is the workers' GOGC unless the supervisor's environment
+// sets one: how far, in percent of what the last collection left live, a
+// worker's heap grows before it collects again. The memory limit
+// (GOMEMLIMIT, from worker_memory_limit) bounds the heap whatever this
+// says, the collector working harder as the heap nears it; below it, a
+// worker's live heap is small (tens of MB at thousands of calls a second),
+// so a larger target costs little memory and saves collections. Chosen by
+// bench/gc.sh: the collector's share of a worker's CPU at 1,000 calls/s at
+// each value.
+const WorkerGOGC = 100
+
 // Command is how a worker process is started: normally the supervisor's own
 // executable with the argument "worker"; tests use their own binary.
 type Command struct {
@@ -114,6 +125,12 @@ func start(c Command, group string, id int, configPath string, memLimit int64, s
 	)
 	if memLimit > 0 {
 		env = append(env, "GOMEMLIMIT="+strconv.FormatInt(memLimit, 10))
+	}
+	if os.Getenv("GOGC") == "" {
+		env = append(env, "GOGC="+strconv.Itoa(WorkerGOGC))
+	}
+	if os.Getenv("GOGC") == "" {
+		env = append(env, "GOGC="+strconv.Itoa(WorkerGOGC))
 	}
 	// stdout goes to stderr too: a worker's output is log output.
 	fds := []uintptr{0, 2, 2}

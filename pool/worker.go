@@ -60,6 +60,10 @@ type Worker struct {
 	lastHandled uint64
 	lastEchoes  uint64
 	lastDone    int64 // busy ns of finished frames at the last sample
+	gcWin       gcWindow
+
+	// gcShare is GCShare's percent plus 1, as float64 bits: 0 is none yet.
+	gcShare atomic.Uint64
 
 	// frameNs is what one queued frame cost the worker, busy time per frame
 	// handled, over the last sample: with the queue's length, how long a
@@ -314,6 +318,21 @@ func (w *Worker) HeapBytes() uint64 { return w.p.stats.Load(wire.OffHeap) }
 // the runtime's estimate (/cpu/classes/gc/total:cpu-seconds), as of its
 // last report.
 func (w *Worker) GCCPUSeconds() float64 { return math.Float64frombits(w.p.stats.Load(wire.OffGCCPU)) }
+
+// CPUSeconds is the worker process's CPU time, user and system, as of its
+// last report.
+func (w *Worker) CPUSeconds() float64 { return math.Float64frombits(w.p.stats.Load(wire.OffCPU)) }
+
+// GCShare is the percent of the worker's CPU its garbage collector took
+// over the last 10 to 20 seconds (since it started, while younger), as of
+// the group's last sample; ok is false until the worker has used any CPU.
+func (w *Worker) GCShare() (pct float64, ok bool) {
+	v := w.gcShare.Load()
+	if v == 0 {
+		return 0, false
+	}
+	return math.Float64frombits(v) - 1, true
+}
 
 // Done is closed when the process has exited and been reaped.
 func (w *Worker) Done() <-chan struct{} { return w.done }

@@ -40,9 +40,13 @@ func (b backend) PS() []ctl.Group {
 		s.mu.Unlock()
 		now := time.Now()
 		for _, w := range gr.g.Workers() {
-			g.Workers = append(g.Workers, ctl.Worker{ID: w.ID, Pid: w.Pid, State: w.State().String(),
+			wk := ctl.Worker{ID: w.ID, Pid: w.Pid, State: w.State().String(),
 				Load: views[w.ID], Queue: w.Queue(), QueueWaitSeconds: w.QueueAge(now.UnixNano()).Seconds(), Sessions: w.Sessions(), Age: now.Sub(w.Started),
-				HeapBytes: w.HeapBytes(), GCCPUSeconds: w.GCCPUSeconds(), Handled: w.Handled(), Dropped: w.Dropped()})
+				HeapBytes: w.HeapBytes(), GCCPUSeconds: w.GCCPUSeconds(), CPUSeconds: w.CPUSeconds(), Handled: w.Handled(), Dropped: w.Dropped()}
+			if pct, ok := w.GCShare(); ok {
+				wk.GCCPUPercent = &pct
+			}
+			g.Workers = append(g.Workers, wk)
 		}
 		sort.Slice(g.Workers, func(i, j int) bool { return g.Workers[i].ID < g.Workers[j].ID })
 		out = append(out, g)

@@ -972,8 +972,9 @@ func (w *workerLoop) busy(fn func()) {
 	w.stats.Store(wire.OffBusySince, 0)
 }
 
-// reportHeap puts the heap in use and the GC's CPU time on the stats page,
-// where the supervisor's heap monitor and its per-worker metrics read them:
+// reportHeap puts the heap in use, the GC's CPU time and the process's on
+// the stats page, where the supervisor's heap monitor and its per-worker
+// metrics read them:
 // a worker's own /metrics would be one more address per process to scrape.
 func (w *workerLoop) reportHeap(now time.Time) {
 	metrics.Read(w.mem[:])
@@ -982,6 +983,14 @@ func (w *workerLoop) reportHeap(now time.Time) {
 	}
 	if w.mem[1].Value.Kind() == metrics.KindFloat64 {
 		w.stats.Store(wire.OffGCCPU, math.Float64bits(w.mem[1].Value.Float64()))
+	}
+	// The process's CPU from the kernel, the base of GC's share: the
+	// runtime's own total counts idle Ps, and a worker waiting on its
+	// socket is mostly that.
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		w.stats.Store(wire.OffCPU, math.Float64bits(cpu.Seconds()))
 	}
 	w.heapDue = now.Add(heapEvery)
 }

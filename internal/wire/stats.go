@@ -27,6 +27,7 @@ const (
 	OffHeap      = 24 // Go heap bytes in use
 	OffSessions  = 32 // sessions (transactions, dialogs) the worker holds
 	OffGCCPU     = 40 // GC CPU seconds, the runtime's estimate, as float64 bits
+	OffCPU       = 48 // process CPU seconds (user and system), as float64 bits
 	// Written by the supervisor, read by the worker at every frame: the
 	// longest a request may have waited and still be handled (ns, 0 = no
 	// bound), so a change applies at once, without a frame or a restart.
