@@ -126,10 +126,7 @@ func start(c Command, group string, id int, configPath string, memLimit int64, s
 	if memLimit > 0 {
 		env = append(env, "GOMEMLIMIT="+strconv.FormatInt(memLimit, 10))
 	}
-	if os.Getenv("GOGC") == "" {
-		env = append(env, "GOGC="+strconv.Itoa(WorkerGOGC))
-	}
-	if os.Getenv("GOGC") == "" {
+	if !setsGOGC(env) {
 		env = append(env, "GOGC="+strconv.Itoa(WorkerGOGC))
 	}
 	// stdout goes to stderr too: a worker's output is log output.
@@ -172,4 +169,15 @@ func start(c Command, group string, id int, configPath string, memLimit int64, s
 		return nil, fmt.Errorf("control channel: %w", err)
 	}
 	return &spawned{proc: proc, ctl: ctl, dataFD: dataFD, data: dataOurs, stats: stats}, nil
+}
+
+// setsGOGC reports whether env gives GOGC a value (an empty one is the
+// runtime's default, as unset).
+func setsGOGC(env []string) bool {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "GOGC="); ok && v != "" {
+			return true
+		}
+	}
+	return false
 }
