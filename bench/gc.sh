@@ -40,7 +40,7 @@ workers_cpu() {
 	local p t=0 role
 	for p in $(tree_pids "$SERVER_PID"); do
 		role=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^SIPVISOR_GROUP=//p')
-		[ "$role" = udp ] || continue
+		[ "${role%%:*}" = udp ] || continue
 		t=$((t + $(awk '{ i = length($0); while (substr($0, i, 1) != ")") i--; split(substr($0, i + 2), f, " "); print f[12] + f[13] }' "/proc/$p/stat")))
 	done
 	echo "$t"
@@ -48,7 +48,7 @@ workers_cpu() {
 # metric NAME prints the sum of NAME's series of the udp group.
 metric() {
 	curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" |
-		awk -v m="$1" '$1 ~ "^"m"[{]" && $1 ~ /group="udp"/ { s += $2 } END { printf "%.4f\n", s }'
+		awk -v m="$1" '$1 ~ "^"m"[{]" && $1 ~ /group="udp[":]/ { s += $2 } END { printf "%.4f\n", s }'
 }
 
 echo "gogc,rep,calls_ok,calls_failed,gc_cpu_s,cpu_s,gc_share_pct,cpu_ms_per_call,heap_mb" >"$out/results.csv"
