@@ -65,6 +65,9 @@ type GroupOptions struct {
 	// changed. It runs under the group's lock: it must only take note and
 	// return, and read the set later (Routable).
 	OnRoutable func()
+	// TicketKeys, when set, is what each worker starts with of the TLS
+	// session ticket keys every worker shares (package ticketkey).
+	TicketKeys func() []byte
 }
 
 // Group is a set of worker processes that share one kind of work.
@@ -253,7 +256,11 @@ func (g *Group) spawnLocked() (*Worker, error) {
 		files = append(files[:len(files):len(files)], own...)
 		cmd.Env = append(cmd.Env, env...)
 	}
-	p, err := start(cmd, o.Name, id, o.ConfigPath, o.MemoryLimit, files, o.SocketNames)
+	var tickets []byte
+	if o.TicketKeys != nil {
+		tickets = o.TicketKeys()
+	}
+	p, err := start(cmd, o.Name, id, o.ConfigPath, o.MemoryLimit, tickets, files, o.SocketNames)
 	if err != nil {
 		return nil, fmt.Errorf("spawn worker for %s: %w", o.Name, err)
 	}

@@ -83,7 +83,7 @@ func rawFD(f *os.File) (int, error) {
 // numbers (see package wire) and dies with the supervisor (Pdeathsig).
 // It uses syscall.StartProcess, which takes raw descriptors, rather than
 // os/exec, which calls Fd on every file it passes (see rawFD).
-func start(c Command, group string, id int, configPath string, memLimit int64, sockets []*os.File, socketNames []string) (*spawned, error) {
+func start(c Command, group string, id int, configPath string, memLimit int64, tickets []byte, sockets []*os.File, socketNames []string) (*spawned, error) {
 	ctlOurs, ctlTheirs, err := socketpair(unix.SOCK_SEQPACKET)
 	if err != nil {
 		return nil, err
@@ -102,6 +102,9 @@ func start(c Command, group string, id int, configPath string, memLimit int64, s
 		return nil, err
 	}
 	defer statsFile.Close()
+	if len(tickets) == wire.TicketKeysLen {
+		stats.WriteAt(wire.OffTicketKeys, tickets)
+	}
 
 	cleanup := func() {
 		ctlOurs.Close()

@@ -23,6 +23,7 @@ import (
 	"github.com/sipvisor/sipvisor/ctl"
 	"github.com/sipvisor/sipvisor/frontdoor"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/internal/ticketkey"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/location"
@@ -70,6 +71,9 @@ type Supervisor struct {
 	// last config that loaded, so that a file broken since cannot reach a
 	// new worker. snapDir holds it and goes when Run returns.
 	snapshot, snapDir string
+
+	// tickets are the TLS session ticket keys the TCP workers share.
+	tickets *ticketkey.Keeper
 
 	sockets []*listeners.Socket
 	files   []*os.File // the UDP sockets' descriptors, passed to every worker
@@ -205,6 +209,11 @@ func New(o Options) (*Supervisor, error) {
 	signal.Notify(s.hup, syscall.SIGHUP)
 	s.cfg.Store(o.Config)
 	s.started = time.Now()
+	tickets, terr := ticketkey.NewKeeper(s.started)
+	if terr != nil {
+		return nil, fmt.Errorf("session ticket keys: %w", terr)
+	}
+	s.tickets = tickets
 	s.profileWait.Store(int64(defaultProfileWait))
 	s.params = ctl.NewParams()
 	s.params.Changed = func(string) { s.steerNow() }
@@ -576,7 +585,7 @@ func (s *Supervisor) makeGroups() {
 			workerFiles, onRoutable = gr.steer.WorkerFiles, gr.steer.Poke
 		}
 		gr.g = pool.NewGroup(pool.GroupOptions{
-			WorkerFiles: workerFiles, OnRoutable: onRoutable,
+			WorkerFiles: workerFiles, OnRoutable: onRoutable, TicketKeys: func() []byte { return s.tickets.At(time.Now()) },
 			Name: name, Kind: kind, Initial: workers, Ceiling: ceiling,
 			Command: s.opts.Worker, ConfigPath: s.snapshot,
 			Sockets: files, SocketNames: names,

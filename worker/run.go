@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/internal/rawio"
+	"github.com/sipvisor/sipvisor/internal/ticketkey"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/overload/pike"
@@ -40,6 +41,9 @@ type Env struct {
 	Sockets     []net.PacketConn
 	SocketNames []string
 	Logger      *slog.Logger
+	// TicketKeys are the TLS session ticket keys the supervisor gave, which
+	// every worker of it shares; nil when it gave none.
+	TicketKeys *ticketkey.Ratchet
 
 	// Submit runs fn on the worker's loop, counted as busy time like a
 	// message. Handlers use it for work that arrives outside the data channel
@@ -218,6 +222,12 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 	statsFile.Close()
 	if err != nil {
 		return err
+	}
+	var tickets ticketkey.Ratchet
+	if tickets.UnmarshalBinary(stats.ReadAt(wire.OffTicketKeys, wire.TicketKeysLen)) == nil {
+		env.TicketKeys = &tickets
+		// Kept in this process's memory only from now on.
+		stats.WriteAt(wire.OffTicketKeys, make([]byte, wire.TicketKeysLen))
 	}
 	if s := os.Getenv(wire.EnvSockets); s != "" {
 		env.SocketNames = strings.Split(s, ",")

@@ -36,6 +36,10 @@ const (
 	// Requests read from a connection that waited longer than that and were
 	// refused with a 503 (a stream's client does not retransmit).
 	OffStaleRefused = 80
+	// Written by the supervisor before the worker starts: the TLS session
+	// ticket keys (package ticketkey), TicketKeysLen bytes.
+	OffTicketKeys = 1024
+	TicketKeysLen = 73
 	pageSize        = 4096
 )
 
@@ -80,6 +84,13 @@ func (p *StatsPage) Store(off int, v uint64) { atomic.StoreUint64(p.u64(off), v)
 
 // Add adds v to the word at off.
 func (p *StatsPage) Add(off int, v uint64) { atomic.AddUint64(p.u64(off), v) }
+
+// WriteAt copies b to the page at off, for the words the supervisor writes
+// before the worker starts; not atomic.
+func (p *StatsPage) WriteAt(off int, b []byte) { copy(p.mem[off:], b) }
+
+// ReadAt is a copy of n bytes of the page from off.
+func (p *StatsPage) ReadAt(off, n int) []byte { return append([]byte(nil), p.mem[off:off+n]...) }
 
 // Unmap unmaps the page; a nil page or one unmapped already is left alone.
 func (p *StatsPage) Unmap() {

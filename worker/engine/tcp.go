@@ -173,9 +173,9 @@ func (w *Worker) HandleConn(c net.Conn) {
 	switch {
 	case has(w.tlsListen) && w.tlsServer != nil:
 		rec := &recordConn{Conn: c}
-		w.adoptWith(tls.Server(rec, serverTLSConfig(w.tlsServer, rec)), true, true, false, false, func(tc *tcpConn) { tc.rec = rec })
+		w.adoptWith(tls.Server(rec, serverTLSConfig(w.serverTLS(), rec)), true, true, false, false, func(tc *tcpConn) { tc.rec = rec })
 	case has(w.wssListen) && w.tlsServer != nil:
-		w.adopt(tls.Server(c, w.tlsServer), true, true, true, false)
+		w.adopt(tls.Server(c, w.serverTLS()), true, true, true, false)
 	case has(w.wsListen):
 		w.adopt(c, true, false, true, handed)
 	default:
@@ -814,10 +814,10 @@ func (tc *tcpConn) writeMoveState() (*tlsMoveState, bool) {
 	rec.keysMu.Lock()
 	secret := rec.serverApp
 	rec.keysMu.Unlock()
-	if wrote != tc.expectW || secret == nil {
+	if wrote != tc.expectW || secret == nil || rec.ticketLarge.Load() {
 		return nil, false
 	}
-	st.writeSecret, st.writeSeq = secret, wrote
+	st.writeSecret, st.writeSeq = secret, rec.tickets.Load()+wrote
 	return st, true
 }
 

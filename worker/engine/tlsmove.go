@@ -33,13 +33,16 @@ import (
 //
 //   - the secrets come from the handshake's key log, per connection;
 //   - recordConn sits under crypto/tls, hands it one record at a time and
-//     counts the records each way; the server sends no session tickets, so
-//     every encrypted record it writes after the handshake is application
-//     data under the first application secret, and writes it one record
-//     per 16 KB (no dynamic record sizing), so the count it should have
-//     written is known and a record crypto/tls wrote by itself (a KeyUpdate
-//     answer, after which the secrets are no longer the first ones) stops
-//     the move;
+//     counts the records each way. After the handshake, every encrypted
+//     record the server writes is application data under the first
+//     application secret, one record per 16 KB (no dynamic record sizing),
+//     so the count it should have written is known and a record crypto/tls
+//     wrote by itself (a KeyUpdate answer, after which the secrets are no
+//     longer the first ones) stops the move. The session ticket crypto/tls
+//     sends is the one record under that secret written during the
+//     handshake (before the client's Finished, or after it when a client
+//     certificate is asked for): sealing it through WrapSession counts it,
+//     and the first application record's sequence number follows it;
 //   - the move happens between messages, when crypto/tls holds no record
 //     and no plaintext of its own: the bytes read past the last record,
 //     and the plaintext read past the last message, go with it.
@@ -385,6 +388,11 @@ type recordConn struct {
 	wrote    atomic.Uint64 // encrypted records written
 	hsReads  uint64        // readRecs when the handshake ended
 	hsWrites uint64
+	// tickets is the records of session tickets sent under the first
+	// application secret; ticketLarge: a ticket of a size whose records
+	// are not certain to be counted right, which stops a move.
+	tickets     atomic.Uint64
+	ticketLarge atomic.Bool
 
 	keysMu               sync.Mutex
 	clientApp, serverApp []byte
@@ -490,12 +498,25 @@ func (r *recordConn) readState() (raw []byte, seq uint64, ok bool) {
 }
 
 // serverTLSConfig is a tls: socket's configuration for one connection that
-// may be moved: its own key log, no session tickets (their records would
-// share the count with application data), records of 16 KB.
+// may be moved: its own key log, its session tickets counted, records of
+// 16 KB.
 func serverTLSConfig(base *tls.Config, r *recordConn) *tls.Config {
 	c := base.Clone()
 	c.KeyLogWriter = keyLog{r}
-	c.SessionTicketsDisabled = true
 	c.DynamicRecordSizingDisabled = true
+	c.WrapSession = func(cs tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
+		ticket, err := c.EncryptTicket(cs, ss)
+		if err != nil {
+			return nil, err
+		}
+		// A NewSessionTicket message is 17 bytes and the ticket (RFC 8446
+		// 4.6.1: an empty nonce, as crypto/tls sends, no extension). One
+		// that would not fit one record is left uncounted.
+		if cs.Version != tls.VersionTLS13 || 17+len(ticket)+64 > maxPlaintext {
+			r.ticketLarge.Store(true)
+		}
+		r.tickets.Add(1)
+		return ticket, nil
+	}
 	return c
 }

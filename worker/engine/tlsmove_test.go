@@ -13,6 +13,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/sipvisor/sipvisor/internal/ticketkey"
 )
 
 func testServerTLS(t *testing.T) (*tls.Config, *x509.CertPool) {
@@ -73,7 +75,9 @@ func tlsMove(t *testing.T, suite uint16) {
 		}
 		accepted <- side{raw: c, rec: rec, srv: srv, err: err}
 	}()
-	clientConf := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
+	// A client that keeps sessions: the server sends it a ticket, under
+	// the secret the move passes on.
+	clientConf := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", ClientSessionCache: tls.NewLRUClientSessionCache(4)}
 	cli, err := tls.Dial("tcp", ln.Addr().String(), clientConf)
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +125,10 @@ func tlsMove(t *testing.T, suite uint16) {
 	if want := uint64(1 + 3); wrote != want {
 		t.Fatalf("records written since the handshake: want %d, have %d", want, wrote)
 	}
-	st := &tlsMoveState{suite: cs.CipherSuite, readSecret: rec.clientApp, writeSecret: rec.serverApp, readSeq: seq, writeSeq: wrote, raw: rs}
+	if n := rec.tickets.Load(); n != 1 || rec.ticketLarge.Load() {
+		t.Fatalf("want one session ticket sent and counted, have %d (large %v)", n, rec.ticketLarge.Load())
+	}
+	st := &tlsMoveState{suite: cs.CipherSuite, readSecret: rec.clientApp, writeSecret: rec.serverApp, readSeq: seq, writeSeq: rec.tickets.Load() + wrote, raw: rs}
 	st2, err := parseTLSMoveState(st.marshal())
 	if err != nil {
 		t.Fatal(err)
@@ -163,5 +170,109 @@ func TestTLSMoveStateRefused(t *testing.T) {
 		if _, err := parseTLSMoveState(b[:i]); err == nil {
 			t.Errorf("a state cut at %d bytes: want refused", i)
 		}
+	}
+}
+
+// A session begun on one worker resumes on another given the same ticket
+// keys (a copy of the supervisor's, stepped on by each), and not on one
+// of another supervisor's; the connection that resumed is one a move takes
+// as well.
+func TestTLSResumesOnAnotherWorker(t *testing.T) {
+	base, pool := testServerTLS(t)
+	now := time.Now()
+	keeper, err := ticketkey.NewKeeper(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := ticketkey.NewKeeper(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// worker is a tls: socket's configuration as a worker spawned with
+	// enc sets it (Worker.serverTLS).
+	worker := func(enc []byte) *tls.Config {
+		var r ticketkey.Ratchet
+		if err := r.UnmarshalBinary(enc); err != nil {
+			t.Fatal(err)
+		}
+		r.Advance(time.Now())
+		c := base.Clone()
+		c.SetSessionTicketKeys(r.Keys())
+		return c
+	}
+	a, b, c := worker(keeper.At(now)), worker(keeper.At(now)), worker(other.At(now))
+	clientConf := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", ClientSessionCache: tls.NewLRUClientSessionCache(4)}
+	// dial makes one connection to a server with conf, exchanges a message
+	// (the client takes its ticket as it reads), and says whether it
+	// resumed, as each side saw it.
+	dial := func(conf *tls.Config) (client, server bool) {
+		t.Helper()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		type result struct {
+			resumed bool
+			rec     *recordConn
+			err     error
+		}
+		done := make(chan result, 1)
+		go func() {
+			raw, err := ln.Accept()
+			if err != nil {
+				done <- result{err: err}
+				return
+			}
+			defer raw.Close()
+			rec := &recordConn{Conn: raw}
+			srv := tls.Server(rec, serverTLSConfig(conf, rec))
+			srv.SetDeadline(time.Now().Add(10 * time.Second))
+			if err := srv.Handshake(); err != nil {
+				done <- result{err: err}
+				return
+			}
+			rec.handshakeDone()
+			buf := make([]byte, 4)
+			if _, err := io.ReadFull(srv, buf); err != nil {
+				done <- result{err: err}
+				return
+			}
+			_, err = srv.Write(buf)
+			done <- result{resumed: srv.ConnectionState().DidResume, rec: rec, err: err}
+		}()
+		cli, err := tls.Dial("tcp", ln.Addr().String(), clientConf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		cli.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := cli.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(cli, make([]byte, 4)); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.rec.tickets.Load() != 1 {
+			t.Errorf("want one ticket sent on each connection, have %d", r.rec.tickets.Load())
+		}
+		return cli.ConnectionState().DidResume, r.resumed
+	}
+	if cr, sr := dial(a); cr || sr {
+		t.Fatalf("the first connection: want a full handshake, have resumed (client %v, server %v)", cr, sr)
+	}
+	if cr, sr := dial(b); !cr || !sr {
+		t.Errorf("on another worker of the same supervisor: want resumed, have client %v, server %v", cr, sr)
+	}
+	if cr, sr := dial(c); cr || sr {
+		t.Errorf("on a worker of another supervisor: want a full handshake, have resumed (client %v, server %v)", cr, sr)
+	}
+	// c's ticket is now the client's: a's worker does not know it either.
+	if cr, _ := dial(a); cr {
+		t.Error("a ticket of another supervisor's resumed")
 	}
 }

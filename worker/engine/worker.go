@@ -20,6 +20,7 @@ import (
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/dispatcher"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/internal/ticketkey"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/location"
@@ -98,6 +99,11 @@ type Options struct {
 	// TLS holds the certificates of tls: and wss: sockets and TLS next
 	// hops.
 	TLS config.TLS
+	// TicketKeys seal and open the TLS session tickets of the tls: and
+	// wss: sockets, shared with the other workers so that a client resumes
+	// its session on any of them; nil: crypto/tls's own keys, this
+	// process's alone. Used on the loop only.
+	TicketKeys *ticketkey.Ratchet
 	// WSAllowedOrigins are the web origins whose pages may open a
 	// WebSocket to the ws: and wss: sockets (ws_allowed_origins); empty
 	// allows any.
@@ -183,6 +189,9 @@ type Worker struct {
 	// settings; a reload replaces them for new connections.
 	tlsServer, tlsClient *tls.Config
 	self                 []netip.AddrPort
+	// ticketsOn is the tlsServer whose ticket keys are set from
+	// opt.TicketKeys.
+	ticketsOn *tls.Config
 
 	stx    map[string]*serverTx
 	ackIdx map[string]*serverTx
@@ -312,6 +321,7 @@ func New(env *worker.Env) (worker.Handler, error) {
 		RefusedLate: env.RefusedLate,
 		RetryAfter:  cfg.RetryAfter,
 		TLS:         cfg.TLS,
+		TicketKeys:  env.TicketKeys,
 		Conn:        cfg.Conn,
 		ConnClosed:  closedFor(env),
 		HandOff:     handOffFor(env),
@@ -473,6 +483,20 @@ func NewWorker(opt Options) (*Worker, error) {
 	w.localIPs = interfaceIPs()
 	w.setDispatch(opt.Dispatcher)
 	return w, nil
+}
+
+// serverTLS is the configuration of the tls: and wss: sockets for a
+// connection accepted now: its session ticket keys stepped to the current
+// period, the same keys every worker has.
+func (w *Worker) serverTLS() *tls.Config {
+	if k := w.opt.TicketKeys; k != nil {
+		moved := k.Advance(time.Now())
+		if moved || w.ticketsOn != w.tlsServer {
+			w.tlsServer.SetSessionTicketKeys(k.Keys())
+			w.ticketsOn = w.tlsServer
+		}
+	}
+	return w.tlsServer
 }
 
 // Held is the number of live transactions, so a draining worker exits only
