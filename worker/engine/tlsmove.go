@@ -510,9 +510,11 @@ func serverTLSConfig(base *tls.Config, r *recordConn) *tls.Config {
 			return nil, err
 		}
 		// A NewSessionTicket message is 17 bytes and the ticket (RFC 8446
-		// 4.6.1: an empty nonce, as crypto/tls sends, no extension). One
-		// that would not fit one record is left uncounted.
-		if cs.Version != tls.VersionTLS13 || 17+len(ticket)+64 > maxPlaintext {
+		// 4.6.1, with the empty nonce and no extension crypto/tls sends):
+		// one record, unless it comes near a record's size (a client
+		// certificate chain in it), where the connection stays put rather
+		// than move on a count that may be wrong.
+		if 17+len(ticket)+64 > maxPlaintext {
 			r.ticketLarge.Store(true)
 		}
 		r.tickets.Add(1)
