@@ -211,3 +211,73 @@ func TestTLSVerifyClient(t *testing.T) {
 		t.Fatalf("OPTIONS over mutual TLS: want the script's 404, have %d\n%s", m.Code, m.Raw)
 	}
 }
+
+// A client that keeps its TLS session resumes it on its next connection,
+// whichever TCP worker that connection reaches: the workers seal and open
+// tickets with the keys the supervisor gave them all. Connections are
+// placed on the two workers in turn, so most resume a session another
+// worker began; each connection's worker is the one whose handled count
+// grew with it.
+func TestTLSResumesAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	pki := harness.NewPKI(t)
+	pki.Issue("server", "sipvisor", 2)
+	s := harness.Start(t, strings.Replace(harness.TLSConfig(pki, ""), "tcp_workers = 1", "tcp_workers = 2", 1))
+	tlsPort := s.SIPPort("tls")
+	harness.WaitFor(t, "2 TCP workers ready", 20*time.Second, func() bool {
+		n, _ := harness.Live(s.PS(), "tcp")
+		return n == 2
+	})
+	handled := func() map[int]uint64 {
+		out := map[int]uint64{}
+		for _, g := range s.PS() {
+			if g.Name == "tcp" {
+				for _, w := range g.Workers {
+					out[w.Pid] = w.Handled
+				}
+			}
+		}
+		return out
+	}
+	cache := tls.NewLRUClientSessionCache(4)
+	var workers []int
+	var resumed []bool
+	for i := range 6 {
+		before := handled()
+		ua, c, err := harness.DialTLS(t, pki, tlsPort, &tls.Config{ClientSessionCache: cache})
+		if err != nil {
+			t.Fatalf("connection %d: %v", i+1, err)
+		}
+		// An answer read: the server has the connection, and the client
+		// has taken the ticket sent with the handshake.
+		id := harness.NewID()
+		ua.SendTo("nobody", "OPTIONS", id, 1, "<sip:nobody@example.com>")
+		if m := ua.Final(id, "OPTIONS"); m.Code == 0 {
+			t.Fatalf("connection %d: no answer to OPTIONS", i+1)
+		}
+		resumed = append(resumed, c.ConnectionState().DidResume)
+		c.Close()
+		after, on := handled(), 0
+		for pid, n := range after {
+			if n > before[pid] {
+				on = pid
+			}
+		}
+		workers = append(workers, on)
+	}
+	if resumed[0] {
+		t.Error("the first connection resumed a session it never had")
+	}
+	across := 0
+	for i := 1; i < len(resumed); i++ {
+		if !resumed[i] {
+			t.Errorf("connection %d: want its session resumed, have a full handshake (workers %v)", i+1, workers)
+		}
+		if resumed[i] && workers[i] != 0 && workers[i-1] != 0 && workers[i] != workers[i-1] {
+			across++
+		}
+	}
+	if across == 0 {
+		t.Errorf("want a session resumed on a worker other than the one that began it, have workers %v, resumed %v", workers, resumed)
+	}
+}
