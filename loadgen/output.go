@@ -180,6 +180,9 @@ func writeSummary(w io.Writer, o *Options, st Stats) {
 	}
 	fmt.Fprintf(w, "  messages   retransmitted %d  duplicates received %d  unexpected %d  send errors %d  limited by -l %d\n",
 		st.Retransmissions, st.RetransReceived, st.Unexpected, st.SendErrors, st.Limited)
+	if o.Handshakes {
+		fmt.Fprintf(w, "  handshakes full %d  resumed %d\n", st.Succeeded-st.Resumed, st.Resumed)
+	}
 	if o.AuthPass != "" {
 		fmt.Fprintf(w, "  auth       challenged %d (answered with -au/-ap credentials)\n", st.Challenged)
 	}

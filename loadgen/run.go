@@ -53,6 +53,11 @@ type Options struct {
 	TLSKey     string    // -tls_key: its private key (default cakey.pem)
 	TLSCA      string    // -tls_ca: verify the peer against this CA; "" verifies nothing
 	TLSVersion string    // -tls_version: 1.0 to 1.3, only that one ("": 1.2 or later)
+	TLSGroups  string    // -tls_groups: key exchange groups offered, comma-separated ("": Go's)
+	// Handshakes (-tls_handshakes): each call is a new TLS connection,
+	// closed once its handshake is done; no SIP is sent.
+	Handshakes bool
+	TLSResume  bool // -tls_resume: handshakes resume a session (tickets)
 	TraceMsg   io.Writer // -trace_msg: every message sent and received
 	TraceErr   io.Writer // -trace_err: unexpected messages and why calls failed
 	injections []*injection
@@ -81,6 +86,9 @@ type Stats struct {
 	// Aborted calls were still in flight when the run was stopped by -timeout
 	// or a signal; they are neither successes nor failures.
 	Aborted int64
+	// Resumed is how many of -tls_handshakes' succeeded ones resumed a
+	// session.
+	Resumed int64
 	MaxLag  time.Duration
 	MaxCPU  float64 // sipload's busiest second, in % of one core
 	// TimedOut: -timeout ended the run.
@@ -125,6 +133,17 @@ func (o *Options) defaults() error {
 	}
 	if _, ok := tlsVersions[o.TLSVersion]; !ok && o.TLSVersion != "" {
 		return fmt.Errorf("%w: -tls_version %q: want 1.0, 1.1, 1.2 or 1.3", ErrUsage, o.TLSVersion)
+	}
+	if _, err := tlsGroups(o.TLSGroups); err != nil {
+		return fmt.Errorf("%w: -tls_groups: %v", ErrUsage, err)
+	}
+	switch {
+	case o.Handshakes && o.Transport != "l1":
+		return fmt.Errorf("%w: -tls_handshakes needs -t l1", ErrUsage)
+	case o.TLSResume && !o.Handshakes:
+		return fmt.Errorf("%w: -tls_resume goes with -tls_handshakes (a run's one connection has one handshake)", ErrUsage)
+	case o.Handshakes && o.Scenario == "uas":
+		return fmt.Errorf("%w: -tls_handshakes is a client's: not with -sn uas", ErrUsage)
 	}
 	if o.Service == "" {
 		o.Service = "service"
@@ -290,6 +309,9 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
+	}
+	if o.Handshakes {
+		return runHandshakes(ctx, &o)
 	}
 	c := &core{o: &o, in: make(chan *packet, 4096), errc: make(chan error, 16), secFails: failTally{}, totFails: failTally{}}
 	c.sink = &sink{in: c.in, errc: c.errc, quit: make(chan struct{})}

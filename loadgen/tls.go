@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"strings"
 )
 
 // SIPp's names for the certificate and key when -tls_cert and -tls_key are
@@ -34,6 +35,12 @@ var tlsVersions = map[string]uint16{
 // name in it.
 func (o *Options) tlsConfig(server bool, host string) (*tls.Config, error) {
 	c := &tls.Config{}
+	// A client that keeps its session, as SIPp's OpenSSL does: the server
+	// then sends it a ticket, as it would to a phone.
+	if !server {
+		c.ClientSessionCache = tls.NewLRUClientSessionCache(1)
+	}
+	c.CurvePreferences, _ = tlsGroups(o.TLSGroups) // checked by defaults
 	if o.TLSVersion != "" {
 		v := tlsVersions[o.TLSVersion] // checked by defaults
 		c.MinVersion, c.MaxVersion = v, v
@@ -106,4 +113,28 @@ func transportName(t string) string {
 		return "TLS"
 	}
 	return "UDP"
+}
+
+// tlsGroupNames are -tls_groups' names of crypto/tls's key exchanges.
+var tlsGroupNames = map[string]tls.CurveID{
+	"x25519": tls.X25519, "p256": tls.CurveP256, "p384": tls.CurveP384, "p521": tls.CurveP521,
+	"x25519mlkem768": tls.X25519MLKEM768,
+}
+
+// tlsGroups reads -tls_groups: nil for "" (crypto/tls's default, which
+// offers a post-quantum hybrid first; a server without it, OpenSSL 3.0 for
+// one, then takes another, so a comparison names one group for both).
+func tlsGroups(s string) ([]tls.CurveID, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []tls.CurveID
+	for _, name := range strings.Split(s, ",") {
+		id, ok := tlsGroupNames[strings.ToLower(strings.TrimSpace(name))]
+		if !ok {
+			return nil, fmt.Errorf("unknown group %q (want x25519, p256, p384, p521 or x25519mlkem768)", name)
+		}
+		out = append(out, id)
+	}
+	return out, nil
 }

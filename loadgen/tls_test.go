@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -182,5 +183,47 @@ func TestTLSErrors(t *testing.T) {
 	if code := Main(context.Background(), []string{"127.0.0.1:9", "-t", "l1", "-tls_version", "1.4", "-q"}, io.Discard, &errb); code != ExitUsage ||
 		!strings.Contains(errb.String(), "-tls_version") {
 		t.Errorf("-tls_version 1.4: want exit 2 naming the flag, have %d %q", code, errb.String())
+	}
+}
+
+// -tls_handshakes makes a new connection per call, each a full handshake
+// against a TLS server (sipload's uas), or, with -tls_resume, each after a
+// first resuming that first's session; -tls_groups names what is offered.
+func TestHandshakes(t *testing.T) {
+	t.Parallel()
+	ca := newTestCA(t, "loadgen")
+	srvCert, srvKey := ca.issue("uas")
+	addr, _ := startUAS(t, Options{Transport: "l1", TLSCert: srvCert, TLSKey: srvKey, Timeout: 60 * time.Second})
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		full  int
+	}{
+		{"full", nil, 20},
+		{"resumed", []string{"-tls_resume"}, 0},
+		{"x25519 only", []string{"-tls_groups", "x25519"}, 20},
+	} {
+		var out, errb strings.Builder
+		args := append([]string{addr.String(), "-t", "l1", "-tls_handshakes", "-tls_ca", ca.file(), "-m", "20", "-r", "100", "-q"}, tc.extra...)
+		code := Main(context.Background(), args, &out, &errb)
+		want := "handshakes full " + strconv.Itoa(tc.full) + "  resumed " + strconv.Itoa(20-tc.full)
+		if code != ExitOK || !strings.Contains(out.String(), "offered 20  succeeded 20  failed 0") || !strings.Contains(out.String(), want) {
+			t.Errorf("%s: want exit 0, 20 handshakes succeeded, %q; have %d\n%s%s", tc.name, want, code, out.String(), errb.String())
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-tls_handshakes"}, "-t l1"},
+		{[]string{"-t", "l1", "-tls_resume"}, "-tls_handshakes"},
+		{[]string{"-t", "l1", "-tls_groups", "x448"}, "-tls_groups"},
+		{[]string{"-t", "l1", "-sn", "uas", "-tls_handshakes"}, "uas"},
+	} {
+		var errb strings.Builder
+		if code := Main(context.Background(), append([]string{addr.String(), "-q"}, tc.args...), io.Discard, &errb); code != ExitUsage ||
+			!strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: want exit 2 naming %q, have %d %q", tc.args, tc.want, code, errb.String())
+		}
 	}
 }
