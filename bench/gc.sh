@@ -11,8 +11,10 @@
 #               [--warmup 20] [--reps 2] [--out DIR]
 #
 # Prints, per run, the workers' GC CPU (sipvisor_worker_gc_cpu_seconds_total,
-# the runtime's estimate) over their CPU (utime+stime from /proc), their
-# CPU per call and their heap at the end; writes DIR/results.csv.
+# the runtime's estimate) over their busy CPU by the same estimate
+# (sipvisor_worker_cpu_seconds_total: what ctl ps's GC % divides by) and
+# over their CPU from /proc (utime+stime), their CPU per call and their heap
+# at the end; writes DIR/results.csv.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -51,7 +53,7 @@ metric() {
 		awk -v m="$1" '$1 ~ "^"m"[{]" && $1 ~ /group="udp[":]/ { s += $2 } END { printf "%.4f\n", s }'
 }
 
-echo "gogc,rep,calls_ok,calls_failed,gc_cpu_s,cpu_s,gc_share_pct,cpu_ms_per_call,heap_mb" >"$out/results.csv"
+echo "gogc,rep,calls_ok,calls_failed,gc_cpu_s,busy_s,cpu_s,gc_pct_of_busy,gc_pct_of_cpu,cpu_ms_per_call,heap_mb" >"$out/results.csv"
 list=(${gogc//,/ })
 for ((rep = 1; rep <= reps; rep++)); do
 	order=("${list[@]}")
@@ -71,10 +73,10 @@ for ((rep = 1; rep <= reps; rep++)); do
 		run_uac "$dir/uac" call "$rate" $((rate * secs)) "$UAC_PORT" &
 		uac=$!
 		sleep "$warmup"
-		gc0=$(metric sipvisor_worker_gc_cpu_seconds_total) cpu0=$(workers_cpu)
+		gc0=$(metric sipvisor_worker_gc_cpu_seconds_total) cpu0=$(workers_cpu) busy0=$(metric sipvisor_worker_cpu_seconds_total)
 		ok0=$(stat_last "$dir/uac" SuccessfulCall\(C\))
 		sleep $((secs - warmup - 2))
-		gc1=$(metric sipvisor_worker_gc_cpu_seconds_total) cpu1=$(workers_cpu)
+		gc1=$(metric sipvisor_worker_gc_cpu_seconds_total) cpu1=$(workers_cpu) busy1=$(metric sipvisor_worker_cpu_seconds_total)
 		ok1=$(stat_last "$dir/uac" SuccessfulCall\(C\))
 		heap=$(metric sipvisor_worker_heap_bytes)
 		"$SIPVISOR_BIN" ctl -addr "http://127.0.0.1:$HTTP_PORT" ps >"$dir/ps.txt" 2>&1 || true
@@ -84,9 +86,10 @@ for ((rep = 1; rep <= reps; rep++)); do
 		stop_server
 		stop_uas
 		awk -v g="$g" -v r="$rep" -v ok="$okall" -v f="$failed" -v gc0="$gc0" -v gc1="$gc1" -v c0="$cpu0" -v c1="$cpu1" \
-			-v hz="$CLK_TCK" -v n0="$ok0" -v n1="$ok1" -v heap="$heap" 'BEGIN {
-				cpu = (c1 - c0) / hz; gc = gc1 - gc0; n = n1 - n0
-				printf "%s,%d,%s,%s,%.3f,%.2f,%.2f,%.4f,%.1f\n", g, r, ok, f, gc, cpu, (cpu > 0 ? 100 * gc / cpu : 0),
+			-v hz="$CLK_TCK" -v n0="$ok0" -v n1="$ok1" -v heap="$heap" -v b0="$busy0" -v b1="$busy1" 'BEGIN {
+				cpu = (c1 - c0) / hz; gc = gc1 - gc0; n = n1 - n0; busy = b1 - b0
+				printf "%s,%d,%s,%s,%.3f,%.2f,%.2f,%.2f,%.2f,%.4f,%.1f\n", g, r, ok, f, gc, busy, cpu,
+					(busy > 0 ? 100 * gc / busy : 0), (cpu > 0 ? 100 * gc / cpu : 0),
 					(n > 0 ? 1000 * cpu / n : 0), heap / 1048576 }' | tee -a "$out/results.csv"
 		log "GOGC=$g rep $rep: $(tail -1 "$out/results.csv"); ctl ps: $(grep -c . "$dir/ps.txt") lines"
 	done

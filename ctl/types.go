@@ -140,7 +140,8 @@ type Worker struct {
 	// GCCPUSeconds is the CPU time its garbage collector has taken, the Go
 	// runtime's estimate.
 	GCCPUSeconds float64 `json:"gc_cpu_seconds"`
-	// CPUSeconds is the CPU time the process has taken, user and system.
+	// CPUSeconds is the CPU time its Go runtime counts as busy, the
+	// runtime's estimate, as GCCPUSeconds is.
 	CPUSeconds float64 `json:"cpu_seconds"`
 	// GCCPUPercent is the share of its CPU its garbage collector took over
 	// the last 10 to 20 seconds; absent until it has used any CPU.

@@ -622,7 +622,7 @@ type WorkerSample struct {
 	Sessions int
 	Heap     uint64  // 0 until the worker has reported it
 	GCCPU    float64 // seconds
-	CPU      float64 // seconds, the process's user and system time
+	CPU      float64 // seconds, the runtime's busy CPU (Worker.CPUSeconds)
 	// GCShare is the percent of CPU the GC took (Worker.GCShare), if
 	// GCShareOK.
 	GCShare   float64

@@ -319,8 +319,9 @@ func (w *Worker) HeapBytes() uint64 { return w.p.stats.Load(wire.OffHeap) }
 // last report.
 func (w *Worker) GCCPUSeconds() float64 { return math.Float64frombits(w.p.stats.Load(wire.OffGCCPU)) }
 
-// CPUSeconds is the worker process's CPU time, user and system, as of its
-// last report.
+// CPUSeconds is the CPU time the worker's Go runtime counts as busy, its
+// estimate (/cpu/classes/total less /cpu/classes/idle), as of its last
+// report: the base of GCShare.
 func (w *Worker) CPUSeconds() float64 { return math.Float64frombits(w.p.stats.Load(wire.OffCPU)) }
 
 // GCShare is the percent of the worker's CPU its garbage collector took

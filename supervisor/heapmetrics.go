@@ -24,7 +24,7 @@ func newWorkerCollector(s *Supervisor) *workerCollector {
 		gcCPU: prometheus.NewDesc("sipvisor_worker_gc_cpu_seconds_total",
 			"CPU time the worker's garbage collector has taken, the Go runtime's estimate (/cpu/classes/gc/total:cpu-seconds), as of its group's last sample.", labels, nil),
 		cpu: prometheus.NewDesc("sipvisor_worker_cpu_seconds_total",
-			"CPU time the worker process has taken, user and system, as of its group's last sample.", labels, nil),
+			"CPU time the worker's Go runtime counts as busy, its estimate (/cpu/classes/total less /cpu/classes/idle, the base of the GC's share), as of its group's last sample.", labels, nil),
 		gcShare: prometheus.NewDesc("sipvisor_worker_gc_cpu_ratio",
 			"Share (0-1) of the worker's CPU its garbage collector took over the last 10 to 20 seconds, as of its group's last sample.", labels, nil),
 	}

@@ -304,6 +304,8 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 	}
 	w.mem[0].Name = "/memory/classes/heap/objects:bytes"
 	w.mem[1].Name = "/cpu/classes/gc/total:cpu-seconds"
+	w.mem[2].Name = "/cpu/classes/total:cpu-seconds"
+	w.mem[3].Name = "/cpu/classes/idle:cpu-seconds"
 
 	// The supervisor gone, the data channel reads end of file and the loop
 	// returns: nothing would route to this worker any more.
@@ -332,7 +334,7 @@ type workerLoop struct {
 	draining bool
 	drained  bool
 	timed    Timed
-	mem      [2]metrics.Sample // heap in use, GC CPU seconds
+	mem      [4]metrics.Sample // heap in use, GC CPU seconds, CPU seconds available and idle
 	heapDue  time.Time
 	replies  []*sendSocket // the worker's own reply sockets, if opened
 	direct   *direct       // the socket read directly, with wire.EnvDirect
@@ -994,13 +996,15 @@ func (w *workerLoop) reportHeap(now time.Time) {
 	if w.mem[1].Value.Kind() == metrics.KindFloat64 {
 		w.stats.Store(wire.OffGCCPU, math.Float64bits(w.mem[1].Value.Float64()))
 	}
-	// The process's CPU from the kernel, the base of GC's share: the
-	// runtime's own total counts idle Ps, and a worker waiting on its
-	// socket is mostly that.
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
-		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		w.stats.Store(wire.OffCPU, math.Float64bits(cpu.Seconds()))
+	// The base of GC's share, from the same estimate as the GC's time:
+	// what GOMAXPROCS allowed less the time Ps were idle (a worker waiting
+	// on its socket is mostly that). The runtime counts a P's wall time, a
+	// stop-the-world pause on every P, whether or not the kernel ran the
+	// thread; against the kernel's CPU time the share would grow with the
+	// machine's load rather than the collector's work.
+	if w.mem[2].Value.Kind() == metrics.KindFloat64 && w.mem[3].Value.Kind() == metrics.KindFloat64 {
+		busy := max(0, w.mem[2].Value.Float64()-w.mem[3].Value.Float64())
+		w.stats.Store(wire.OffCPU, math.Float64bits(busy))
 	}
 	w.heapDue = now.Add(heapEvery)
 }

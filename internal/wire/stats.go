@@ -27,7 +27,7 @@ const (
 	OffHeap      = 24 // Go heap bytes in use
 	OffSessions  = 32 // sessions (transactions, dialogs) the worker holds
 	OffGCCPU     = 40 // GC CPU seconds, the runtime's estimate, as float64 bits
-	OffCPU       = 48 // process CPU seconds (user and system), as float64 bits
+	OffCPU       = 48 // CPU seconds the runtime counts busy (total less idle), as float64 bits
 	// Written by the supervisor, read by the worker at every frame: the
 	// longest a request may have waited and still be handled (ns, 0 = no
 	// bound), so a change applies at once, without a frame or a restart.
@@ -36,11 +36,14 @@ const (
 	// Requests read from a connection that waited longer than that and were
 	// refused with a 503 (a stream's client does not retransmit).
 	OffStaleRefused = 80
-	// Written by the supervisor before the worker starts: the TLS session
-	// ticket keys (package ticketkey), TicketKeysLen bytes.
+	pageSize        = 4096
+)
+
+// Written by the supervisor before the worker starts: the TLS session
+// ticket keys (package ticketkey), TicketKeysLen bytes.
+const (
 	OffTicketKeys = 1024
 	TicketKeysLen = 73
-	pageSize        = 4096
 )
 
 // NewStatsFile makes a stats page (the supervisor's side): the file to pass
