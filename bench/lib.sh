@@ -217,6 +217,7 @@ render() {
 }
 
 # build_sipvisor runs `make build` on the committed HEAD, exported to OUT/src,
+# and sets SIPVISOR_BIN and SIPLOAD_BIN to its binaries,
 # so edits in progress in the work tree (and rebuilds of it during a run) do
 # not change what is measured. BENCH_WORKTREE=1 builds the work tree instead.
 build_sipvisor() {
@@ -234,8 +235,9 @@ build_sipvisor() {
 	log "make build ($SIPVISOR_VERSION, in $src)"
 	make -s -C "$src" build VERSION="$SIPVISOR_VERSION" >&2
 	mkdir -p "$out/bin"
-	cp "$src/bin/sipvisor" "$out/bin/sipvisor"
+	cp "$src/bin/sipvisor" "$src/bin/sipload" "$out/bin/"
 	SIPVISOR_BIN=$out/bin/sipvisor
+	SIPLOAD_BIN=$out/bin/sipload
 }
 
 # kamailio_location_db FILE creates FILE, an SQLite database holding

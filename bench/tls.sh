@@ -4,16 +4,18 @@
 #
 # For each repetition and each server (alternating, so a change in the
 # shared machine's load hits both): the idle server's CPU; full TLS
-# handshakes from bench/tlsload at each --hs-rates for --hs-secs, each
-# connection closed once its handshake is done (open loop: a handshake due
-# while 200 are under way counts failed); calls (INVITE, 200, ACK, BYE,
-# 200) over --conns TLS connections to SIPp's UAS on UDP at each --rates
-# for --secs, the CPU counted from --warmup seconds on, so that a run is
-# measured at its steady state; last, handshakes as fast as --hs-inflight
-# at a time allow for --hs-max-secs (handshakes per second, client and
-# server on the same cores). CPU is the server's whole process tree's,
-# from /proc, as run.sh reads it. A server that exits during a run is
-# counted, its log kept, and started again. The certificate is an ECDSA
+# handshakes at each --hs-rates for --hs-secs, then resumed ones (the
+# session of a first connection, by its ticket), each connection closed
+# once its handshake is done (sipload -tls_handshakes; open loop: a
+# handshake due while 200 are under way is not made, and counted
+# limited); calls (INVITE, 200, ACK, BYE, 200) over --conns TLS
+# connections (a sipload each) to SIPp's UAS on UDP at each --rates for
+# --secs, the CPU counted from --warmup seconds on, so that a run is
+# measured at its steady state; last, full handshakes as fast as
+# --hs-inflight at a time allow for --hs-max-secs (handshakes per second,
+# client and server on the same cores). CPU is the server's whole process
+# tree's, from /proc, as run.sh reads it. A server that exits during a run
+# is counted, its log kept, and started again. The certificate is an ECDSA
 # P-256 one made here with openssl; the key exchange X25519, TLS 1.3
 # (--tls 1.2 to compare).
 #
@@ -24,9 +26,10 @@
 #                [--out DIR]
 #
 # Writes DIR/results.csv, DIR/summary.md and DIR/machine.txt; in
-# DIR/SERVER/KIND-RATE-REP/ each run's tlsload summary (out.txt), its counts
-# every 100 ms (stat.csv), the server's CPU by process role (procs.txt) and,
-# for calls, its CPU every 10 s (cpu.csv).
+# DIR/SERVER/KIND-RATE-REP/ each run's sipload summary (out.txt, for calls
+# cN/out.txt, one per connection), its counts every second (stat.csv), the
+# server's CPU by process role (procs.txt) and, for calls, its CPU every
+# 10 s (cpu.csv).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -72,7 +75,7 @@ trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 
 # One certificate for both servers: ECDSA P-256, self-signed, for
-# 127.0.0.1; tlsload trusts it as its own root and checks it.
+# 127.0.0.1; sipload trusts it as its own root and checks it.
 CERT_DIR=$out/cert
 mkdir -p "$CERT_DIR"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
@@ -84,37 +87,49 @@ SIPVISOR_CFG=$BENCH_DIR/sipvisor-tls.cfg
 KAMAILIO_CFG=$BENCH_DIR/kamailio-tls.cfg
 KAMAILIO_TLS_CFG=$BENCH_DIR/kamailio-tls-module.cfg
 
-case ",$servers," in *,sipvisor,*) build_sipvisor "$out" ;; esac
-log "go build bench/tlsload"
-mkdir -p "$out/bin"
-(cd "$REPO_DIR" && go build -o "$out/bin/tlsload" ./bench/tlsload) || die "could not build bench/tlsload"
-TLSLOAD=$out/bin/tlsload
+# The client, sipload, comes from the same build.
+build_sipvisor "$out"
 machine_info >"$out/machine.txt"
 echo "openssl: $(openssl version)" >>"$out/machine.txt"
 echo "settings: servers=$servers hs_rates=$hs_rates hs_secs=$hs_secs hs_max_secs=$hs_max_secs hs_inflight=$hs_inflight rates=$rates secs=$secs warmup=$warmup conns=$conns tls=$tls_version reps=$reps settle=$settle children=$CHILDREN" >>"$out/machine.txt"
 
 csv=$out/results.csv
-echo "server,kind,rate,rep,started,successful,failed,p50_ms,p99_ms,elapsed_s,achieved_per_s,client_cpu_s,cpu_s,cpu_ms_per_op,ctxsw_per_op,server_exited" >"$csv"
+echo "server,kind,rate,rep,started,successful,failed,p50_ms,p99_ms,elapsed_s,achieved_per_s,resumed,cpu_s,cpu_ms_per_op,ctxsw_per_op,server_exited" >"$csv"
 
-# val FILE KEY prints KEY's value from a tlsload summary, NA if absent.
-val() { sed -n "s/^$2=//p" "$1" 2>/dev/null | head -1 | grep . || echo NA; }
+# val FILE KEY prints KEY's value from a sipload summary, NA if absent:
+# started, successful, failed, limited, elapsed_s, rate_per_s, p50_ms,
+# p99_ms, resumed.
+val() {
+	awk -v k="$2" '
+		$1 == "sipload" { v["elapsed_s"] = $3 + 0 }
+		$1 == "calls" { v["started"] = $3; v["successful"] = $5; v["failed"] = $7; r = $10; sub(/^[(]/, "", r); v["rate_per_s"] = r }
+		$1 == "setup" { p = $3; sub(/ms$/, "", p); v["p50_ms"] = p; p = $7; sub(/ms$/, "", p); v["p99_ms"] = p }
+		$1 == "messages" { v["limited"] = $NF }
+		$1 == "handshakes" { v["resumed"] = $5 }
+		END { print (k in v) ? v[k] : "NA" }' "$1" 2>/dev/null || echo NA
+}
 
-# tlsload DIR SECS FLAGS... runs bench/tlsload against the TLS socket,
-# bounded by timeout(1) past its own bounds, its summary in DIR/out.txt.
-tlsload() {
+# sipload DIR SECS FLAGS... runs sipload against the TLS socket, bounded
+# by timeout(1) past its own bounds, its summary in DIR/out.txt and its
+# counts every second in DIR/stat.csv.
+sipload() {
 	local dir=$1 secs=$2
 	shift 2
 	mkdir -p "$dir"
-	timeout -k 5 $((secs + 60)) "$TLSLOAD" -addr "127.0.0.1:$TLS_PORT" -ca "$CERT_DIR/server.pem" \
-		-tls "$tls_version" -stat "$dir/stat.csv" "$@" >"$dir/out.txt" 2>"$dir/err.txt" || echo "$?" >"$dir/exit"
+	timeout -k 5 $((secs + 60)) "$SIPLOAD_BIN" "127.0.0.1:$TLS_PORT" -t l1 -tls_ca "$CERT_DIR/server.pem" \
+		-tls_version "$tls_version" -tls_groups x25519 -trace_stat -stf "$dir/stat.csv" -q "$@" \
+		>"$dir/out.txt" 2>"$dir/err.txt" || echo "$?" >"$dir/exit"
 }
 
-# ok_now DIR prints the calls tlsload has completed so far (its stat file
-# has a row every 100 ms).
+# ok_now DIR prints the calls the sipload runs under DIR have completed so
+# far (each writes a row a second).
 ok_now() {
-	local n
-	n=$(tail -1 "$1/stat.csv" 2>/dev/null | cut -d, -f3)
-	[[ $n =~ ^[0-9]+$ ]] && echo "$n" || echo 0
+	local f n=0 v
+	for f in "$1"/c*/stat.csv; do
+		v=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "succeeded_total") c = i; next } { v = $c } END { print v + 0 }' "$f" 2>/dev/null)
+		n=$((n + ${v:-0}))
+	done
+	echo "$n"
 }
 
 # snapshot PID prints a line per process of PID's tree: pid, role (the
@@ -156,9 +171,9 @@ record() {
 		if (exited) { print "NA,NA,NA,1"; exit }
 		printf "%.2f,%s,%s,0", cpu, (n > 0) ? sprintf("%.4f", cpu / n * 1000) : "NA", (n > 0) ? sprintf("%.2f", (x1 - x0) / n) : "NA"
 	}')
-	echo "$server,$kind,$rate,$rep,$(val "$o" started),$(val "$o" successful),$(val "$o" failed),$(val "$o" p50_ms),$(val "$o" p99_ms),$(val "$o" elapsed_s),$(val "$o" rate_per_s),$(val "$o" client_cpu_s),$row" >>"$csv"
-	log "  $(val "$o" successful) ok, $(val "$o" failed) failed, $(val "$o" rate_per_s)/s, p50 $(val "$o" p50_ms) ms p99 $(val "$o" p99_ms) ms, cpu ${row//,/ } (s, ms and context switches per one, exited; $(val "$o" version) $(val "$o" cipher))"
-	[ ! -s "$dir/err.txt" ] || log "  tlsload: $(tail -1 "$dir/err.txt")"
+	echo "$server,$kind,$rate,$rep,$(val "$o" started),$(val "$o" successful),$(val "$o" failed),$(val "$o" p50_ms),$(val "$o" p99_ms),$(val "$o" elapsed_s),$(val "$o" rate_per_s),$(val "$o" resumed),$row" >>"$csv"
+	log "  $(val "$o" successful) ok ($(val "$o" resumed) resumed), $(val "$o" failed) failed, $(val "$o" limited) limited, $(val "$o" rate_per_s)/s, p50 $(val "$o" p50_ms) ms p99 $(val "$o" p99_ms) ms, cpu ${row//,/ } (s, ms and context switches per one, exited)"
+	[ ! -s "$dir/err.txt" ] || log "  sipload: $(tail -1 "$dir/err.txt")"
 }
 
 # alive_or_restart SERVER WORK DIR: after a run, a server that exited
@@ -178,20 +193,26 @@ alive_or_restart() {
 	start_server "$1" "$2"
 }
 
-# handshake_run SERVER WORK KIND RATE SECS INFLIGHT: KIND handshake at RATE
-# per second, or handshake-max (RATE 0) with INFLIGHT at a time.
+# handshake_run SERVER WORK KIND RATE SECS INFLIGHT: KIND handshake (full)
+# or handshake-resumed at RATE per second, or handshake-max (RATE 0) with
+# INFLIGHT at a time: offered at 5,000/s, those due while INFLIGHT are
+# under way not made (limited).
 handshake_run() {
-	local server=$1 work=$2 kind=$3 rate=$4 secs=$5 inflight=$6 dir c0 c1 x0 x1 s0
+	local server=$1 work=$2 kind=$3 rate=$4 secs=$5 inflight=$6 dir c0 c1 x0 x1 s0 flags
 	dir=$work/$kind-$rate-$rep
-	[ "$kind" = handshake ] || dir=$work/$kind-$rep
+	[ "$kind" != handshake-max ] || dir=$work/$kind-$rep
 	rm -rf "$dir"
+	flags=(-tls_handshakes -l "$inflight" -recv_timeout 10s)
+	[ "$kind" != handshake-resumed ] || flags+=(-tls_resume)
 	if ((rate > 0)); then
-		log "rep $rep/$reps $server handshakes $rate/s for ${secs}s"
+		log "rep $rep/$reps $server $kind $rate/s for ${secs}s"
+		flags+=(-r "$rate" -m $((rate * secs)))
 	else
 		log "rep $rep/$reps $server handshakes, $inflight at a time, for ${secs}s"
+		flags+=(-r 5000 -timeout "$secs")
 	fi
 	c0=$(tree_cpu "$SERVER_PID") x0=$(tree_ctxsw "$SERVER_PID") s0=$(snapshot "$SERVER_PID")
-	tlsload "$dir" "$secs" -mode handshake -rate "$rate" -secs "$secs" -inflight "$inflight" -timeout 10s
+	sipload "$dir" "$secs" "${flags[@]}"
 	# Closed connections are cleaned up after the last handshake.
 	sleep "$settle"
 	c1=$(tree_cpu "$SERVER_PID") x1=$(tree_ctxsw "$SERVER_PID")
@@ -207,8 +228,15 @@ call_run() {
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	log "rep $rep/$reps $server calls $rate/s over $conns connections for ${secs}s, counted from ${warmup}s"
-	tlsload "$dir" $((secs + 35)) -mode calls -rate "$rate" -secs "$secs" -conns "$conns" \
-		-uas "127.0.0.1:$UAS_PORT" &
+	# A sipload per connection, each a share of the rate; the servers route
+	# every call to the UAS whatever its Request-URI.
+	(
+		for ((i = 1; i <= conns; i++)); do
+			sipload "$dir/c$i" $((secs + 35)) -sn uac -i 127.0.0.1 \
+				-r "$(awk -v r="$rate" -v n="$conns" 'BEGIN { print r / n }')" -m $(((rate * secs + conns - 1) / conns)) &
+		done
+		wait
+	) &
 	uac=$!
 	BG_PIDS+=("$uac")
 	# DIR/cpu.csv samples the server's CPU and the calls done every 10 s,
@@ -235,6 +263,16 @@ call_run() {
 	# timer, sipvisor's 5 s); their cleanup belongs to the run.
 	sleep "$settle"
 	c1=$(tree_cpu "$SERVER_PID") x1=$(tree_ctxsw "$SERVER_PID")
+	# The run's summary: the connections' counts summed, the first one's
+	# setup times.
+	awk '
+		FNR == 1 { f++ }
+		$1 == "calls" { o += $3; s += $5; x += $7; r += substr($10, 2) }
+		$1 == "setup" && f == 1 { setup = $0 }
+		$1 == "sipload" && f == 1 { head = $0 }
+		END { print head; printf "  calls      offered %d  succeeded %d  failed %d  aborted 0  (%.1f succeeded/s)\n", o, s, x, r; print setup }' \
+		"$dir"/c*/out.txt >"$dir/out.txt"
+	cat "$dir"/c*/err.txt >"$dir/err.txt" 2>/dev/null || true
 	role_split "$s0" "$(snapshot "$SERVER_PID")" "$(awk -v ok="$(val "$dir/out.txt" successful)" -v ok0="$ok0" 'BEGIN { print ok - ok0 }')" >"$dir/procs.txt"
 	alive_or_restart "$server" "$work" "$dir"
 	record "$server" call "$rate" "$rep" "$dir" "$c0" "$c1" "$ok0" "$x0" "$x1" "$EXITED"
@@ -252,6 +290,7 @@ for ((rep = 1; rep <= reps; rep++)); do
 		echo "$server,idle,0,$rep,0,0,0,NA,NA,$settle,NA,NA,$(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.2f", b-a}'),NA,NA,0" >>"$csv"
 		for rate in ${hs_rates//,/ }; do
 			handshake_run "$server" "$work" handshake "$rate" "$hs_secs" 200
+			handshake_run "$server" "$work" handshake-resumed "$rate" "$hs_secs" 200
 		done
 		for rate in ${rates//,/ }; do
 			call_run "$server" "$work" "$rate"
@@ -299,11 +338,17 @@ row() { # LABEL KIND RATE COLUMN
 		row "" handshake "$rate" failed
 		row "handshake time p50 / p99 at $rate/s (ms), at the client" handshake "$rate" p50_ms
 		row "" handshake "$rate" p99_ms
+		row "CPU ms per resumed handshake at $rate/s" handshake-resumed "$rate" cpu_ms_per_op
+		row "context switches per resumed handshake at $rate/s" handshake-resumed "$rate" ctxsw_per_op
+		row "resumed handshakes done / of them resumed / failed at $rate/s" handshake-resumed "$rate" successful
+		row "" handshake-resumed "$rate" resumed
+		row "" handshake-resumed "$rate" failed
+		row "resumed handshake time p50 / p99 at $rate/s (ms)" handshake-resumed "$rate" p50_ms
+		row "" handshake-resumed "$rate" p99_ms
 	done
 	if ((hs_max_secs > 0)); then
 		row "handshakes/s, $hs_inflight at a time, client on the same cores" handshake-max 0 achieved_per_s
 		row "CPU ms per handshake at that rate" handshake-max 0 cpu_ms_per_op
-		row "client CPU s in that run (of ${hs_max_secs} s × $(nproc) cores)" handshake-max 0 client_cpu_s
 	fi
 	for rate in ${rates//,/ }; do
 		row "CPU ms per call over TLS at $rate/s (counted from ${warmup} s of ${secs} s)" call "$rate" cpu_ms_per_op
