@@ -53,11 +53,6 @@ type Options struct {
 	TLSKey     string    // -tls_key: its private key (default cakey.pem)
 	TLSCA      string    // -tls_ca: verify the peer against this CA; "" verifies nothing
 	TLSVersion string    // -tls_version: 1.0 to 1.3, only that one ("": 1.2 or later)
-	TLSGroups  string    // -tls_groups: key exchange groups offered, comma-separated ("": Go's)
-	// Handshakes (-tls_handshakes): each call is a new TLS connection,
-	// closed once its handshake is done; no SIP is sent.
-	Handshakes bool
-	TLSResume  bool // -tls_resume: handshakes resume a session (tickets)
 	TraceMsg   io.Writer // -trace_msg: every message sent and received
 	TraceErr   io.Writer // -trace_err: unexpected messages and why calls failed
 	injections []*injection
@@ -71,6 +66,14 @@ type Options struct {
 	OnListen func(netip.AddrPort)
 	// OnRow, if set, is called from the run's loop with each second's row.
 	OnRow func(Row)
+	// TLSGroups (-tls_groups) are the key exchange groups offered,
+	// comma-separated; "": crypto/tls's.
+	TLSGroups string
+	// Handshakes (-tls_handshakes): each call is a new TLS connection,
+	// closed once its handshake is done; no SIP is sent.
+	Handshakes bool
+	// TLSResume (-tls_resume): handshakes resume a session (tickets).
+	TLSResume bool
 }
 
 // Stats is the outcome of a run.
