@@ -25,7 +25,7 @@ warmup=20
 reps=2
 CHILDREN=2
 out=${BENCH_OUT:-/tmp/sipvisor-bench/gc}
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 FLAGS=(gogc rate secs warmup reps out)
 parse_flags "$@"
 need_positive rate secs reps

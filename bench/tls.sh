@@ -48,7 +48,7 @@ settle=5
 CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/tls}
 
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 FLAGS=(servers hs-rates hs-secs hs-max-secs hs-inflight rates secs warmup conns tls=tls_version reps settle children=CHILDREN out)
 parse_flags "$@"
 need_positive reps secs hs_secs hs_inflight conns CHILDREN
