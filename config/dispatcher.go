@@ -26,6 +26,8 @@ type Dispatcher struct {
 	PingReplyCodes string `json:"ping_reply_codes,omitempty"`
 	// PingFrom: ds_ping_from (default sip:dispatcher@localhost).
 	PingFrom string `json:"ping_from"`
+	// OverloadControl: ds_overload_control (default yes).
+	OverloadControl bool `json:"overload_control"`
 }
 
 // Probe is how the destinations are probed.

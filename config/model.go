@@ -69,6 +69,8 @@ type Config struct {
 	// RetryAfter: retry_after = SECONDS or MIN-MAX, sent with every 503 that
 	// admission control answers.
 	RetryAfter RetryAfter `json:"retry_after"`
+	// OC holds RFC 7339 overload control toward the clients that ask.
+	OC OC `json:"oc"`
 	// TLS holds the certificates of the tls: sockets and of connections
 	// opened to TLS next hops.
 	TLS TLS `json:"tls"`
@@ -239,6 +241,14 @@ type SlowStart = slowstart.Config
 
 // FlipHealth: flip_window (default 30m), flip_threshold (default 10).
 type FlipHealth = fliphealth.Config
+
+// OC is RFC 7339 overload control as a server.
+type OC struct {
+	// Feedback: oc_feedback (default yes).
+	Feedback bool `json:"feedback"`
+	// Validity: oc_validity (default 1s).
+	Validity time.Duration `json:"validity"`
+}
 
 // RetryAfter is a fixed value (Min == Max) or a range to draw from.
 type RetryAfter struct {

@@ -181,6 +181,8 @@ var settings = []setting{
 		set: func(c *Config, v value) { c.Dispatcher.PingReplyCodes = v.s }},
 	{Name: "ds_ping_from", Kind: kindString, Default: "sip:dispatcher@localhost", Doc: "From URI of the OPTIONS probes (Kamailio's default).",
 		set: func(c *Config, v value) { c.Dispatcher.PingFrom = v.s }},
+	{Name: "ds_overload_control", Kind: kindBool, Default: "yes", Doc: "RFC 7339 overload control toward the destinations: the Via of each request relayed to a destination of ds_list_file offers `oc` (with `oc-algo=\"loss\"`), and the loss a destination answers in its responses' Via (`oc=N`, for `oc-validity` ms, newest `oc-seq` only) makes ds_select_dst and ds_next_dst shed N% of the new sessions they would send it, before sending: to another active destination of the set, else answered 503 with Retry-After at once. Requests within a dialog are never shed. `no` offers nothing and ignores any feedback. Either way a destination's 503 with Retry-After and no `oc` takes it out of the rotation for that long (RFC 3261 21.5.4). A reload applies it.",
+		set: func(c *Config, v value) { c.Dispatcher.OverloadControl = v.b }},
 
 	{Name: "suspend_enable", Kind: kindBool, Default: "yes", Doc: "Refuse new sessions while any monitor is over its high watermark, until all are under their low ones.",
 		set: func(c *Config, v value) { c.Suspend.Enable = v.b }},
@@ -232,6 +234,10 @@ var settings = []setting{
 		set: func(c *Config, v value) { c.Limits.QueueDelay = v.d }},
 	{Name: "max_queue_wait", Kind: kindDuration, Default: "2s", Min: 0, Max: 60, HasMax: true, Doc: "A UDP request that waited longer than this in a worker's queue is dropped unhandled; its client retransmits it, and a retransmission that arrives while the original still waits is dropped by the front door. Over TCP, whose clients do not retransmit, a request that waited longer is answered 503 with Retry-After instead, unless it belongs to a call that is up (in-dialog, ACK, CANCEL), which is handled late rather than never. Bounds the backlog an overload leaves behind in time, so that the group answers promptly again within this long of the load falling; responses are always handled. 0 = no bound. 2 s answered every request of bench/burst.sh's burst, as Kamailio did; 1 s and 500 ms lost 0.1 % and 0.2 % of the steady stream (docs/PERFORMANCE.md).",
 		set: func(c *Config, v value) { c.Limits.MaxQueueWait = v.d }},
+	{Name: "oc_feedback", Kind: kindBool, Default: "yes", Doc: "RFC 7339 overload control toward the clients that ask for it: a response to a request whose top Via offers `oc` carries, in that Via, the share of new sessions this server asks the sender to shed (`oc=N;oc-algo=\"loss\";oc-validity=MS;oc-seq=S`), whether a worker or the front door (a refusal) answers. The share follows admission's own refusals, recomputed every 250 ms: of the new sessions offered over the interval a share r refused while clients shed L asks 1-(1-L)(1-r) of them, approached halfway each interval; an interval without refusals lowers it by 5 points; 100 while suspended. A sender that did not offer `oc` gets no feedback. A reload applies it.",
+		set: func(c *Config, v value) { c.OC.Feedback = v.b }},
+	{Name: "oc_validity", Kind: kindDuration, Default: "1s", Min: 0.1, Max: 60, HasMax: true, Doc: "The `oc-validity` of the feedback oc_feedback sends: how long a client holds a loss after the last response that said it. Several of the 250 ms intervals, so that a client sees the next value before the last expires.",
+		set: func(c *Config, v value) { c.OC.Validity = v.d }},
 	{Name: "retry_after", Kind: kindRetry, Default: "5", Min: 0, Max: 86400, HasMax: true, Doc: "Retry-After seconds of each 503 that admission control sends; `MIN-MAX` draws a random value per reply so clients do not all return at once.",
 		set: func(c *Config, v value) { c.RetryAfter = RetryAfter{Min: v.lo, Max: v.hi} }},
 

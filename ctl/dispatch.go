@@ -34,6 +34,12 @@ type Destination struct {
 	Sent           uint64  `json:"sent"`
 	Failovers      uint64  `json:"failovers"`
 	CallsPerSecond float64 `json:"calls_per_second"`
+	// LossPercent is the share of new sessions shed before sending, as the
+	// destination's RFC 7339 feedback asks now (0 without any, or once
+	// it expired); Shed counts the sessions shed so far (sent to another
+	// destination, or answered 503).
+	LossPercent int    `json:"loss_percent"`
+	Shed        uint64 `json:"shed"`
 }
 
 // DestinationChange is the body of POST /mi/ds/set.
@@ -104,14 +110,14 @@ func (cmd *command) ds(ctx context.Context, args []string) error {
 
 func writeDestinations(w io.Writer, ds []Destination) error {
 	t := table(w)
-	fmt.Fprintln(t, "SET\tURI\tSTATE\tRTT\tPROBES\tFAILED\tSENT\tFAILOVERS\tCALLS/S\tWEIGHT\tPRIORITY")
+	fmt.Fprintln(t, "SET\tURI\tSTATE\tRTT\tPROBES\tFAILED\tSENT\tFAILOVERS\tCALLS/S\tLOSS\tSHED\tWEIGHT\tPRIORITY")
 	for _, d := range ds {
 		rtt := "-"
 		if d.Probed && d.RTTSeconds > 0 {
 			rtt = strconv.FormatFloat(d.RTTSeconds*1000, 'f', 1, 64) + "ms"
 		}
-		fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t%d\t%d\n", d.Set, d.URI, d.State, rtt,
-			d.Probes, d.ProbeFailures, d.Sent, d.Failovers, d.CallsPerSecond, d.Weight, d.Priority)
+		fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t%d%%\t%d\t%d\t%d\n", d.Set, d.URI, d.State, rtt,
+			d.Probes, d.ProbeFailures, d.Sent, d.Failovers, d.CallsPerSecond, d.LossPercent, d.Shed, d.Weight, d.Priority)
 	}
 	return t.Flush()
 }

@@ -31,7 +31,7 @@ func (b *dsBackend) SetDestination(set int, uri, state string) error {
 
 func newDSBackend() *dsBackend {
 	return &dsBackend{testBackend: newTestBackend(), dests: []Destination{
-		{Set: 1, URI: "sip:10.0.0.11:5060", Weight: 3, State: "active", Probed: true, RTTSeconds: 0.0004, Probes: 72, Sent: 261, Failovers: 15, CallsPerSecond: 9.3},
+		{Set: 1, URI: "sip:10.0.0.11:5060", Weight: 3, State: "active", Probed: true, RTTSeconds: 0.0004, Probes: 72, Sent: 261, Failovers: 15, CallsPerSecond: 9.3, LossPercent: 20, Shed: 52},
 		{Set: 1, URI: "sip:10.0.0.12:5060", Weight: 1, State: "inactive", Probed: true, RTTSeconds: 0.0005, Probes: 72, ProbeFailures: 66, Sent: 35},
 	}}
 }

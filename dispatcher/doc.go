@@ -13,11 +13,15 @@
 // weight counters are its own: over many workers the spread is the same in
 // the sum.
 //
-// # Room for overload feedback
+// # Overload feedback
 //
 // A destination's Health is where what its responses say about its load
 // goes: Hold takes it out of the rotation until a time (a 503 with
-// Retry-After, RFC 3261 21.5.4), and Status reports it held meanwhile. A
-// loss share with an expiry (RFC 7339's oc and oc-validity) belongs beside
-// it, applied by the worker to new sessions only.
+// Retry-After and no oc, RFC 3261 21.5.4), and Status reports it held
+// meanwhile; TakeOC keeps its RFC 7339 loss with its expiry (package
+// overload/oc), newest oc-seq only. A worker takes either from the
+// responses it reads, applies it at once, and reports it (Report.OC,
+// Report.Hold); the supervisor keeps it in the Health and sends it to
+// every worker (States.OC), each of which sheds that share of the new
+// sessions it would send there, never a request within a dialog.
 package dispatcher

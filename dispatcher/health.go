@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/sipvisor/sipvisor/overload/oc"
 )
 
 // Status is a destination's state as selection sees it.
@@ -93,6 +95,9 @@ type Health struct {
 	LastCode  int
 	RTT       time.Duration // of the last answered probe
 	HoldUntil time.Time     // held out of the rotation (Hold) until then
+	// OC is the destination's RFC 7339 feedback, as the workers saw it in
+	// its responses: the share of new sessions to shed, until when.
+	OC oc.State
 
 	pending bool
 	sentAt  time.Time
@@ -130,6 +135,17 @@ func (h *Health) Hold(until time.Time) {
 	if until.After(h.HoldUntil) {
 		h.HoldUntil = until
 	}
+}
+
+// TakeOC applies RFC 7339 feedback a worker took from the destination's
+// responses: only one newer (by oc-seq) than the feedback held; false when
+// it was not.
+func (h *Health) TakeOC(s oc.State) bool {
+	if h.OC.Has && !s.Seq.After(h.OC.Seq) {
+		return false
+	}
+	h.OC = s
+	return true
 }
 
 // Tick runs the probe timers at now: a probe unanswered for the timeout
@@ -193,6 +209,8 @@ func (h *Health) failed(p *Probe) {
 type States struct {
 	Gen    uint64            `json:"gen"`
 	Status map[string]Status `json:"status"`
+	// OC is the RFC 7339 feedback of the destinations that sent any.
+	OC map[string]oc.State `json:"oc,omitempty"`
 }
 
 // EncodeStates writes States for a frame.
@@ -218,6 +236,13 @@ type Report struct {
 	Sent      map[string]uint64 `json:"sent,omitempty"`
 	Failovers map[string]uint64 `json:"failovers,omitempty"`
 	Mark      map[string]Status `json:"mark,omitempty"`
+	// OC is the RFC 7339 feedback the worker took from each destination's
+	// responses, Hold the time (unix ms) until which a 503 with
+	// Retry-After and no oc holds one, and Shed the new sessions the
+	// worker did not send one for its feedback.
+	OC   map[string]oc.State `json:"oc,omitempty"`
+	Hold map[string]int64    `json:"hold,omitempty"`
+	Shed map[string]uint64   `json:"shed,omitempty"`
 }
 
 // EncodeReport writes a Report for a note.

@@ -34,6 +34,7 @@ import (
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/overload"
+	"github.com/sipvisor/sipvisor/overload/oc"
 	"github.com/sipvisor/sipvisor/overload/pike"
 	"github.com/sipvisor/sipvisor/overload/sessions"
 )
@@ -129,6 +130,11 @@ type Door struct {
 	// counter's step, to report to the supervisor's table.
 	Pike    *pike.Counter
 	OnHeavy func(src netip.Addr, n uint32)
+	// Feedback, when set, is the RFC 7339 feedback in force (package
+	// overload/oc): every reply the door sends to a request whose top Via
+	// offers oc carries it, its refusals first of all, which tell the
+	// sender how much to shed before it sends.
+	Feedback func() (oc.Feedback, bool)
 
 	msg    sipscan.Msg
 	limits sipscan.Limits
@@ -495,6 +501,11 @@ func (d *Door) sendReply(req []byte, code, retryAfter int) {
 	d.out = r.Append(d.out[:0], req, &d.msg)
 	if len(d.out) == 0 {
 		return
+	}
+	if d.Feedback != nil {
+		if fb, ok := d.Feedback(); ok {
+			d.out, _ = oc.StampResponse(d.out, fb)
+		}
 	}
 	if ap, ok := d.fromAddr(); ok {
 		d.reply(d.out, ap)

@@ -224,7 +224,7 @@ func (b backend) Destinations() []ctl.Destination {
 	for _, d := range b.s.ds.list(time.Now()) {
 		out = append(out, ctl.Destination{Set: d.Set, URI: d.URI, Flags: d.Flags, Priority: d.Priority, Weight: d.Weight, Attrs: d.Attrs,
 			State: d.State, Probed: d.Probed, RTTSeconds: d.RTT.Seconds(), Probes: d.Probes, ProbeFailures: d.Failures, LastCode: d.LastCode,
-			Sent: d.Sent, Failovers: d.Failovers, CallsPerSecond: d.Rate})
+			Sent: d.Sent, Failovers: d.Failovers, CallsPerSecond: d.Rate, LossPercent: d.Loss, Shed: d.Shed})
 	}
 	return out
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/dispatcher"
 	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/overload/oc"
 	"github.com/sipvisor/sipvisor/pool"
 )
 
@@ -62,6 +63,8 @@ type dsRun struct {
 // dsLoad counts what the workers sent a destination.
 type dsLoad struct {
 	sent, failovers uint64
+	// shed: new sessions the workers did not send for its RFC 7339 loss.
+	shed uint64
 	// rate is new calls a second over the last dsRateWindow.
 	rate             float64
 	windowAt         time.Time
@@ -452,6 +455,12 @@ func (d *dsRun) frame() []byte {
 	s := dispatcher.States{Gen: d.gen, Status: make(map[string]dispatcher.Status, len(d.dests))}
 	for i := range d.dests {
 		s.Status[d.dests[i].Key()] = d.shown[i]
+		if h := &d.health[i]; h.OC.Has {
+			if s.OC == nil {
+				s.OC = map[string]oc.State{}
+			}
+			s.OC[d.dests[i].Key()] = h.OC
+		}
 	}
 	return append([]byte{wire.FrameDispatch}, dispatcher.EncodeStates(s)...)
 }
@@ -553,7 +562,31 @@ func (d *dsRun) note(b []byte) bool {
 		}
 		d.s.log.Info("destination marked by the script", "set", d.dests[i].Set, "uri", d.dests[i].URI, "state", st.String())
 	}
-	if len(r.Mark) > 0 {
+	changed := false
+	for k, st := range r.OC {
+		if i, ok := index(k); ok && d.health[i].TakeOC(st) {
+			changed = true
+		}
+	}
+	for k, ms := range r.Hold {
+		if i, ok := index(k); ok {
+			until := time.UnixMilli(ms)
+			if until.After(d.health[i].HoldUntil) {
+				d.s.log.Info("destination held: it answered 503 with Retry-After", "set", d.dests[i].Set, "uri", d.dests[i].URI, "until", until.Format(time.RFC3339Nano))
+			}
+			d.health[i].Hold(until)
+		}
+	}
+	for k, n := range r.Shed {
+		if i, ok := index(k); ok {
+			d.load[i].shed += n
+		}
+	}
+	if changed {
+		// The other workers take the feedback with the next frame.
+		d.gen++
+	}
+	if len(r.Mark) > 0 || len(r.Hold) > 0 || changed {
 		defer d.poke()
 	}
 	return true
@@ -571,6 +604,12 @@ type dsDest struct {
 	Failovers uint64
 	Rate      float64
 	Probed    bool
+	// Loss is the share of new sessions shed for the destination's RFC
+	// 7339 feedback now, percent, and LossUntil when that feedback expires;
+	// Shed counts the sessions shed so far.
+	Loss      int
+	LossUntil time.Time `json:",omitzero"`
+	Shed      uint64
 }
 
 func (d *dsRun) list(now time.Time) []dsDest {
@@ -584,7 +623,11 @@ func (d *dsRun) list(now time.Time) []dsDest {
 		h, l := &d.health[i], &d.load[i]
 		out[i] = dsDest{Dest: d.dests[i], State: h.Status(now).String(), RTT: h.RTT, Probes: h.Probes, Failures: h.Failures,
 			LastCode: h.LastCode, Sent: l.sent, Failovers: l.failovers, Rate: l.rate,
-			Probed: (d.addrs[i] != nil || d.tcp[i] != "") && d.probe.Interval > 0}
+			Probed: (d.addrs[i] != nil || d.tcp[i] != "") && d.probe.Interval > 0,
+			Loss: h.OC.Share(now), Shed: l.shed}
+		if out[i].Loss > 0 {
+			out[i].LossUntil = h.OC.Until
+		}
 	}
 	return out
 }
@@ -632,6 +675,7 @@ func (d *dsRun) set(set int, uri string, state string) error {
 type dsCollector struct {
 	d                                           *dsRun
 	state, rtt, probes, failures, sent, failovs *prometheus.Desc
+	loss, shed                                  *prometheus.Desc
 }
 
 func newDSCollector(d *dsRun) *dsCollector {
@@ -645,11 +689,13 @@ func newDSCollector(d *dsRun) *dsCollector {
 		failures: desc("probe_failures_total", "Probes the destination did not answer in time, or answered with a code ds_ping_reply_codes does not accept."),
 		sent:     desc("sent_total", "New requests the workers sent to the destination (ds_select_dst and ds_next_dst)."),
 		failovs:  desc("failovers_total", "Requests sent to the destination by ds_next_dst after another failed."),
+		loss:     desc("destination_loss_ratio", "Share of the new sessions for the destination shed before sending, as its RFC 7339 feedback asks (0 when it sent none, or it expired)."),
+		shed:     desc("shed_total", "New sessions not sent to the destination for its RFC 7339 feedback: sent to another destination of the set, or answered 503."),
 	}
 }
 
 func (c *dsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.state, c.rtt, c.probes, c.failures, c.sent, c.failovs} {
+	for _, d := range []*prometheus.Desc{c.state, c.rtt, c.probes, c.failures, c.sent, c.failovs, c.loss, c.shed} {
 		ch <- d
 	}
 }
@@ -669,5 +715,7 @@ func (c *dsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(d.Failures), set, d.URI)
 		ch <- prometheus.MustNewConstMetric(c.sent, prometheus.CounterValue, float64(d.Sent), set, d.URI)
 		ch <- prometheus.MustNewConstMetric(c.failovs, prometheus.CounterValue, float64(d.Failovers), set, d.URI)
+		ch <- prometheus.MustNewConstMetric(c.loss, prometheus.GaugeValue, float64(d.Loss)/100, set, d.URI)
+		ch <- prometheus.MustNewConstMetric(c.shed, prometheus.CounterValue, float64(d.Shed), set, d.URI)
 	}
 }

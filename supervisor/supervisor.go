@@ -103,6 +103,7 @@ type Supervisor struct {
 
 	// ds probes the destination sets and tells the workers their states.
 	ds *dsRun
+	oc *ocRun
 
 	// ov decides which new sessions are taken; thr is the RTT throttle's
 	// settings in force, as the file writes them (thrMu).
@@ -168,6 +169,8 @@ type groupRun struct {
 	// probesRefusedConn counts the probes of the server those workers
 	// answered 503 on the supervisor's word.
 	probesRefusedConn atomic.Uint64
+	// admittedConn counts those admitted there, for RFC 7339's loss.
+	admittedConn atomic.Uint64
 
 	// gate is the group's admission state (its RTT throttle); ramps are
 	// its workers in slow start.
@@ -228,6 +231,7 @@ func New(o Options) (*Supervisor, error) {
 	s.pm = pool.NewMetrics(s.reg)
 	s.reg.MustRegister(newDoorCollector(s), newWorkerCollector(s))
 	s.ds = newDSRun(s)
+	s.oc = &ocRun{s: s}
 	s.reg.MustRegister(newDSCollector(s.ds))
 	s.ov = s.newAdmission(o.Config)
 	s.ss = overload.NewSlowStartMetrics(s.reg)
@@ -501,6 +505,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	{
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return s.ds.loop(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return s.oc.loop(ctx) }, func(error) { cancel() })
 	}
 	all := make([]string, len(s.sockets))
 	for i, sk := range s.sockets {
@@ -894,6 +902,8 @@ func (s *Supervisor) answerAdmit(w *pool.Worker, method sipscan.Method, callID [
 			}
 		}
 		s.ov.Refused("asked by worker "+strconv.Itoa(w.ID), ans.Refusal, c, k)
+	} else if gr != nil && c != overload.ClassProbe {
+		gr.admittedConn.Add(1)
 	}
 	return wire.AdmitAnswer(byte(ans.Refusal), ans.RetryAfter)
 }

@@ -67,6 +67,7 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 	door.RetryAfter = s.retryAfter
 	where := "door " + sk.UDP.LocalAddr().String()
 	door.OnRefused = func(r overload.Refusal, c overload.Class, k sipscan.Kind) { s.ov.Refused(where, r, c, k) }
+	door.Feedback = s.oc.feedback
 	u.pike.Set(s.bans.policy())
 	door.Bans, door.Pike, door.OnHeavy = &s.bans.list, &u.pike, s.bans.requests
 	u.door = door

@@ -87,6 +87,11 @@ type Env struct {
 	// the supervisor's table of bans. Both run on the loop.
 	Banned       func(src netip.Addr) (banned, reply bool)
 	CountRequest func(src netip.Addr)
+
+	// OverloadControl reads the RFC 7339 feedback the supervisor publishes
+	// (wire.OffOverloadControl), for the responses to clients that offer
+	// oc.
+	OverloadControl func() uint64
 }
 
 // Message is one SIP datagram handed to a worker. Data is valid only during
@@ -247,6 +252,7 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 	unix.CloseOnExec(dataFD)
 
 	w := &workerLoop{env: env, ctl: ctl, stats: stats, dataFD: dataFD, submit: make(chan func(), 64)}
+	env.OverloadControl = func() uint64 { return stats.Load(wire.OffOverloadControl) }
 	if s := os.Getenv(wire.EnvDirect); s != "" {
 		if env.Kind != wire.KindUDP {
 			return fmt.Errorf("%s is for UDP groups, not %q", wire.EnvDirect, env.Kind)

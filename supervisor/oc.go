@@ -1,0 +1,107 @@
+package supervisor
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/overload"
+	"github.com/sipvisor/sipvisor/overload/oc"
+	"github.com/sipvisor/sipvisor/pool"
+)
+
+// ocInterval is how often the RFC 7339 loss is recomputed from the
+// refusals: short enough that feedback follows an overload within a
+// second, long enough that a few hundred sessions a second give a
+// measure.
+const ocInterval = 250 * time.Millisecond
+
+// ocRun is the server's side of RFC 7339: every ocInterval it weighs what
+// admission refused of the new sessions offered since the last, and
+// publishes the loss to send to the clients that offer oc: to its own
+// doors (word) and to every worker's stats page (wire.OffOverloadControl),
+// whose responses carry it. The supervisor computes it rather than each
+// worker: admission is the supervisor's, and so are the counts of every
+// door.
+type ocRun struct {
+	s    *Supervisor
+	ctl  oc.Controller
+	word atomic.Uint64 // wire.OCWord; 0 with oc_feedback off
+	// the counts at the last interval
+	admitted, refused uint64
+}
+
+func (o *ocRun) loop(ctx context.Context) error {
+	t := time.NewTicker(ocInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			o.tick(now)
+		}
+	}
+}
+
+func (o *ocRun) tick(now time.Time) {
+	var word uint64
+	if o.s.config().OC.Feedback {
+		admitted, refused := o.s.admissionCounts()
+		smp := oc.Sample{Admitted: admitted - o.admitted, Refused: refused - o.refused,
+			RefuseAll: o.s.ov.Suspended() || o.s.ov.Stopping()}
+		if admitted < o.admitted || refused < o.refused {
+			smp.Admitted, smp.Refused = 0, 0 // a counter restarted
+		}
+		o.admitted, o.refused = admitted, refused
+		fb := o.ctl.Observe(smp, now)
+		word = wire.OCWord(fb.Loss, o.s.config().OC.Validity, int64(fb.Seq.Sec)*1000+int64(fb.Seq.Frac/1000))
+	}
+	o.word.Store(word)
+	for _, gr := range o.s.groupRuns() {
+		if gr.g.Kind() == pool.KindTimer {
+			continue
+		}
+		for _, w := range gr.g.Workers() {
+			w.Page().Store(wire.OffOverloadControl, word)
+		}
+	}
+}
+
+// feedback is the feedback to stamp into a response now, for the doors.
+func (o *ocRun) feedback() (oc.Feedback, bool) { return oc.FromWord(o.word.Load()) }
+
+// admissionCounts sums the new sessions admission admitted and refused
+// over every door, the workers' own doors and the TCP path: the refusals
+// for load, not those at max_registrations, which no shedding cures.
+func (s *Supervisor) admissionCounts() (admitted, refused uint64) {
+	for _, gr := range s.groupRuns() {
+		for r := overload.RefuseSuspended; r < overload.NumRefusals; r++ {
+			if r != overload.RefuseRegistrations {
+				refused += gr.refusedConn[r].Load()
+			}
+		}
+		admitted += gr.admittedConn.Load()
+		if gr.door == nil {
+			continue
+		}
+		st := &gr.door.Stats
+		for k := range st.Admitted {
+			admitted += st.Admitted[k].Load()
+			if gr.steer != nil {
+				admitted += gr.steer.Counter(wire.OffDoorAdmitted + 8*k)
+			}
+		}
+		for r := overload.RefuseSuspended; r < overload.NumRefusals; r++ {
+			if r == overload.RefuseRegistrations {
+				continue
+			}
+			refused += st.Refused[r].Load()
+			if gr.steer != nil {
+				refused += gr.steer.Counter(wire.OffDoorRefused + 8*int(r))
+			}
+		}
+	}
+	return admitted, refused
+}
