@@ -624,7 +624,7 @@ func (d *dsRun) list(now time.Time) []dsDest {
 		out[i] = dsDest{Dest: d.dests[i], State: h.Status(now).String(), RTT: h.RTT, Probes: h.Probes, Failures: h.Failures,
 			LastCode: h.LastCode, Sent: l.sent, Failovers: l.failovers, Rate: l.rate,
 			Probed: (d.addrs[i] != nil || d.tcp[i] != "") && d.probe.Interval > 0,
-			Loss: h.OC.Share(now), Shed: l.shed}
+			Loss:   h.OC.Share(now), Shed: l.shed}
 		if out[i].Loss > 0 {
 			out[i].LossUntil = h.OC.Until
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/dispatcher"
 	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/overload/oc"
 	"github.com/sipvisor/sipvisor/script"
 	"github.com/sipvisor/sipvisor/worker"
 )
@@ -34,6 +35,20 @@ type dsView struct {
 	// Calls sent to each destination since the last report.
 	sent, failovers map[string]uint64
 	reportAt        time.Time
+
+	// oc is each destination's RFC 7339 feedback, by table index, and
+	// holdUntil the end of a hold for a 503 with Retry-After this worker
+	// saw; index finds destinations by address (ocTake, ocOffer).
+	oc        []oc.State
+	holdUntil []time.Time
+	index     map[netip.AddrPort][]int
+	// What the next report tells of them, by key: the feedback taken,
+	// the holds, the sessions shed.
+	ocOut map[string]oc.State
+	holds map[string]int64
+	shed  map[string]uint64
+	// ocFrame is the feedback the supervisor last sent, by key.
+	ocFrame map[string]oc.State
 }
 
 // dsReportEvery bounds how often a worker tells the supervisor what it
@@ -62,8 +77,10 @@ func (w *Worker) setDispatch(ds []dispatcher.Dest) {
 	t := dispatcher.NewTable(ds)
 	v.sel = dispatcher.NewSelector(t, rand.IntN)
 	v.status = make([]dispatcher.Status, len(ds))
-	v.addrs = nil
+	v.addrs, v.index = nil, nil
+	v.oc, v.holdUntil = make([]oc.State, len(ds)), make([]time.Time, len(ds))
 	for i := range ds {
+		v.oc[i] = v.ocFrame[ds[i].Key()]
 		if st, ok := v.frame[ds[i].Key()]; ok {
 			v.status[i] = st
 		} else {
@@ -73,6 +90,7 @@ func (w *Worker) setDispatch(ds []dispatcher.Dest) {
 	}
 	if v.sent == nil {
 		v.sent, v.failovers = map[string]uint64{}, map[string]uint64{}
+		v.ocOut, v.holds, v.shed = map[string]oc.State{}, map[string]int64{}, map[string]uint64{}
 	}
 }
 
@@ -131,16 +149,24 @@ func (w *Worker) DispatchStates(b []byte) {
 	if s.Gen < v.gen {
 		return
 	}
-	v.gen, v.frame = s.Gen, s.Status
+	v.gen, v.frame, v.ocFrame = s.Gen, s.Status, s.OC
 	t := v.sel.Table()
 	for k, st := range s.Status {
 		if i, ok := t.Index(k); ok {
 			v.status[i] = st
 		}
 	}
+	// Feedback another worker took, when newer than this one's.
+	for k, st := range s.OC {
+		if i, ok := t.Index(k); ok && (!v.oc[i].Has || st.Seq.After(v.oc[i].Seq)) {
+			v.oc[i] = st
+		}
+	}
 }
 
-func (v *dsView) usable(i int) bool { return v.status[i].Usable() }
+func (v *dsView) usable(i int) bool {
+	return v.status[i].Usable() && (v.holdUntil == nil || !v.dsHeld(i, time.Now()))
+}
 
 // count notes a call sent to a destination, and reports the counts to the
 // supervisor at most once a dsReportEvery.
@@ -158,7 +184,8 @@ func (w *Worker) dsCount(key string, failover bool) {
 // for dsReportEvery: those of the last second before the calls stopped.
 func (w *Worker) dsTick(now time.Time) {
 	v := &w.ds
-	if (len(v.sent) > 0 || len(v.failovers) > 0) && now.Sub(v.reportAt) >= dsReportEvery {
+	if (len(v.sent) > 0 || len(v.failovers) > 0 || len(v.shed) > 0) && now.Sub(v.reportAt) >= dsReportEvery ||
+		(len(v.ocOut) > 0 || len(v.holds) > 0) && now.Sub(v.reportAt) >= dsReportUrgent {
 		w.dsReport(nil)
 	}
 }
@@ -166,11 +193,20 @@ func (w *Worker) dsTick(now time.Time) {
 func (w *Worker) dsReport(mark map[string]dispatcher.Status) {
 	v := &w.ds
 	now := time.Now()
-	if w.opt.ReportDispatch == nil || (mark == nil && now.Sub(v.reportAt) < dsReportEvery) {
+	every := dsReportEvery
+	if len(v.ocOut) > 0 || len(v.holds) > 0 {
+		every = dsReportUrgent
+	}
+	if w.opt.ReportDispatch == nil || (mark == nil && now.Sub(v.reportAt) < every) {
 		return
 	}
 	v.reportAt = now
-	w.opt.ReportDispatch(dispatcher.EncodeReport(dispatcher.Report{Sent: v.sent, Failovers: v.failovers, Mark: mark}))
+	r := dispatcher.Report{Sent: v.sent, Failovers: v.failovers, Mark: mark}
+	if len(v.ocOut) > 0 || len(v.holds) > 0 || len(v.shed) > 0 {
+		r.OC, r.Hold, r.Shed = v.ocOut, v.holds, v.shed
+		v.ocOut, v.holds, v.shed = map[string]oc.State{}, map[string]int64{}, map[string]uint64{}
+	}
+	w.opt.ReportDispatch(dispatcher.EncodeReport(r))
 	v.sent, v.failovers = map[string]uint64{}, map[string]uint64{}
 }
 
@@ -230,6 +266,12 @@ func fnDsSelectDst(c *msgCtx, a []*script.Literal) bool {
 	if len(order) == 0 {
 		return false
 	}
+	if order = c.dsShed(order); len(order) == 0 {
+		// Every destination's feedback shed it (RFC 7339): refused here,
+		// at once, rather than sent to a server that would refuse it.
+		c.dsRefuseShed()
+		return false
+	}
 	ds := v.sel.Table().Dests
 	r := &dsRoute{cur: ds[order[0]].Key()}
 	for _, i := range order[1:] {
@@ -265,8 +307,9 @@ func fnDsNextDst(c *msgCtx, _ []*script.Literal) bool {
 		k := r.rest[0]
 		r.rest = r.rest[1:]
 		// The states may have changed since the selection: one found
-		// down meanwhile is skipped too.
-		if i, ok := t.Index(k); ok && v.usable(i) {
+		// down meanwhile is skipped too, and one whose feedback sheds
+		// this new session.
+		if i, ok := t.Index(k); ok && v.usable(i) && len(c.dsShed([]int{i})) == 1 {
 			r.cur = k
 			c.du = t.Dests[i].URI
 			c.w.dsCount(k, true)

@@ -84,6 +84,12 @@ func (c *msgCtx) run(b *script.Block) {
 
 func (c *msgCtx) block(b *script.Block) flow {
 	for _, st := range b.Stmts {
+		// A function that answered the request and ended the script
+		// (ds_select_dst refusing what RFC 7339 feedback shed) may do so
+		// inside a condition: the block it guards runs no further.
+		if c.stopped {
+			return flowExit
+		}
 		if f := c.stmt(st); f != flowNext {
 			return f
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/overload/oc"
 	"golang.org/x/sys/unix"
 )
 
@@ -575,6 +576,9 @@ func (w *Worker) withVia(req *sip.Request, d *dest) ([]byte, string) {
 	// header list, the host and the port as strings).
 	var vb [128]byte
 	via := appendVia(vb[:0], proto, local, branch)
+	if w.ocOffer(d) {
+		via = append(oc.AppendOffer(via[:len(via)-2]), "\r\n"...)
+	}
 
 	// Written into the worker's scratch buffer and copied out at its size,
 	// so what a transaction keeps for retransmissions is no larger than
@@ -939,6 +943,7 @@ func (w *Worker) hopRequest(ct *clientTx, method string, to *sip.ToHeader) []byt
 	if !ok {
 		return nil
 	}
+	repairVias(req)
 	var b strings.Builder
 	b.WriteString(method)
 	b.WriteByte(' ')

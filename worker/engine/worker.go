@@ -126,6 +126,11 @@ type Options struct {
 	// to each destination and what a script marked
 	// (dispatcher.EncodeReport).
 	ReportDispatch func(report []byte)
+	// DispatchOC: ds_overload_control, RFC 7339 toward the destinations.
+	DispatchOC bool
+	// OverloadControl, when set, reads the RFC 7339 feedback this server
+	// sends to clients that offer oc (wire.OffOverloadControl).
+	OverloadControl func() uint64
 
 	// T1, T2 and T4 are RFC 3261's timer bases (500ms, 4s, 5s).
 	T1, T2, T4 time.Duration
@@ -339,6 +344,8 @@ func New(env *worker.Env) (worker.Handler, error) {
 		ReportStoreErrors:  reportFor(env, logger),
 		Dispatcher:         cfg.Dispatcher.Dests,
 		ReportDispatch:     dispatchFor(env),
+		DispatchOC:         cfg.Dispatcher.OverloadControl,
+		OverloadControl:    env.OverloadControl,
 
 		// worker.Run ends its turns (worker.TurnEnder).
 		GroupCommit: true,
@@ -532,6 +539,7 @@ func (w *Worker) Reload(path string) error {
 	w.home = homeDomain(cfg.Domains, w.self, cfg.AORKeepPort)
 	w.opt.NonceExpire, w.opt.AuthAlgorithms = cfg.Auth.NonceExpire, cfg.Auth.Algorithms
 	w.opt.Dispatcher = cfg.Dispatcher.Dests
+	w.opt.DispatchOC = cfg.Dispatcher.OverloadControl
 	w.setDispatch(cfg.Dispatcher.Dests)
 	// The cache is keyed by the old script's literals.
 	w.tmpl = map[*script.Literal][]tmplPart{}
@@ -609,6 +617,7 @@ func (w *Worker) local(s source) (netip.AddrPort, string) {
 
 func (w *Worker) handle(data []byte, src source) {
 	if len(data) > 8 && string(data[:8]) == "SIP/2.0 " {
+		w.ocTake(data, src)
 		if w.relayResponse(data) {
 			w.Stats.Responses++
 			return
@@ -628,6 +637,7 @@ func (w *Worker) handle(data []byte, src source) {
 		w.log.Debug("sip message lacks a mandatory header", "from", src.addr.String())
 		return
 	}
+	repairVias(msg)
 	switch m := msg.(type) {
 	case *sip.Request:
 		w.Stats.Requests++
@@ -714,6 +724,7 @@ type dest struct {
 }
 
 func (w *Worker) send(d *dest, b []byte) error {
+	b = w.ocStamp(b)
 	if stream(d.proto) {
 		if d.conn == nil || d.conn.closed {
 			// This worker's connection, else the one another worker
