@@ -142,6 +142,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&o.Users, "users", 0, "client scenarios: calls are N users in turn, each refreshing its own (same Call-ID, next CSeq; 0: every call new)")
 	fs.IntVar(&o.Expires, "expires", 3600, "-sn register: Expires in seconds (and the uas's answer to a REGISTER)")
 	fs.IntVar(&o.RejectEvery, "reject_every", 0, "server scenarios: refuse every Nth new INVITE with 503 and Retry-After")
+	fs.BoolVar(&o.OC, "oc", false, "client scenarios: RFC 7339 overload control: offer oc in each request's Via and shed the share of new calls the server's feedback asks")
 	fs.StringVar(&o.Scrape, "scrape", "", "Prometheus metrics URL of the server, read each second")
 	fs.StringVar(&cfg.csv, "csv", "", "write one CSV row per second to this file")
 	fs.BoolVar(&traceStat, "trace_stat", false, "write per-second CSV statistics (to -stf, or sipload_<scenario>_<pid>.csv)")

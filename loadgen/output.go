@@ -20,7 +20,7 @@ var csvColumns = []string{
 	"retransmissions", "retrans_received", "limited", "unexpected", "send_errors", "active",
 	"setup_p50_ms", "setup_p90_ms", "setup_p99_ms",
 	"offered_total", "succeeded_total", "failed_total",
-	"gen_lag_ms", "gen_cpu_pct", "rcvbuf_drops", "failed_by_reason",
+	"gen_lag_ms", "gen_cpu_pct", "rcvbuf_drops", "oc_shed", "oc_feedback", "oc_loss_pct", "failed_by_reason",
 }
 
 // failureList writes failures by name, most first: "404 Not Found=3;timeout=1".
@@ -99,6 +99,9 @@ func (c *csvWriter) write(r Row) {
 	f(ms(r.GenLag), 3)
 	f(r.GenCPU, 1)
 	i(r.RcvbufDrops)
+	i(r.Shed)
+	i(r.OCFeedback)
+	i(int64(r.OCLoss))
 	if len(r.Failures) > 0 {
 		b = append(b, cell(failureList(r.Failures, "=", ";"))...)
 	}
@@ -182,6 +185,10 @@ func writeSummary(w io.Writer, o *Options, st Stats) {
 		st.Retransmissions, st.RetransReceived, st.Unexpected, st.SendErrors, st.Limited)
 	if o.Handshakes {
 		fmt.Fprintf(w, "  handshakes full %d  resumed %d\n", st.Succeeded-st.Resumed, st.Resumed)
+	}
+	if o.OC {
+		fmt.Fprintf(w, "  overload   RFC 7339 feedback in %d responses, last loss %d%%, max %d%%  calls shed %d\n",
+			st.OCFeedback, st.OCLastLoss, st.OCMaxLoss, st.Shed)
 	}
 	if o.AuthPass != "" {
 		fmt.Fprintf(w, "  auth       challenged %d (answered with -au/-ap credentials)\n", st.Challenged)

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/sipvisor/sipvisor/overload/oc"
 )
 
 // Options configure one run; Main fills them from SIPp-style flags.
@@ -37,6 +39,10 @@ type Options struct {
 	Users       int           // client: calls are N users in turn, each refreshing its own (0: all new)
 	Expires     int           // -sn register's Expires, and uas's in its answer; default 3600
 	RejectEvery int           // server: refuse every Nth new INVITE with 503 and Retry-After (0: never)
+	// OC: client scenarios speak RFC 7339 overload control: the Via of
+	// each request offers oc, and the feedback in responses sheds that
+	// share of the calls due (never a request of a call under way).
+	OC bool
 	Scrape      string        // --scrape: Prometheus URL read each second
 	// XML, if set, is the SIPp scenario (-sf) run instead of Scenario;
 	// without it Scenario's built-in XML is run.
@@ -97,7 +103,10 @@ type Stats struct {
 	// TimedOut: -timeout ended the run.
 	TimedOut bool
 	Drops    int64
-	Rows     []Row
+	// OCLastLoss and OCMaxLoss are, with -oc, the server's RFC 7339 loss
+	// in force at the end of the run and the most it asked, percent.
+	OCLastLoss, OCMaxLoss int
+	Rows                  []Row
 	// Warnings say when sipload itself could not keep up, so that a
 	// generator bottleneck is never read as the server's.
 	Warnings []string
@@ -254,6 +263,9 @@ type core struct {
 	totFails       failTally
 	keyBuf         []byte
 	timedOut       bool
+	// oc is the server's RFC 7339 feedback (-oc), ocMax the most it asked.
+	oc    oc.State
+	ocMax int
 }
 
 // failed counts a failed call of this second under reason r and, by name,
@@ -342,6 +354,7 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 	r := newXRole(c)
 	err := c.loop(ctx, r)
 	st := Stats{Counts: c.tot, Elapsed: c.now(), Rows: c.rows, MaxLag: c.maxLag, Drops: c.dropsLast - c.dropsBase, Failures: c.totFails.snapshot(), TimedOut: c.timedOut}
+	st.OCLastLoss, st.OCMaxLoss = c.oc.Share(time.Now()), c.ocMax
 	for _, r := range c.rows {
 		if r.Elapsed-(r.Elapsed.Truncate(time.Second)) == 0 && r.GenCPU > st.MaxCPU {
 			st.MaxCPU = r.GenCPU // whole seconds only: a short last one is noise
@@ -528,6 +541,7 @@ func (c *core) emit(r role, end time.Duration) {
 	}
 	row.SetupP50, row.SetupP90, row.SetupP99 = c.secHist.quantile(.5), c.secHist.quantile(.9), c.secHist.quantile(.99)
 	row.GenLag = c.secLag
+	row.OCLoss = c.oc.Share(time.Now())
 	cpu := cpuTime()
 	row.GenCPU = 100 * float64(cpu-c.cpuLast) / float64(end-c.secStart)
 	c.cpuLast = cpu

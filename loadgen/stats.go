@@ -32,6 +32,10 @@ type Counts struct {
 	SendErrors int64
 	// Challenged counts 401 and 407 answered with credentials (-ap).
 	Challenged int64
+	// With -oc: Shed are calls due by the schedule but not started for the
+	// server's RFC 7339 feedback, and OCFeedback the responses that
+	// carried feedback.
+	Shed, OCFeedback int64
 }
 
 func (c *Counts) add(o *Counts) {
@@ -49,6 +53,8 @@ func (c *Counts) add(o *Counts) {
 	c.Unexpected += o.Unexpected
 	c.SendErrors += o.SendErrors
 	c.Challenged += o.Challenged
+	c.Shed += o.Shed
+	c.OCFeedback += o.OCFeedback
 }
 
 // failReason classifies a final failure response.
@@ -174,6 +180,10 @@ type Row struct {
 	// Failures are this second's failed calls by status line or reason;
 	// nil when none failed.
 	Failures map[string]int64
+	// OCLoss is, with -oc, the share of new calls the server's RFC 7339
+	// feedback asks to shed at the end of the second, percent (0 once it
+	// expired).
+	OCLoss int
 }
 
 // GroupSample is a worker group's state read from the server's metrics.

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sipvisor/sipvisor/overload/oc"
 )
 
 // xstate is where a call is in an XML scenario, and what it remembers of
@@ -251,6 +253,12 @@ func (x *xrole) tick(now time.Duration) {
 		}
 		if x.o.Limit > 0 && len(x.calls) >= x.o.Limit {
 			x.sec.Limited++
+			continue
+		}
+		if x.o.OC && oc.Shed(x.oc.Share(time.Now()), false, x.rng.Float64) {
+			// The server asked for this share of the new calls to be shed
+			// (RFC 7339): not started, not offered.
+			x.sec.Shed++
 			continue
 		}
 		if x.users != nil {
@@ -503,6 +511,9 @@ func (x *xrole) sendCmd(cl *call, c *command, now time.Duration) bool {
 		x.fail(cl, failOther, err.Error(), now)
 		return false
 	}
+	if x.o.OC {
+		b = oc.AddOffer(b)
+	}
 	if c.lost == 0 || x.rng.Float64()*100 >= c.lost {
 		x.trace.msg(now, "sent", b)
 		if !x.send(b, cl.peer) {
@@ -630,6 +641,14 @@ func (x *xrole) matches(i int, m *msg) bool {
 
 func (x *xrole) handle(m *msg, from peer, now time.Duration) {
 	x.trace.msg(now, "received", m.raw)
+	if x.o.OC && m.isResp {
+		if fb, ok := oc.ResponseFeedback(m.raw); ok {
+			x.sec.OCFeedback++
+			if x.oc.Take(fb, time.Now()) {
+				x.ocMax = max(x.ocMax, fb.Loss)
+			}
+		}
+	}
 	cl := x.calls[string(m.callID)]
 	if cl == nil {
 		if d, gone := x.dead[string(m.callID)]; gone {

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/overload/oc"
@@ -28,8 +30,16 @@ type ocRun struct {
 	s    *Supervisor
 	ctl  oc.Controller
 	word atomic.Uint64 // wire.OCWord; 0 with oc_feedback off
+	loss prometheus.Gauge
 	// the counts at the last interval
 	admitted, refused uint64
+}
+
+func newOCRun(s *Supervisor) *ocRun {
+	o := &ocRun{s: s, loss: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sipvisor", Subsystem: "overload", Name: "oc_loss_ratio",
+		Help: "Share of new sessions this server asks the clients that offer RFC 7339 overload control to shed (oc_feedback), from admission's refusals."})}
+	s.reg.MustRegister(o.loss)
+	return o
 }
 
 func (o *ocRun) loop(ctx context.Context) error {
@@ -56,7 +66,11 @@ func (o *ocRun) tick(now time.Time) {
 		}
 		o.admitted, o.refused = admitted, refused
 		fb := o.ctl.Observe(smp, now)
+		o.loss.Set(float64(fb.Loss) / 100)
 		word = wire.OCWord(fb.Loss, o.s.config().OC.Validity, int64(fb.Seq.Sec)*1000+int64(fb.Seq.Frac/1000))
+	} else if o.word.Load() != 0 {
+		o.ctl = oc.Controller{}
+		o.loss.Set(0)
 	}
 	o.word.Store(word)
 	for _, gr := range o.s.groupRuns() {
@@ -70,7 +84,7 @@ func (o *ocRun) tick(now time.Time) {
 }
 
 // feedback is the feedback to stamp into a response now, for the doors.
-func (o *ocRun) feedback() (oc.Feedback, bool) { return oc.FromWord(o.word.Load()) }
+func (o *ocRun) feedback() (oc.Feedback, bool) { return wire.OCFeedback(o.word.Load()) }
 
 // admissionCounts sums the new sessions admission admitted and refused
 // over every door, the workers' own doors and the TCP path: the refusals

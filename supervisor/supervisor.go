@@ -231,7 +231,7 @@ func New(o Options) (*Supervisor, error) {
 	s.pm = pool.NewMetrics(s.reg)
 	s.reg.MustRegister(newDoorCollector(s), newWorkerCollector(s))
 	s.ds = newDSRun(s)
-	s.oc = &ocRun{s: s}
+	s.oc = newOCRun(s)
 	s.reg.MustRegister(newDSCollector(s.ds))
 	s.ov = s.newAdmission(o.Config)
 	s.ss = overload.NewSlowStartMetrics(s.reg)

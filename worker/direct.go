@@ -270,7 +270,7 @@ func newDirect(w *workerLoop, fd int, v6 bool, socket int, slot uint8) *direct {
 		}
 		d.refusals.Note(w.env.Logger, "worker door", r, c, k)
 	}
-	d.door.Feedback = func() (oc.Feedback, bool) { return oc.FromWord(w.stats.Load(wire.OffOverloadControl)) }
+	d.door.Feedback = func() (oc.Feedback, bool) { return wire.OCFeedback(w.stats.Load(wire.OffOverloadControl)) }
 	// The worker's bans and its count of requests per source, which the
 	// TCP reading of a worker shares; the supervisor sums the counts.
 	d.door.Bans, d.door.Pike = &w.bans, &w.pike

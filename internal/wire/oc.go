@@ -1,6 +1,10 @@
 package wire
 
-import "time"
+import (
+	"time"
+
+	"github.com/sipvisor/sipvisor/overload/oc"
+)
 
 // OffOverloadControl is written by the supervisor, read by the worker: the
 // RFC 7339 feedback this server sends to the clients that offer oc
@@ -20,4 +24,15 @@ func OCWord(loss int, validity time.Duration, seqMs int64) uint64 {
 // ParseOCWord reads OCWord; ok is false for 0, no feedback.
 func ParseOCWord(w uint64) (loss int, validity time.Duration, seqMs int64, ok bool) {
 	return int(w & 0xff), time.Duration(w>>8&(1<<14-1)) * 10 * time.Millisecond, int64(w >> 22), w != 0
+}
+
+// OCFeedback reads the feedback in force from an OffOverloadControl word,
+// as every door and worker of a server reads what its supervisor
+// computed; false when there is none.
+func OCFeedback(w uint64) (oc.Feedback, bool) {
+	loss, validity, ms, ok := ParseOCWord(w)
+	if !ok {
+		return oc.Feedback{}, false
+	}
+	return oc.Feedback{Loss: loss, Validity: validity, Seq: oc.SeqAt(time.UnixMilli(ms))}, true
 }

@@ -1,10 +1,6 @@
 package oc
 
-import (
-	"time"
-
-	"github.com/sipvisor/sipvisor/internal/wire"
-)
+import "time"
 
 // Sample is what a server's admission did with the new sessions offered to
 // it over one interval: admitted and refused (for its load: not a
@@ -125,13 +121,3 @@ func Shed(loss int, inDialog bool, draw func() float64) bool {
 	return draw()*100 < float64(loss)
 }
 
-// FromWord reads the feedback in force from a stats page word
-// (wire.OffOverloadControl), the way every door and worker of a server
-// reads what its supervisor computed; false when there is none.
-func FromWord(w uint64) (Feedback, bool) {
-	loss, validity, ms, ok := wire.ParseOCWord(w)
-	if !ok {
-		return Feedback{}, false
-	}
-	return Feedback{Loss: loss, Validity: validity, Seq: SeqAt(time.UnixMilli(ms))}, true
-}

@@ -208,3 +208,21 @@ func TestShed(t *testing.T) {
 		}
 	}
 }
+
+func TestAddOffer(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP h:5;branch=z9\r\nTo: <sip:a@b>\r\n\r\n",
+			"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP h:5;branch=z9;oc;oc-algo=\"loss\"\r\nTo: <sip:a@b>\r\n\r\n"},
+		{"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9;oc\r\n\r\n", ""},
+		{"SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP h;branch=z9\r\n\r\n", ""},
+	} {
+		got := string(AddOffer([]byte(c.in)))
+		want := c.want
+		if want == "" {
+			want = c.in
+		}
+		if got != want {
+			t.Errorf("want %q, have %q", want, got)
+		}
+	}
+}

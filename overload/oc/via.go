@@ -375,3 +375,23 @@ func ResponseFeedback(msg []byte) (Feedback, bool) {
 	}
 	return v.Feedback()
 }
+
+// AddOffer returns a request with oc and oc-algo="loss" added to its top
+// Via, as a client that supports overload control sends it; a response, a
+// message without a Via, or a Via that offers oc already is returned as it
+// is.
+func AddOffer(msg []byte) []byte {
+	if len(msg) < 8 || string(msg[:8]) == "SIP/2.0 " {
+		return msg
+	}
+	s, e, ok := TopVia(msg)
+	if !ok {
+		return msg
+	}
+	if v, err := ParseVia(msg[s:e]); err != nil || v.OC {
+		return msg
+	}
+	out := make([]byte, 0, len(msg)+20)
+	out = AppendOffer(append(out, msg[:e]...))
+	return append(out, msg[e:]...)
+}

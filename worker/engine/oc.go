@@ -10,6 +10,7 @@ import (
 
 	"github.com/emiago/sipgo/sip"
 
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/overload/oc"
 )
 
@@ -32,7 +33,7 @@ func (w *Worker) ocStamp(b []byte) []byte {
 	if w.opt.OverloadControl == nil || len(b) < 8 || string(b[:8]) != "SIP/2.0 " {
 		return b
 	}
-	fb, ok := oc.FromWord(w.opt.OverloadControl())
+	fb, ok := wire.OCFeedback(w.opt.OverloadControl())
 	if !ok {
 		return b
 	}
