@@ -1,0 +1,138 @@
+package dispatcher
+
+import (
+	"encoding/csv"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sipvisor/sipvisor/e2e/internal/harness"
+)
+
+// ocRow is one second of sipload's CSV, the columns -oc is about.
+type ocRow struct {
+	end                     float64 // elapsed_s
+	offered, shed, feedback int
+	loss                    int
+	failed503               int
+}
+
+func readOCRows(t *testing.T, path string) []ocRow {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	recs, _ := csv.NewReader(f).ReadAll() // the last row may be half written
+	if len(recs) < 2 {
+		return nil
+	}
+	col := map[string]int{}
+	for i, n := range recs[0] {
+		col[n] = i
+	}
+	var out []ocRow
+	for _, r := range recs[1:] {
+		if len(r) != len(recs[0]) {
+			continue
+		}
+		n := func(name string) int { v, _ := strconv.Atoi(r[col[name]]); return v }
+		end, _ := strconv.ParseFloat(r[col["elapsed_s"]], 64)
+		out = append(out, ocRow{end: end, offered: n("offered"), shed: n("oc_shed"), feedback: n("oc_feedback"),
+			loss: n("oc_loss_pct"), failed503: n("failed_503_retry_after")})
+	}
+	return out
+}
+
+var ocSummary = regexp.MustCompile(`RFC 7339 feedback in (\d+) responses, last loss (\d+)%, max (\d+)%  calls shed (\d+)`)
+
+// TestSiploadFollowsFeedback: sipload -oc calls through a sipvisor that
+// answers RFC 7339 feedback. While the server admits everything its loss
+// is 0 and sipload sheds nothing; suspended, the server says 100, and from
+// one oc-validity (plus the 250 ms the server takes to say it) after the
+// suspension sipload places almost no call (one an oc-validity, whose
+// refusal says 100 again); resumed, the loss steps down and sipload sheds
+// less and less, nothing at the end.
+func TestSiploadFollowsFeedback(t *testing.T) {
+	t.Parallel()
+	uas := harness.SiploadServe(t, "-sn", "uas", "-i", "127.0.0.1")
+	s := harness.Start(t, harness.OverloadCfg(uas.Port, "oc_validity = 1s\n"))
+	dir := t.TempDir()
+	path := filepath.Join(dir, "oc.csv")
+	const rate = 40
+	start := time.Now()
+	sl := harness.StartProc(t, harness.SiploadBin, s.SIPAddr("udp"), "-sn", "uac", "-oc", "-i", "127.0.0.1",
+		"-schedule", strconv.Itoa(rate)+"/16s", "-d", "100", "-q", "--csv", path)
+	awaitRow := func(at float64) {
+		t.Helper()
+		harness.WaitFor(t, "sipload's second "+strconv.FormatFloat(at, 'f', 0, 64), 30*time.Second, func() bool {
+			rows := readOCRows(t, path)
+			return len(rows) > 0 && rows[len(rows)-1].end >= at
+		})
+	}
+	awaitRow(3)
+	if out, err := s.Ctl("suspend"); err != nil {
+		t.Fatalf("ctl suspend: %v: %s", err, out)
+	}
+	suspended := time.Since(start).Seconds()
+	s.AwaitMetric(1, "sipvisor_overload_oc_loss_ratio")
+	awaitRow(suspended + 5)
+	if out, err := s.Ctl("resume"); err != nil {
+		t.Fatalf("ctl resume: %v: %s", err, out)
+	}
+	resumed := time.Since(start).Seconds()
+	code, out := sl.Wait(t, 40*time.Second)
+	rows := readOCRows(t, path)
+	t.Logf("suspended at %.2fs, resumed at %.2fs; sipload's seconds (end, offered, shed, feedback, loss%%):", suspended, resumed)
+	for _, r := range rows {
+		t.Logf("  %5.1f %3d %3d %3d %3d", r.end, r.offered, r.shed, r.feedback, r.loss)
+	}
+	// Exit 1: the calls placed while suspended were refused, as they
+	// should be (503 with Retry-After), and nothing else failed.
+	if code > 1 || !strings.Contains(out, "timeout 0  4xx 0  5xx 0") {
+		t.Fatalf("sipload exit %d\n%s", code, harness.Tail(out, 15))
+	}
+	m := ocSummary.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("sipload's summary has no overload control line\n%s", out)
+	}
+	if fb, _ := strconv.Atoi(m[1]); fb == 0 || m[3] != "100" {
+		t.Errorf("summary: want feedback received and a max loss of 100%%, have %q", m[0])
+	}
+
+	validity := 1.0 + 0.25 // oc_validity, and the server's interval
+	// The process started before sipload's clock: its seconds end a little
+	// later than the test's clock says, by less than this.
+	const skew = 0.3
+	var before, during, after int
+	for _, r := range rows {
+		from := r.end - 1
+		switch {
+		case r.end+skew < suspended:
+			before++
+			if r.shed != 0 || r.feedback == 0 {
+				t.Errorf("second ending %.1f, before the suspension: want feedback and nothing shed, have %+v", r.end, r)
+			}
+		case from > suspended+validity+skew && r.end < resumed:
+			during++
+			if share := float64(r.shed) / float64(r.shed+r.offered); share < 0.9 {
+				t.Errorf("second ending %.1f, suspended for over an oc-validity: want 90%% of the calls due shed, have %.0f%% (%+v)", r.end, 100*share, r)
+			}
+		case from > resumed+7:
+			// 100 stepped down by 5 points every 250 ms: 0 within 5 s,
+			// held for the validity, and a second to spare.
+			after++
+			if r.shed > r.offered/10 || r.loss > 0 {
+				t.Errorf("second ending %.1f, 7 s after the resumption: want nearly nothing shed, have %+v", r.end, r)
+			}
+		}
+	}
+	if before < 2 || during < 2 || after < 1 {
+		t.Errorf("want at least 2 seconds before, 2 during, 1 after; have %d, %d, %d", before, during, after)
+	}
+}
