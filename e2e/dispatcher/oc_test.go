@@ -136,3 +136,93 @@ func TestSiploadFollowsFeedback(t *testing.T) {
 		t.Errorf("want at least 2 seconds before, 2 during, 1 after; have %d, %d, %d", before, during, after)
 	}
 }
+
+// slowBackend is a sipvisor proxying to a SIPp callee with one worker that
+// blocks 40 ms on each INVITE, as a slow database would: about 25 calls a
+// second; beyond, its admission refuses new calls (queue delay, the RTT
+// throttle) with 503 and Retry-After.
+func slowBackend(t *testing.T, dir string) (*harness.Server, *backend, *backend) {
+	t.Helper()
+	callee := startBackend(t, dir, "slow-callee")
+	cfg := harness.ProxyConfig(callee.uri, "udp_workers = 1\nudp_direct_reads = no\n", false)
+	const rr = `if (is_method("INVITE")) record_route();`
+	if !strings.Contains(cfg, rr) {
+		t.Fatalf("the proxy config lacks %q", rr)
+	}
+	cfg = strings.Replace(cfg, rr, `if (is_method("INVITE")) { record_route(); usleep(40000); }`, 1)
+	s := harness.Start(t, cfg)
+	return s, &backend{uri: "sip:" + s.SIPAddr("udp")}, callee
+}
+
+func refusedAll(s *harness.Server) float64 {
+	var n float64
+	for k, v := range s.Stats().Counters {
+		if strings.HasPrefix(k, "refused_") {
+			n += v
+		}
+	}
+	return n
+}
+
+// TestFrontShedsToOtherBackend: a front over a slow sipvisor (first by
+// priority) and a SIPp callee, offered about three times what the slow one
+// takes. With RFC 7339 between the tiers the slow backend says how much to
+// shed and the front sends that share to the other backend before the
+// slow one sees it: the slow one refuses little, and serves calls all the
+// way through. Without it, the slow one's refusals (503 with Retry-After,
+// no oc) hold it out of the rotation for their Retry-After (RFC 3261),
+// and it serves fewer calls.
+func TestFrontShedsToOtherBackend(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("two runs of 900 SIPp calls through two tiers; skipped with -short")
+	}
+	harness.NeedSIPp(t)
+	const n, rate = 900, 60
+	type result struct {
+		slowInvites, otherInvites int
+		refused, shed             float64
+		failed                    int
+	}
+	run := func(t *testing.T, oc bool) result {
+		dir := t.TempDir()
+		slow, sb, callee := slowBackend(t, dir)
+		other := startBackend(t, dir, "other")
+		probe := "ds_ping_interval = 1s"
+		if !oc {
+			probe += "\nds_overload_control = no"
+		}
+		front := front(t, dir, 8, probe, []*backend{sb, other})
+		r := calls(t, front, n, rate)
+		ds := destinations(t, front)
+		res := result{slowInvites: invites(callee.requests(t)), otherInvites: invites(other.requests(t)),
+			refused: refusedAll(slow), shed: float64(ds[sb.uri].Shed), failed: r.Failed}
+		t.Logf("RFC 7339 %v: calls %d ok %d failed; slow backend served %d, refused %.0f; front shed %.0f; other backend %d",
+			oc, r.Successful, r.Failed, res.slowInvites, res.refused, res.shed, res.otherInvites)
+		if r.Successful+r.Failed != n || r.Failed > n/50 {
+			t.Errorf("want nearly all %d calls through, have %d successful and %d failed\n%s", n, r.Successful, r.Failed, harness.Tail(r.Out, 20))
+		}
+		return res
+	}
+	var with, without result
+	t.Run("with RFC 7339", func(t *testing.T) {
+		with = run(t, true)
+		if with.shed == 0 {
+			t.Fatalf("the front shed nothing from the slow backend")
+		}
+		// The front sheds the excess: the slow backend refuses a small
+		// part of what it would have had to.
+		if with.refused > with.shed/3 {
+			t.Errorf("the slow backend refused %.0f calls, the front shed only %.0f", with.refused, with.shed)
+		}
+	})
+	t.Run("without", func(t *testing.T) {
+		without = run(t, false)
+		if without.shed != 0 {
+			t.Errorf("without ds_overload_control, the front shed %.0f", without.shed)
+		}
+	})
+	if !t.Failed() && with.slowInvites <= without.slowInvites {
+		t.Errorf("the slow backend served %d calls with RFC 7339, %d without: want more with", with.slowInvites, without.slowInvites)
+	}
+}
