@@ -39,11 +39,13 @@ type Options struct {
 	Users       int           // client: calls are N users in turn, each refreshing its own (0: all new)
 	Expires     int           // -sn register's Expires, and uas's in its answer; default 3600
 	RejectEvery int           // server: refuse every Nth new INVITE with 503 and Retry-After (0: never)
+	Scrape      string        // --scrape: Prometheus URL read each second
+
 	// OC: client scenarios speak RFC 7339 overload control: the Via of
 	// each request offers oc, and the feedback in responses sheds that
 	// share of the calls due (never a request of a call under way).
 	OC bool
-	Scrape      string        // --scrape: Prometheus URL read each second
+
 	// XML, if set, is the SIPp scenario (-sf) run instead of Scenario;
 	// without it Scenario's built-in XML is run.
 	XML        *Scenario

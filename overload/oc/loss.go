@@ -120,4 +120,3 @@ func Shed(loss int, inDialog bool, draw func() float64) bool {
 	}
 	return draw()*100 < float64(loss)
 }
-
