@@ -91,13 +91,16 @@ func (o *ocRun) feedback() (oc.Feedback, bool) { return wire.OCFeedback(o.word.L
 // for load, not those at max_registrations, which no shedding cures.
 func (s *Supervisor) admissionCounts() (admitted, refused uint64) {
 	for _, gr := range s.groupRuns() {
-		for r := overload.RefuseSuspended; r < overload.NumRefusals; r++ {
-			if r != overload.RefuseRegistrations {
-				refused += gr.refusedConn[r].Load()
-			}
-		}
-		admitted += gr.admittedConn.Load()
 		if gr.door == nil {
+			// The TCP group: what the supervisor decided when its workers
+			// asked. A UDP group's workers that ask count the answers in
+			// their own doors' words, added below.
+			for r := overload.RefuseSuspended; r < overload.NumRefusals; r++ {
+				if r != overload.RefuseRegistrations {
+					refused += gr.refusedConn[r].Load()
+				}
+			}
+			admitted += gr.admittedConn.Load()
 			continue
 		}
 		st := &gr.door.Stats
