@@ -9,8 +9,8 @@
 #   sipvisor-nooc  the same with ds_overload_control = no
 #   kamailio       bench/oc-kamailio.cfg, Kamailio's dispatcher
 # For each: the calls through, the slow backend's goodput (calls it
-# admitted a second, and as a share of C), what it refused, its CPU per
-# call refused and per call served, and what the front shed.
+# admitted a second, and as a share of C), what it refused, its CPU, and
+# what the front shed.
 #
 #   bench/oc.sh [--fronts "sipvisor-oc sipvisor-nooc kamailio"] [--rate 75]
 #               [--secs 20] [--out DIR]
@@ -62,8 +62,8 @@ metric_sum() { # HTTPPORT NAME [LABEL-MATCH]: the sum of a metric's series
 }
 
 {
-	printf '| front | calls | through | slow backend admitted | goodput (calls/s, share of C=%d) | refused there | its CPU s | CPU ms per refusal | front shed |\n' "$C"
-	printf '|---|---|---|---|---|---|---|---|---|\n'
+	printf '| front | calls | through | slow backend admitted | goodput (calls/s, share of C=%d) | refused there | its CPU s | front shed |\n' "$C"
+	printf '|---|---|---|---|---|---|---|---|\n'
 } >"$out/oc.md"
 
 for front in $fronts; do
@@ -135,8 +135,7 @@ CFG
 		shed=$(metric_sum "$FRONT_HTTP" sipvisor_dispatcher_shed_total "$SLOW")
 	fi
 	awk -v f="$front" -v n="$count" -v ok="${ok:-NA}" -v adm="$adm" -v s="$secs" -v c="$C" -v ref="$ref" -v cpu="$cpu" -v shed="$shed" 'BEGIN {
-		printf "| %s | %d | %s | %d | %.1f (%.2f) | %d | %.2f | %s | %s |\n", f, n, ok, adm, adm / s, adm / s / c, ref, cpu,
-			(ref > 0 ? sprintf("%.2f", 1000 * cpu / ref) : "-"), shed }' >>"$out/oc.md"
+		printf "| %s | %d | %s | %d | %.1f (%.2f) | %d | %.2f | %s |\n", f, n, ok, adm, adm / s, adm / s / c, ref, cpu, shed }' >>"$out/oc.md"
 	for p in "${BG_PIDS[@]}"; do end_tree "$p" 10; done
 	BG_PIDS=()
 done
