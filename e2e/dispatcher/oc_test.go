@@ -67,7 +67,7 @@ func TestSiploadFollowsFeedback(t *testing.T) {
 	const rate = 40
 	start := time.Now()
 	sl := harness.StartProc(t, harness.SiploadBin, s.SIPAddr("udp"), "-sn", "uac", "-oc", "-i", "127.0.0.1",
-		"-schedule", strconv.Itoa(rate)+"/16s", "-d", "100", "-q", "--csv", path)
+		"-schedule", strconv.Itoa(rate)+"/18s", "-d", "100", "-q", "--csv", path)
 	awaitRow := func(at float64) {
 		t.Helper()
 		harness.WaitFor(t, "sipload's second "+strconv.FormatFloat(at, 'f', 0, 64), 30*time.Second, func() bool {
@@ -110,6 +110,7 @@ func TestSiploadFollowsFeedback(t *testing.T) {
 	// later than the test's clock says, by less than this.
 	const skew = 0.3
 	var before, during, after int
+	var duringShed, duringDue int
 	for _, r := range rows {
 		from := r.end - 1
 		switch {
@@ -120,17 +121,24 @@ func TestSiploadFollowsFeedback(t *testing.T) {
 			}
 		case from > suspended+validity+skew && r.end < resumed:
 			during++
-			if share := float64(r.shed) / float64(r.shed+r.offered); share < 0.9 {
-				t.Errorf("second ending %.1f, suspended for over an oc-validity: want 90%% of the calls due shed, have %.0f%% (%+v)", r.end, 100*share, r)
+			duringShed += r.shed
+			duringDue += r.shed + r.offered
+			// A call is placed once the last feedback expired, and more
+			// while its refusal is on its way: on a busy machine, a few.
+			if share := float64(r.shed) / float64(r.shed+r.offered); share < 0.7 {
+				t.Errorf("second ending %.1f, suspended for over an oc-validity: want most of the calls due shed, have %.0f%% (%+v)", r.end, 100*share, r)
 			}
-		case from > resumed+7:
+		case from > resumed+6:
 			// 100 stepped down by 5 points every 250 ms: 0 within 5 s,
-			// held for the validity, and a second to spare.
+			// and a second to spare.
 			after++
 			if r.shed > r.offered/10 || r.loss > 0 {
 				t.Errorf("second ending %.1f, 7 s after the resumption: want nearly nothing shed, have %+v", r.end, r)
 			}
 		}
+	}
+	if share := float64(duringShed) / float64(max(duringDue, 1)); share < 0.9 {
+		t.Errorf("suspended for over an oc-validity: want 90%% of the calls due shed, have %.0f%%", 100*share)
 	}
 	if before < 2 || during < 2 || after < 1 {
 		t.Errorf("want at least 2 seconds before, 2 during, 1 after; have %d, %d, %d", before, during, after)
