@@ -41,7 +41,8 @@
 //	               (TCP) for having waited too long. The supervisor writes
 //	               and the worker reads: how
 //	               long a request may wait ('M' frames carry the time the
-//	               datagram was read)
+//	               datagram was read), and the RFC 7339 feedback to put in
+//	               responses (OffOverloadControl)
 //	fd 6… sockets  the UDP SIP sockets, named in SIPVISOR_SOCKETS; with
 //	               direct reads, then the worker's own socket in the port's
 //	               SO_REUSEPORT group, named in SIPVISOR_DIRECT
