@@ -109,15 +109,16 @@ func TestController(t *testing.T) {
 		want int
 	}{
 		{Sample{Admitted: 100}, 0},
-		// Offered three times what it takes: two thirds refused.
-		{Sample{Admitted: 100, Refused: 200}, 33},
-		// Clients shed a third: half of the rest refused.
-		{Sample{Admitted: 100, Refused: 100}, 50},
-		{Sample{Admitted: 100, Refused: 50}, 58},
-		{Sample{Admitted: 100, Refused: 25}, 62},
-		// Enough shed: no refusal, the loss steps down.
-		{Sample{Admitted: 100}, 57},
-		{Sample{Admitted: 100, Refused: 10}, 59},
+		// Offered three times what it takes: two thirds refused, a
+		// quarter of the way to 67%.
+		{Sample{Admitted: 100, Refused: 200}, 17},
+		// Clients shed 17%: the rest is still too much, on towards 67%.
+		{Sample{Admitted: 100, Refused: 150}, 29},
+		{Sample{Admitted: 100, Refused: 112}, 39},
+		{Sample{Admitted: 100, Refused: 84}, 46},
+		// No refusal: the loss steps down.
+		{Sample{Admitted: 100}, 41},
+		{Sample{Admitted: 100, Refused: 10}, 42},
 		// Suspended: everything.
 		{Sample{RefuseAll: true}, 100},
 		// Nothing arrives while everything is shed: the loss steps down
@@ -127,7 +128,7 @@ func TestController(t *testing.T) {
 		// A few refused of too few offered: no measure.
 		{Sample{Admitted: 2, Refused: 1}, 85},
 		// All of a few refused: a measure.
-		{Sample{Refused: 3}, 93},
+		{Sample{Refused: 3}, 89},
 	}
 	var last Seq
 	for i, st := range steps {
