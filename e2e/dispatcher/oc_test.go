@@ -218,10 +218,12 @@ func TestFrontShedsToOtherBackend(t *testing.T) {
 		if with.shed == 0 {
 			t.Fatalf("the front shed nothing from the slow backend")
 		}
-		// The front sheds the excess: the slow backend refuses a small
-		// part of what it would have had to.
-		if with.refused > with.shed/3 {
-			t.Errorf("the slow backend refused %.0f calls, the front shed only %.0f", with.refused, with.shed)
+		// The front sheds most of the excess, which would all reach the
+		// slow backend and be refused there without RFC 7339; the rest
+		// is refused while the loss climbs to its level, and as it
+		// wavers around it.
+		if with.refused > 0.4*(with.refused+with.shed) {
+			t.Errorf("of the calls over the slow backend's capacity, it refused %.0f and the front shed only %.0f", with.refused, with.shed)
 		}
 	})
 	t.Run("without", func(t *testing.T) {
