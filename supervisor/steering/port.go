@@ -399,7 +399,19 @@ func (p *Port) Exited(w *pool.Worker) {
 func (p *Port) Pick(m *sipscan.Msg, newSession bool, now int64) *pool.Worker {
 	v := p.view.Load()
 	b := steer.Bucket(m.CallID)
-	if pr := v.prev[b]; pr.w != nil && now < pr.until && live(pr.w) {
+	// A request outside a dialog that starts no session (an OPTIONS, a
+	// MESSAGE; not an ACK or CANCEL, which belong to an INVITE) is a
+	// transaction of its own and belongs to no call: the worker that had
+	// its bucket could hold only its retransmissions, and those the door
+	// placed there meet it by the door's affinity. It goes to the bucket's
+	// worker at once, so that a worker the group just grew by takes its
+	// share: kept on the previous workers for as long as a pending INVITE
+	// may live there, the OPTIONS of every moved bucket stayed on the
+	// workers that were too few, whose queues dropped them until their
+	// clients gave up. A retransmission of one the previous worker read
+	// itself is handled twice at worst.
+	alone := !newSession && m.IsRequest && !m.HasToTag && m.Method != sipscan.Ack && m.Method != sipscan.Cancel
+	if pr := v.prev[b]; !alone && pr.w != nil && now < pr.until && live(pr.w) {
 		// A new session only within a transaction's lifetime of the move:
 		// it may be a retransmission of a request that worker holds.
 		if !newSession {
