@@ -10,9 +10,15 @@
 # retransmissions from T1 = 500 ms, an OPTIONS unanswered after 32 s fails),
 # started one after another on a clock so that the load is open loop.
 #
+# The tail is 80 s, not the experiment's 25 s: as in OpenSIPS, no worker is
+# drained within 10 × the scale-down cycles (100 cycles here) of startup or
+# of the last fork, and the group forks 4-5 s into the step, so its drains
+# (6 → 2, one a cycle) come about 115-120 s after the start. A 25 s tail
+# ends at 75 s and shows the growth alone.
+#
 #   bench/scaling-replay.sh [--children 4] [--cost-us 15000] [--low 10]
 #                           [--high 300] [--lead 10] [--step-secs 40]
-#                           [--tail 25] [--out DIR]
+#                           [--tail 80] [--out DIR]
 #
 # Prints, per phase and in total, OPTIONS sent, answered, failed (and why),
 # retransmissions and response time percentiles; the scaling decisions
@@ -30,11 +36,11 @@ low=10
 high=300
 lead=10
 step_secs=40
-tail_secs=25
+tail_secs=80
 out=${BENCH_OUT:-/tmp/sipvisor-bench/scaling-replay}
 RECV_TIMEOUT_S=32
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 FLAGS=(children=CHILDREN cost-us low high lead step-secs tail=tail_secs out)
 parse_flags "$@"
 need_positive CHILDREN cost_us low high lead step_secs tail_secs
