@@ -183,3 +183,65 @@ func TestTimelineDrainDoesNotFlipFlop(t *testing.T) {
 		})
 	}
 }
+
+// TestTimelineScalingReplay plays bench/scaling-replay.sh through Decide, one
+// cycle per second: 4 workers, OPTIONS costing 15 ms (1.5 % of a worker per
+// OPTIONS/s, 100 % at most), 10/s from cycle 3 (the supervisor cycles 2 s
+// before the first OPTIONS), 300/s for 40 cycles from cycle 13, then 10/s.
+// The group forks twice early in the step; at 2.5 % in the tail it drains to
+// the profile's floor of 2, below its starting 4, but only once 100 cycles
+// have passed since the last fork. The experiment's 25 s tail ends before
+// that: it shows the growth alone, as the first replays did.
+func TestTimelineScalingReplay(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		tail    int64
+		downs   []int64
+		workers int
+	}{
+		{"25 s tail", 25, nil, 6},
+		{"80 s tail", 80, cycles(117, 118, 119, 120), 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGroup(profileA, 4, 1.5)
+			const lead, step = 3, 13
+			end := int64(step+40) + tc.tail + 5
+			var tailLoads []float64
+			var last Decision
+			for c := int64(1); c <= end; c++ {
+				cps := 0.0
+				switch {
+				case c >= lead && c < step:
+					cps = 10
+				case c >= step && c < step+40:
+					cps = 300
+				case c >= step+40 && c < step+40+tc.tail:
+					cps = 10
+				}
+				// A worker cannot be busier than all the time: the
+				// OPTIONS the group cannot take wait in its queue.
+				g.cost = min(1.5, 100*float64(g.workers)/max(cps, 1))
+				last = g.step(c, cps)
+				if c >= step+42 && c < step+40+tc.tail {
+					tailLoads = append(tailLoads, g.load)
+				}
+			}
+			if want := cycles(16, 17); !equalCycles(g.ups, want) {
+				t.Errorf("ups: want %v, have %v", want, g.ups)
+			}
+			if !equalCycles(g.downs, tc.downs) {
+				t.Errorf("downs: want %v, have %v", tc.downs, g.downs)
+			}
+			if g.workers != tc.workers {
+				t.Errorf("workers: want %d, have %d", tc.workers, g.workers)
+			}
+			if len(tc.downs) == 0 && last.Reason != ReasonCooldown {
+				t.Errorf("last decision: want %q, have %q", ReasonCooldown, last.Reason)
+			}
+			if m := tailLoads[0]; math.Abs(m-2.5) > 1e-9 {
+				t.Errorf("tail load on 6 workers: want 2.5%%, have %.2f%%", m)
+			}
+		})
+	}
+}
