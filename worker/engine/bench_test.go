@@ -11,14 +11,69 @@ import (
 	"time"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/worker"
 )
 
-// callDriver drives proxied calls through a Worker with the built-in
-// script, handing it the messages itself as the worker loop would. The
+// callScript is the routing of a proxied call and a registrar, as the
+// built-in config (config/default.cfg) routes them: a call to a user of
+// the served domain is looked up and record-routed, a dialog's requests
+// are loose-routed, a REGISTER is authenticated by digest, and a request
+// for another domain is refused.
+const callScript = `route {
+	if (!mf_process_maxfwd_header(10)) {
+		sl_send_reply(483, "Too Many Hops");
+		exit;
+	}
+	if (has_totag()) {
+		if (loose_route()) {
+			if (!t_relay())
+				sl_send_reply(500, "Internal Server Error");
+			exit;
+		}
+		if (is_method("ACK")) {
+			if (t_check_trans())
+				t_relay();
+			exit;
+		}
+		sl_send_reply(404, "Not Here");
+		exit;
+	}
+	if (is_method("CANCEL")) {
+		if (t_check_trans())
+			t_relay();
+		exit;
+	}
+	t_check_trans();
+	if (is_method("REGISTER")) {
+		if (!www_authorize("", "subscriber")) {
+			www_challenge("", "0");
+			exit;
+		}
+		consume_credentials();
+		save("location");
+		exit;
+	}
+	if (!is_myself($ru)) {
+		sl_send_reply(403, "Relay Forbidden");
+		exit;
+	}
+	if (is_method("INVITE"))
+		record_route();
+	if (!lookup("location")) {
+		sl_send_reply(404, "Not Found");
+		exit;
+	}
+	if (!t_relay())
+		sl_send_reply(500, "Internal Server Error");
+}
+`
+
+// callDriver drives proxied calls through a Worker with callScript, handing it the messages itself as the worker loop would. The
 // peers are real UDP sockets that nobody reads.
 type callDriver struct {
 	w            *Worker
+	store        *location.Memory
 	pa, uac, uas netip.AddrPort
 	ruri, rr     string
 	close        func()
@@ -42,12 +97,24 @@ func newCallDriver(tb testing.TB) *callDriver {
 	d.uac = socks[1].LocalAddr().(*net.UDPAddr).AddrPort()
 	d.uas = socks[2].LocalAddr().(*net.UDPAddr).AddrPort()
 	var err error
-	d.w, err = NewWorker(Options{Script: config.Default().Script, Sockets: []net.PacketConn{socks[0]}})
+	c, err := config.Load("call.cfg", []byte(callScript))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d.store = location.NewMemory()
+	d.store.PutUser(location.NewUser("alice", "example.com", "alices"))
+	d.w, err = NewWorker(Options{Script: c.Script, Sockets: []net.PacketConn{socks[0]}, Store: d.store,
+		Domains: []string{"example.com"}})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	d.ruri = "sip:bob@" + d.uas.String()
 	d.rr = "<sip:" + d.pa.String() + ";lr>"
+	// bob is registered at the UAS: an INVITE to his AOR is looked up.
+	if _, err := d.store.Register("sip:bob@example.com", location.Binding{AOR: "sip:bob@example.com", Contact: d.ruri,
+		Expires: time.Now().Add(24 * time.Hour), CallID: "bob-reg", CSeq: 1}); err != nil {
+		tb.Fatal(err)
+	}
 	return d
 }
 
@@ -74,9 +141,14 @@ Content-Length: 0
 `, code, reason, d.pa, branch, d.uac, callID, d.uac.Port(), d.rr, d.ruri, callID, cseq, method, d.ruri))
 }
 
+// invite is alice's INVITE to bob's AOR, which the script looks up.
+func (d *callDriver) invite(callID string) []byte {
+	return crlf(invite(d.pa, d.uac, "sip:bob@example.com", callID, "z9hG4bK-"+callID, 70))
+}
+
 // up sets a call up: INVITE, 180, 200 and the ACK.
 func (d *callDriver) up(callID string) {
-	d.msg(d.uac, crlf(invite(d.pa, d.uac, d.ruri, callID, "z9hG4bK-"+callID, 70)))
+	d.msg(d.uac, d.invite(callID))
 	br := d.lastBranch()
 	d.msg(d.uas, d.reply(180, "Ringing", br, callID, 1, "INVITE"))
 	d.msg(d.uas, d.reply(200, "OK", br, callID, 1, "INVITE"))

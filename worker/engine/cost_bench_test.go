@@ -26,7 +26,7 @@ func BenchmarkCallHandled(b *testing.B) {
 		bye := branch(seq + 3)
 		seq += 3
 		calls[i] = call{
-			inv:     crlf(invite(d.pa, d.uac, d.ruri, callID, "z9hG4bK-"+callID, 70)),
+			inv:     d.invite(callID),
 			ringing: d.reply(180, "Ringing", inv, callID, 1, "INVITE"),
 			ok:      d.reply(200, "OK", inv, callID, 1, "INVITE"),
 			ack:     crlf(inDialog("ACK", d.ruri, d.uac, "z9hG4bK-a"+callID, callID, 1, "bob-tag", []string{d.rr})),

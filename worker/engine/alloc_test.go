@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+	"github.com/icholy/digest"
+
+	"github.com/sipvisor/sipvisor/internal/testkit"
+)
+
+// What a worker may allocate for each kind of exchange, held by
+// TestAllocs: the budget of a message path that works on the datagram's
+// bytes (docs/DESIGN.md, "The message path"). Each is what the path
+// reaches today, so that a change that allocates more fails here.
+const (
+	callAllocs     = 129 // INVITE, 100, 180, 200, ACK, BYE, 200
+	registerAllocs = 170 // REGISTER with digest credentials, 200
+	refusedAllocs  = 60  // INVITE refused 403 by the script, its ACK
+)
+
+// callMsgs are the six messages of one proxied call as the worker reads
+// them: the INVITE, the callee's 180 and 200, the ACK, the BYE and its 200.
+type callMsgs struct{ inv, ringing, ok, ack, bye, byeOK []byte }
+
+// calls builds n calls ahead of time. Each call takes three branches of
+// the worker's: the INVITE's, the ACK's (relayed statelessly) and the
+// BYE's.
+func (d *callDriver) calls(n int) []callMsgs {
+	calls := make([]callMsgs, n)
+	seq := d.w.branchSeq
+	branch := func(n uint64) string { return d.w.branchPrefix + strconv.FormatUint(n, 36) }
+	for i := range calls {
+		callID := "handled-" + strconv.Itoa(i) + "-" + strconv.FormatUint(seq, 36)
+		inv := branch(seq + 1)
+		bye := branch(seq + 3)
+		seq += 3
+		calls[i] = callMsgs{
+			inv:     d.invite(callID),
+			ringing: d.reply(180, "Ringing", inv, callID, 1, "INVITE"),
+			ok:      d.reply(200, "OK", inv, callID, 1, "INVITE"),
+			ack:     crlf(inDialog("ACK", d.ruri, d.uac, "z9hG4bK-a"+callID, callID, 1, "bob-tag", []string{d.rr})),
+			bye:     crlf(inDialog("BYE", d.ruri, d.uac, "z9hG4bK-"+callID, callID, 2, "bob-tag", []string{d.rr})),
+			byeOK:   d.reply(200, "OK", bye, callID, 2, "BYE"),
+		}
+	}
+	return calls
+}
+
+func (d *callDriver) call(c *callMsgs, later time.Time) {
+	d.msg(d.uac, c.inv)
+	d.msg(d.uas, c.ringing)
+	d.msg(d.uas, c.ok)
+	d.msg(d.uac, c.ack)
+	d.msg(d.uac, c.bye)
+	d.msg(d.uas, c.byeOK)
+	d.w.Tick(later)
+}
+
+// registers builds n REGISTERs of alice's with digest credentials, each
+// with the next nonce-count of one nonce, as a phone refreshing its
+// registration sends them.
+func (d *callDriver) registers(tb testing.TB, n int) [][]byte {
+	_, secret, err := d.w.users()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	nonce := newNonce(secret, time.Now())
+	const ruri = "sip:example.com"
+	out := make([][]byte, n)
+	for i := range out {
+		ch := &digest.Challenge{Realm: "example.com", Nonce: nonce, Algorithm: "MD5", QOP: []string{"auth"}}
+		cr, err := digest.Digest(ch, digest.Options{Method: "REGISTER", URI: ruri, Username: "alice", Password: "alices",
+			Count: i + 1, Cnonce: "c0ffee"})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		r := testkit.Register("sip:alice@example.com", "sip:alice@"+d.uac.String(), d.uac.String(), "reg-"+nonce[:8], 3600)
+		r.CSeq = i + 1
+		r.Rport = true
+		r.Headers = append(r.Headers, "Authorization: "+cr.String())
+		out[i] = r.Bytes()
+	}
+	return out
+}
+
+// refused builds n INVITEs for another domain, which the script refuses
+// with a 403, and the caller's ACK of each.
+func (d *callDriver) refused(n int) (invites, acks [][]byte) {
+	for i := range n {
+		callID := "refused-" + strconv.Itoa(i)
+		inv := testkit.Invite("sip:carol@elsewhere.example", d.uac.String(), callID)
+		inv.Rport, inv.Branch = true, "z9hG4bK-"+callID
+		ack := inv
+		ack.Method, ack.ToTag, ack.Contact = "ACK", localTagFor(inv.Bytes()), ""
+		invites = append(invites, inv.Bytes())
+		acks = append(acks, ack.Bytes())
+	}
+	return invites, acks
+}
+
+// localTagFor is the To tag this server puts in its stateless replies to
+// the request raw, for the ACK that ends them.
+func localTagFor(raw []byte) string {
+	m, err := sip.ParseMessage(raw)
+	if err != nil {
+		panic(err)
+	}
+	return localTag(m.(*sip.Request))
+}
+
+// TestAllocs holds the message path to its allocation budget: a whole
+// proxied call, a REGISTER with digest authentication and a refused
+// INVITE, each handled as the worker's loop hands them over.
+// Not parallel: it counts the process's allocations.
+func TestAllocs(t *testing.T) {
+	const runs = 200
+	later := time.Now().Add(time.Hour)
+	d := newCallDriver(t)
+	defer d.close()
+
+	calls := d.calls(runs + 1)
+	i := 0
+	have := testing.AllocsPerRun(runs, func() {
+		d.call(&calls[i], later)
+		i++
+	})
+	if d.w.Held() != 0 || d.w.Stats.Malformed != 0 || d.w.Stats.Requests != 3*uint64(i) {
+		t.Fatalf("calls: want %d requests handled and nothing held, have %d held, %+v", 3*i, d.w.Held(), d.w.Stats)
+	}
+	t.Logf("allocations per proxied call: %.1f (budget %d)", have, callAllocs)
+	if have > callAllocs {
+		t.Errorf("allocations per proxied call: want at most %d, have %.1f", callAllocs, have)
+	}
+
+	regs := d.registers(t, runs+1)
+	i = 0
+	before := d.w.Stats
+	have = testing.AllocsPerRun(runs, func() {
+		d.msg(d.uac, regs[i])
+		i++
+	})
+	if bs, err := d.store.Lookup("sip:alice@example.com"); err != nil || len(bs) != 1 || bs[0].CSeq != uint32(i) ||
+		d.w.Stats.AuthFailures != before.AuthFailures || d.w.Stats.Replays != before.Replays {
+		t.Fatalf("REGISTERs: want alice bound by CSeq %d, have %+v (%v), %+v", i, bs, err, d.w.Stats)
+	}
+	t.Logf("allocations per authenticated REGISTER: %.1f (budget %d)", have, registerAllocs)
+	if have > registerAllocs {
+		t.Errorf("allocations per authenticated REGISTER: want at most %d, have %.1f", registerAllocs, have)
+	}
+
+	invs, acks := d.refused(runs + 1)
+	i = 0
+	before = d.w.Stats
+	have = testing.AllocsPerRun(runs, func() {
+		d.msg(d.uac, invs[i])
+		d.msg(d.uac, acks[i])
+		i++
+	})
+	if got := d.w.Stats.StatelessAcks - before.StatelessAcks; got != uint64(i) || d.w.Held() != 0 {
+		t.Fatalf("refusals: want %d ACKs of them, have %d (%+v)", i, got, d.w.Stats)
+	}
+	t.Logf("allocations per refused INVITE: %.1f (budget %d)", have, refusedAllocs)
+	if have > refusedAllocs {
+		t.Errorf("allocations per refused INVITE: want at most %d, have %.1f", refusedAllocs, have)
+	}
+}
+
+// BenchmarkRegisterAuth measures a REGISTER with digest credentials
+// through callScript (www_authorize, consume_credentials, save) into the
+// memory store, and its 200.
+func BenchmarkRegisterAuth(b *testing.B) {
+	d := newCallDriver(b)
+	defer d.close()
+	regs := d.registers(b, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range regs {
+		d.msg(d.uac, regs[i])
+	}
+}
+
+// BenchmarkRefused measures an INVITE the script refuses with a 403 and
+// the caller's ACK of it.
+func BenchmarkRefused(b *testing.B) {
+	d := newCallDriver(b)
+	defer d.close()
+	invs, acks := d.refused(b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range invs {
+		d.msg(d.uac, invs[i])
+		d.msg(d.uac, acks[i])
+	}
+}
