@@ -183,7 +183,7 @@ func isLWS(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n'
 // URI is a SIP URI in parts, each a sub-slice of what was parsed.
 type URI struct {
 	Scheme, User, Host []byte
-	Port               int // 0 when absent
+	Port               int    // 0 when absent
 	Params             []byte // ";a=b;c", without the headers part
 }
 
