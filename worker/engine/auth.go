@@ -278,5 +278,5 @@ func (c *msgCtx) challenge(a []*script.Literal, proxy bool) bool {
 
 // replyTx is reply with extra header lines, for a final reply.
 func (w *Worker) replyTx(t *serverTx, code int, reason string, extra []string) {
-	w.sendFinal(t, buildReply(t.req, code, reason, t.toTag, extra), code)
+	w.sendFinal(t, w.txReply(t, code, reason, extra), code)
 }

@@ -184,6 +184,9 @@ func (c *msgCtx) call(s *script.Call) bool {
 		c.w.log.Warn("unknown function", "name", s.Name, "at", s.Pos.String())
 		return false
 	}
+	if c.m != nil && !onBytes[s.Name] && !c.decode() {
+		return false
+	}
 	return fn(c, s.Args)
 }
 
@@ -317,6 +320,14 @@ func (c *msgCtx) passToHolder() bool {
 }
 
 func fnTRelay(c *msgCtx, _ []*script.Literal) bool {
+	if c.m != nil {
+		if ok, done := c.relayBytes(); done {
+			return ok
+		}
+		if !c.decode() {
+			return false
+		}
+	}
 	req, w := c.req, c.w
 	if req == nil {
 		return false
@@ -450,6 +461,21 @@ func fnTOnFailure(c *msgCtx, a []*script.Literal) bool {
 }
 
 func fnTCheckTrans(c *msgCtx, _ []*script.Literal) bool {
+	if c.m != nil && c.m.Method != sipscan.Cancel {
+		if c.absorbBytes() {
+			c.stopped = true
+			return true
+		}
+		if c.m.Method != sipscan.Ack {
+			return false
+		}
+		c.w.keyBuf = appendDialogKey(c.w.keyBuf[:0], c.m)
+		t := c.w.ackIdx[string(c.w.keyBuf)]
+		return t != nil && t.state == stAccepted
+	}
+	if !c.decode() {
+		return false
+	}
 	req, w := c.req, c.w
 	if req == nil {
 		return false
@@ -481,6 +507,14 @@ func fnRecordRoute(c *msgCtx, _ []*script.Literal) bool {
 }
 
 func fnLooseRoute(c *msgCtx, _ []*script.Literal) bool {
+	if c.m != nil {
+		if ok, done := c.looseRouteBytes(); done {
+			return ok
+		}
+		if !c.decode() {
+			return false
+		}
+	}
 	if c.req == nil {
 		return false
 	}
@@ -532,12 +566,27 @@ func fnLooseRoute(c *msgCtx, _ []*script.Literal) bool {
 }
 
 func fnMaxFwd(c *msgCtx, a []*script.Literal) bool {
-	if c.req == nil {
+	if c.req == nil && c.m == nil {
 		return false
 	}
 	n, ok := c.intArg(a[0])
 	if !ok || n < 0 {
 		return false
+	}
+	if c.m != nil {
+		mf := c.mf
+		if mf < 0 {
+			mf = c.m.MaxForwards
+		}
+		switch {
+		case mf < 0:
+			c.mf = int(n)
+		case mf == 0:
+			return false
+		default:
+			c.mf = mf - 1
+		}
+		return true
 	}
 	mf := c.req.MaxForwards()
 	if mf == nil {
@@ -553,6 +602,19 @@ func fnMaxFwd(c *msgCtx, a []*script.Literal) bool {
 }
 
 func fnIsMethod(c *msgCtx, a []*script.Literal) bool {
+	if c.m != nil {
+		if want := c.expand(a[0]); c.m != nil {
+			method := c.m.MethodBytes
+			for rest, more := want, true; more; {
+				var w string
+				w, rest, more = strings.Cut(rest, "|")
+				if foldEq(method, strings.TrimSpace(w)) {
+					return true
+				}
+			}
+			return false
+		}
+	}
 	m := c.msg()
 	if m == nil {
 		return false
@@ -574,6 +636,9 @@ func fnIsMethod(c *msgCtx, a []*script.Literal) bool {
 }
 
 func fnHasTotag(c *msgCtx, _ []*script.Literal) bool {
+	if c.m != nil {
+		return c.m.HasToTag
+	}
 	m := c.msg()
 	if m == nil {
 		return false

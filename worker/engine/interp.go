@@ -8,6 +8,7 @@ import (
 
 	"github.com/emiago/sipgo/sip"
 
+	"github.com/sipvisor/sipvisor/internal/sipmsg"
 	"github.com/sipvisor/sipvisor/script"
 )
 
@@ -19,6 +20,15 @@ type msgCtx struct {
 	req *sip.Request
 	res *sip.Response
 	src source
+
+	// m is the request on its bytes until decode makes req of it
+	// (fast.go); mf is the Max-Forwards to write (-1: as received),
+	// dropRoutes the Route values loose_route took off, via what its top
+	// Via gets and where replies go.
+	m          *sipmsg.Msg
+	mf         int
+	dropRoutes int
+	via        viaFix
 
 	du   string
 	vars map[string]string
@@ -385,6 +395,7 @@ func (c *msgCtx) msg() sip.Message {
 
 // get reads a pseudo-variable; one with nothing to read is "".
 func (c *msgCtx) get(v *script.PseudoVar) value {
+	c.decode()
 	m := c.msg()
 	switch v.Name {
 	case "var":
@@ -505,6 +516,7 @@ func headersOf(m sip.Message) []sip.Header {
 // assign sets a writable pseudo-variable; a value that is not a valid URI
 // leaves the variable as it was and logs why.
 func (c *msgCtx) assign(v *script.PseudoVar, val value) {
+	c.decode()
 	s := val.str()
 	switch v.Name {
 	case "var":

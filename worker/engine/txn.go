@@ -148,8 +148,13 @@ func (w *Worker) schedule(t timed, at time.Time) { w.timers.set(t, at) }
 type serverTx struct {
 	key, dlgKey string
 	invite      bool
-	req         *sip.Request
-	src         source
+	// req is the request as the script left it; a request relayed on its
+	// bytes (fast.go) has none until a reply of this server's needs it,
+	// when it is read back from firstRelay (txRequest), and vdest is
+	// where its replies go.
+	req   *sip.Request
+	vdest dest
+	src   source
 	state       txState
 	toTag       string
 
@@ -313,6 +318,9 @@ func (w *Worker) ackOfStatelessReply(req *sip.Request) bool {
 // It is written on the stack and copied out once, at its size: every
 // INVITE's 100 Trying is one, and the reply to a retransmission is kept.
 func buildReply(req *sip.Request, code int, reason, toTag string, extra []string) []byte {
+	if req == nil {
+		return nil
+	}
 	var arr [1024]byte
 	b := append(arr[:0], "SIP/2.0 "...)
 	b = strconv.AppendInt(b, int64(code), 10)
@@ -410,10 +418,10 @@ func (w *Worker) newServerTx(req *sip.Request, src source) *serverTx {
 // reply sends a reply made here (100 Trying, t_reply, a timeout's 408)
 // through the server transaction.
 func (w *Worker) reply(t *serverTx, code int, reason string) {
-	b := buildReply(t.req, code, reason, t.toTag, nil)
+	b := w.txReply(t, code, reason, nil)
 	if code < 200 {
 		t.last, t.lastCode = b, code
-		d := w.viaDest(t.req.Via(), t.src)
+		d := w.replyDest(t)
 		w.send(&d, b)
 		return
 	}
@@ -427,7 +435,7 @@ func (w *Worker) sendFinal(t *serverTx, b []byte, code int) {
 		return
 	}
 	t.last, t.lastCode = b, code
-	d := w.viaDest(t.req.Via(), t.src)
+	d := w.replyDest(t)
 	w.send(&d, b)
 	now := time.Now()
 	switch {
@@ -456,7 +464,7 @@ func (w *Worker) sendFinal(t *serverTx, b []byte, code int) {
 func (t *serverTx) fire(w *Worker, now time.Time) {
 	if t.state == stCompleted && t.invite && now.Before(t.endAt) {
 		// Timer G: the ACK has not come; say it again.
-		d := w.viaDest(t.req.Via(), t.src)
+		d := w.replyDest(t)
 		w.send(&d, t.last)
 		w.Stats.Retransmissions++
 		t.interval = min(2*t.interval, w.opt.T2)
@@ -496,18 +504,7 @@ func (w *Worker) absorb(req *sip.Request) bool {
 		return false
 	}
 	if req.Method == sip.ACK {
-		if t.state != stCompleted && t.state != stConfirmed {
-			return false // an ACK for a 2xx reuses no branch; not this one
-		}
-		if t.state == stCompleted {
-			t.state = stConfirmed
-			linger := w.opt.T4 // timer I
-			if t.src.conn != nil {
-				linger = 0
-			}
-			w.schedule(t, time.Now().Add(linger))
-		}
-		return true
+		return w.ackTx(t)
 	}
 	w.Stats.Retransmissions++
 	if t.last != nil {
@@ -517,11 +514,34 @@ func (w *Worker) absorb(req *sip.Request) bool {
 	return true
 }
 
+// ackTx takes the ACK of t's non-2xx final reply: it ends the wait for
+// it. It reports false for an ACK t cannot have (that of a 2xx reuses no
+// branch).
+func (w *Worker) ackTx(t *serverTx) bool {
+	if t.state != stCompleted && t.state != stConfirmed {
+		return false
+	}
+	if t.state == stCompleted {
+		t.state = stConfirmed
+		linger := w.opt.T4 // timer I
+		if t.src.conn != nil {
+			linger = 0
+		}
+		w.schedule(t, time.Now().Add(linger))
+	}
+	return true
+}
+
 // relayBranch sends req downstream to d as a new branch of t.
 func (w *Worker) relayBranch(t *serverTx, req *sip.Request, d dest) bool {
 	b, branch := w.withVia(req, &d)
-	ct := &clientTx{branch: branch, stx: t, invite: t.invite, bytes: b, dst: d}
-	ct.key = branch + "|" + string(req.Method)
+	return w.startBranch(t, b, branch, branch+"|"+string(req.Method), d)
+}
+
+// startBranch sends b, a request with this server's Via naming branch, to
+// d as a new branch of t; key is the branch's (branch|method).
+func (w *Worker) startBranch(t *serverTx, b []byte, branch, key string, d dest) bool {
+	ct := &clientTx{branch: branch, stx: t, invite: t.invite, bytes: b, dst: d, key: key}
 	err := w.send(&ct.dst, b)
 	if err != nil && !errors.Is(err, errFlowGone) {
 		w.log.Warn("relay failed", "to", d.addr.String(), "proto", d.proto, "error", err)
@@ -553,7 +573,7 @@ func (w *Worker) flowGone(ct *clientTx) {
 	w.log.Info("the connection the callee registered on is gone", "flow", ct.dst.addr.String(), "proto", ct.dst.proto, "answer", code)
 	w.linger(ct, stCompleted)
 	t := ct.stx
-	w.branchFinal(ct, code, reason, buildReply(t.req, code, reason, t.toTag, nil), nil)
+	w.branchFinal(ct, code, reason, w.txReply(t, code, reason, nil), nil)
 }
 
 // withVia serialises req with this server's Via on top, for destination d,
@@ -713,7 +733,7 @@ func (w *Worker) timeout(ct *clientTx) {
 	}
 	w.linger(ct, stCompleted)
 	t := ct.stx
-	b := buildReply(t.req, 408, "Request Timeout", t.toTag, nil)
+	b := w.txReply(t, 408, "Request Timeout", nil)
 	w.branchFinal(ct, 408, "Request Timeout", b, nil)
 }
 
@@ -742,7 +762,7 @@ func (w *Worker) onResponse(res *sip.Response, src source) {
 		res.RemoveHeader("Via")
 		b := serialize(res)
 		t.last, t.lastCode = b, code
-		d := w.viaDest(t.req.Via(), t.src)
+		d := w.replyDest(t)
 		w.send(&d, b)
 	case code < 300:
 		again := ct.state == stAccepted
@@ -755,7 +775,7 @@ func (w *Worker) onResponse(res *sip.Response, src source) {
 		if again || t.state != stTrying {
 			// The UAS says its 2xx again; the UAC's ACK stops it. A proxy
 			// passes every 2xx on (RFC 3261 16.7).
-			d := w.viaDest(t.req.Via(), t.src)
+			d := w.replyDest(t)
 			w.send(&d, b)
 			return
 		}
@@ -833,7 +853,7 @@ func (w *Worker) relayResponse(data []byte) bool {
 		}
 		b := m.WithoutTopVia(data)
 		t.last, t.lastCode = b, code
-		d := w.viaDest(t.req.Via(), t.src)
+		d := w.replyDest(t)
 		w.send(&d, b)
 		return true
 	}
@@ -844,7 +864,7 @@ func (w *Worker) relayResponse(data []byte) bool {
 	b := m.WithoutTopVia(data)
 	if again || t.state != stTrying {
 		// As in onResponse: every 2xx goes on (RFC 3261 16.7).
-		d := w.viaDest(t.req.Via(), t.src)
+		d := w.replyDest(t)
 		w.send(&d, b)
 		return true
 	}

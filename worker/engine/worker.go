@@ -19,6 +19,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/dispatcher"
+	"github.com/sipvisor/sipvisor/internal/sipmsg"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/ticketkey"
 	"github.com/sipvisor/sipvisor/internal/wire"
@@ -176,6 +177,11 @@ type Worker struct {
 	log    *slog.Logger
 	parser *sip.Parser
 	scan   sipscan.Msg // relayResponse's, reused
+	// fmsg is the request handled on its bytes (fast.go), ipBuf the
+	// received address its Via gets, fastCtx a context to reuse.
+	fmsg    sipmsg.Msg
+	ipBuf   [64]byte
+	fastCtx *msgCtx
 	keyBuf []byte
 	// wbuf is where requests are written before they are relayed.
 	wbuf msgBuf
@@ -626,6 +632,9 @@ func (w *Worker) handle(data []byte, src source) {
 			return
 		}
 	}
+	if w.handleBytes(data, src) {
+		return
+	}
 	msg, err := w.parser.ParseSIP(data)
 	if err != nil {
 		w.Stats.Malformed++
@@ -670,9 +679,9 @@ func (w *Worker) takeDirect(req *sip.Request, src source) bool {
 	return false
 }
 
-func (w *Worker) onRequest(req *sip.Request, src source) {
-	// RFC 3261 18.2.1 and RFC 3581: note where the request really came from,
-	// so replies find their way back through NAT.
+// noteReceived notes in req's top Via where it really came from (RFC 3261
+// 18.2.1, RFC 3581), so replies find their way back through NAT.
+func (w *Worker) noteReceived(req *sip.Request, src source) {
 	via := req.Via()
 	if src.addr.IsValid() {
 		// The address is compared as written on the stack: it is made a
@@ -690,6 +699,10 @@ func (w *Worker) onRequest(req *sip.Request, src source) {
 			}
 		}
 	}
+}
+
+func (w *Worker) onRequest(req *sip.Request, src source) {
+	w.noteReceived(req, src)
 	if w.ackOfStatelessReply(req) {
 		w.Stats.StatelessAcks++
 		return

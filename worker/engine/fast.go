@@ -1,0 +1,478 @@
+package engine
+
+import (
+	"bytes"
+	"net/netip"
+	"strconv"
+
+	"github.com/emiago/sipgo/sip"
+
+	"github.com/sipvisor/sipvisor/internal/sipmsg"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
+)
+
+// The message path on the bytes (docs/DESIGN.md, "The message path").
+//
+// A request is read once into offsets (package sipmsg) and the script runs
+// on them: the functions a dialog's requests go through (onBytes) read
+// the offsets and note what they change (Max-Forwards, the Routes
+// loose_route takes off), and t_relay writes the relayed request by
+// splicing those changes into the bytes as received. Decoding into sipgo's
+// objects, dozens of allocations per request, happens only when the script
+// asks for something else: the first such function or pseudo-variable
+// decodes the request (msgCtx.decode), with the changes noted so far
+// applied, and the script goes on with it as before. A transaction made on
+// the bytes keeps the request it relayed, which is what it resends, and
+// its keys; its own replies (a 408, a 480) read that back when one is due
+// (txRequest).
+//
+// What takes this path: a request in a dialog (a To tag), other than an
+// INVITE or a CANCEL, that came over UDP through the front door, whose top
+// Via names an IPv4 address or a name, and whose next hop is an address
+// over UDP. Everything else takes the decoded path from the start, as it
+// did before, so behaviour differs in nothing but cost.
+
+// onBytes are the functions that run on the offsets; any other decodes
+// the request first.
+var onBytes = map[string]bool{
+	"mf_process_maxfwd_header": true,
+	"has_totag":                true,
+	"is_method":                true,
+	"loose_route":              true,
+	"t_check_trans":            true,
+	"t_relay":                  true,
+}
+
+// viaFix is what RFC 3261 18.2.1 and RFC 3581 add to the top Via of a
+// request read from src, and where replies to it go (viaDest).
+type viaFix struct {
+	recv  []byte // received to set; nil for none
+	rport int    // rport to set; 0 for none
+	host  []byte // sent-by host
+	port  int    // sent-by port, 0 when absent
+	dest  dest
+}
+
+// handleBytes takes a request on the bytes when it may (see above) and
+// reports whether it did.
+func (w *Worker) handleBytes(data []byte, src source) bool {
+	if src.conn != nil || src.direct || !src.addr.IsValid() || src.proto != "udp" {
+		return false
+	}
+	m := &w.fmsg
+	if m.Parse(data) != nil || !m.IsRequest || !m.HasToTag {
+		return false
+	}
+	switch m.Method {
+	case sipscan.Invite, sipscan.Cancel, sipscan.OtherMethod, sipscan.NoMethod:
+		return false
+	}
+	if m.Method.String() != string(m.MethodBytes) {
+		return false
+	}
+	f, ok := w.fixVia(m, src)
+	if !ok {
+		return false
+	}
+	w.Stats.Requests++
+	if w.ackOfStatelessReplyBytes(m, &f) {
+		w.Stats.StatelessAcks++
+		return true
+	}
+	c := w.fastCtx
+	if c == nil {
+		c = new(msgCtx)
+	}
+	w.fastCtx = nil
+	*c = msgCtx{w: w, src: src, m: m, mf: -1, via: f, raw: data}
+	w.raw = data
+	c.run(w.opt.Script.Routes[""])
+	w.raw = nil
+	if c.m != nil {
+		// Nothing decoded: nothing the script did can hold the context.
+		c.m = nil
+		w.fastCtx = c
+	}
+	return true
+}
+
+// fixVia reads the top Via of m as onRequest fixes it.
+func (w *Worker) fixVia(m *sipmsg.Msg, src source) (f viaFix, ok bool) {
+	sb := m.SentBy
+	f.host = sb
+	if i := bytes.LastIndexByte(sb, ':'); i >= 0 {
+		n, err := strconv.Atoi(string(sb[i+1:]))
+		if err != nil || n <= 0 || n > 65535 {
+			return f, false
+		}
+		f.host, f.port = sb[:i], n
+	}
+	if len(f.host) == 0 || f.host[0] == '[' || bytes.IndexByte(f.host, ':') >= 0 {
+		return f, false
+	}
+	v, ok := m.First(sipmsg.Via)
+	if !ok {
+		return f, false
+	}
+	var recvP, rportP []byte
+	rportSeen := false
+	if i := bytes.IndexByte(v, ';'); i >= 0 {
+		for p := v[i:]; len(p) > 0; {
+			p = p[1:]
+			e := bytes.IndexByte(p, ';')
+			if e < 0 {
+				e = len(p)
+			}
+			k, val := p[:e], []byte(nil)
+			if j := bytes.IndexByte(k, '='); j >= 0 {
+				k, val = k[:j], bytes.TrimSpace(k[j+1:])
+			}
+			k = bytes.TrimSpace(k)
+			switch {
+			case string(k) == "received":
+				recvP = val
+			case string(k) == "rport":
+				rportP, rportSeen = val, true
+			}
+			p = p[e:]
+		}
+	}
+	ip := src.addr.Addr().AppendTo(w.ipBuf[:0])
+	same := string(f.host) == string(ip)
+	if !same {
+		f.recv = ip
+	}
+	if rportSeen && len(rportP) == 0 {
+		f.rport = int(src.addr.Port())
+		if same {
+			f.recv = ip
+		}
+	}
+	host, port := f.host, f.port
+	if f.recv != nil {
+		host = f.recv
+	} else if len(recvP) > 0 {
+		host = recvP
+	}
+	if f.rport != 0 {
+		port = f.rport
+	} else if len(rportP) > 0 {
+		if n, err := strconv.Atoi(string(rportP)); err == nil {
+			port = n
+		}
+	}
+	if port == 0 {
+		port = 5060
+	}
+	d := dest{proto: "udp", sock: src.sock}
+	switch t := m.Transport; {
+	case foldEq(t, "TCP"):
+		d.proto = "tcp"
+	case foldEq(t, "TLS"):
+		d.proto = "tls"
+	case foldEq(t, "WS"):
+		d.proto = "ws"
+	case foldEq(t, "WSS"):
+		d.proto = "wss"
+	}
+	a, err := netip.ParseAddr(string(host))
+	if err != nil {
+		return f, false // a name: viaDest resolves it
+	}
+	d.addr = netipAddrPort(a.Unmap(), port)
+	f.dest = d
+	return f, true
+}
+
+func foldEq(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		c, d := b[i], s[i]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		if 'a' <= d && d <= 'z' {
+			d -= 'a' - 'A'
+		}
+		if c != d {
+			return false
+		}
+	}
+	return true
+}
+
+// decode makes the sipgo request of a context on the bytes, with what the
+// script changed so far, for the functions and pseudo-variables that read
+// it. It reports false, having stopped the script, when sipgo refuses a
+// message the scanner took.
+func (c *msgCtx) decode() bool {
+	m := c.m
+	if m == nil {
+		return true
+	}
+	c.m = nil
+	w := c.w
+	msg, err := w.parser.ParseSIP(m.Raw)
+	req, ok := msg.(*sip.Request)
+	if err != nil || !ok || req.Via() == nil || req.CallID() == nil || req.CSeq() == nil || req.From() == nil || req.To() == nil {
+		w.Stats.Malformed++
+		w.log.Debug("malformed sip message", "from", c.src.addr.String(), "error", err)
+		c.stopped = true
+		return false
+	}
+	w.noteReceived(req, c.src)
+	if c.mf >= 0 {
+		if mf := req.MaxForwards(); mf != nil {
+			*mf = sip.MaxForwardsHeader(c.mf)
+		} else {
+			h := sip.MaxForwardsHeader(c.mf)
+			req.AppendHeader(&h)
+		}
+	}
+	for range c.dropRoutes {
+		req.RemoveHeader("Route")
+	}
+	c.req = req
+	return true
+}
+
+// appendServerKeyBytes is appendServerKey of a request on the bytes.
+func appendServerKeyBytes(b []byte, m *sipmsg.Msg, f *viaFix, ack bool) []byte {
+	b = append(b, m.Branch...)
+	b = append(b, '|')
+	b = append(b, f.host...)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(f.port), 10)
+	b = append(b, '|')
+	if ack {
+		return append(b, "INVITE"...)
+	}
+	return append(b, m.MethodBytes...)
+}
+
+// appendDialogKey is dialogKey of a request on the bytes.
+func appendDialogKey(b []byte, m *sipmsg.Msg) []byte {
+	b = append(b, m.CallID...)
+	b = append(b, '|')
+	b = append(b, m.FromTag...)
+	b = append(b, '|')
+	return strconv.AppendUint(b, uint64(m.CSeq), 10)
+}
+
+// ackOfStatelessReplyBytes is ackOfStatelessReply on the bytes.
+func (w *Worker) ackOfStatelessReplyBytes(m *sipmsg.Msg, f *viaFix) bool {
+	if m.Method != sipscan.Ack || len(m.ToTag) > 13 {
+		return false
+	}
+	h := uint64(14695981039346656037)
+	for _, s := range [][]byte{m.CallID, m.FromTag, m.Branch} {
+		for _, c := range s {
+			h ^= uint64(c)
+			h *= 1099511628211
+		}
+	}
+	var tb [16]byte
+	if string(strconv.AppendUint(tb[:0], h, 36)) != string(m.ToTag) {
+		return false
+	}
+	w.keyBuf = appendServerKeyBytes(w.keyBuf[:0], m, f, true)
+	return w.stx[string(w.keyBuf)] == nil
+}
+
+// absorbBytes is absorb on the bytes.
+func (c *msgCtx) absorbBytes() bool {
+	w := c.w
+	ack := c.m.Method == sipscan.Ack
+	w.keyBuf = appendServerKeyBytes(w.keyBuf[:0], c.m, &c.via, ack)
+	t := w.stx[string(w.keyBuf)]
+	if t == nil {
+		return false
+	}
+	if ack {
+		return w.ackTx(t)
+	}
+	w.Stats.Retransmissions++
+	if t.last != nil {
+		d := c.via.dest
+		w.send(&d, t.last)
+	}
+	return true
+}
+
+// destBytes is dest of a request on the bytes whose next hop is its
+// Request-URI, when that names an address over UDP.
+func (c *msgCtx) destBytes() (dest, bool) {
+	u, ok := sipmsg.ParseURI(c.m.RequestURI)
+	if !ok || !foldEq(u.Scheme, "sip") {
+		return dest{}, false
+	}
+	sock := c.src.sock
+	if sock < 0 {
+		sock = 0
+	}
+	d := dest{proto: "udp", sock: sock}
+	if t, ok := u.Param("transport"); ok && !foldEq(t, "udp") {
+		return d, false
+	}
+	port := u.Port
+	if port == 0 {
+		port = 5060
+	}
+	a, err := netip.ParseAddr(string(u.Host))
+	if err != nil {
+		return d, false
+	}
+	d.addr = netipAddrPort(a.Unmap(), port)
+	return d, true
+}
+
+// splice writes the request on the bytes as relayed to d, with this
+// server's Via naming a new branch, into dst; the branch's name is the
+// bytes after prefix in the returned Via.
+func (c *msgCtx) splice(dst []byte, d *dest) []byte {
+	w := c.w
+	local, proto := w.localFor(*d)
+	if d.proto == "udp" && d.sock >= 0 && d.sock < len(w.replyPort) {
+		local = netip.AddrPortFrom(local.Addr(), w.replyPort[d.sock])
+		d.reply = true
+	}
+	w.branchSeq++
+	var bb [64]byte
+	branch := strconv.AppendUint(append(bb[:0], w.branchPrefix...), w.branchSeq, 36)
+	var vb [160]byte
+	via := appendViaBytes(vb[:0], proto, local, branch)
+	s := sipmsg.Splice{Via: via, Received: c.via.recv, Rport: c.via.rport, MaxForwards: c.mf,
+		DropRoutes: c.dropRoutes, ContentLength: stream(d.proto)}
+	return c.m.AppendSplice(dst, &s)
+}
+
+// relayBytes is t_relay on the bytes. done is false, with nothing done,
+// for what the decoded path must handle.
+func (c *msgCtx) relayBytes() (ok, done bool) {
+	w, m := c.w, c.m
+	if c.stx != nil || c.du != "" || c.flowDu != "" || c.rr || c.ds != nil || c.onReply != "" || c.onFailure != "" {
+		return false, false
+	}
+	if c.absorbBytes() {
+		c.stopped = true
+		return true, true
+	}
+	d, ok := c.destBytes()
+	if !ok || w.ownAddrPort(d.addr) {
+		return false, false
+	}
+	out := c.splice(w.wbuf[:0], &d)
+	w.wbuf = out[:0]
+	if m.Method == sipscan.Ack {
+		return w.send(&d, out) == nil, true
+	}
+	// The transaction's keys, each one string: the branch is the client
+	// key's head.
+	w.keyBuf = appendServerKeyBytes(w.keyBuf[:0], m, &c.via, false)
+	t := &serverTx{key: string(w.keyBuf), src: c.src, vdest: c.via.dest}
+	w.stx[t.key] = t
+	c.stx = t
+	w.keyBuf = strconv.AppendUint(append(w.keyBuf[:0], w.branchPrefix...), w.branchSeq, 36)
+	w.keyBuf = append(w.keyBuf, '|')
+	n := len(w.keyBuf) - 1
+	key := string(append(w.keyBuf, m.MethodBytes...))
+	if w.startBranch(t, bytes.Clone(out), key[:n], key, d) {
+		return true, true
+	}
+	if t.relayed == 0 {
+		w.endServerTx(t)
+		c.stx = nil
+	}
+	return false, true
+}
+
+// appendViaBytes is appendVia with the branch as bytes.
+func appendViaBytes(via []byte, proto string, local netip.AddrPort, branch []byte) []byte {
+	via = append(via, "Via: SIP/2.0/"...)
+	via = append(via, proto...)
+	via = append(via, ' ')
+	if a := local.Addr(); a.Is6() {
+		via = append(via, '[')
+		via = a.AppendTo(via)
+		via = append(via, ']')
+	} else {
+		via = a.AppendTo(via)
+	}
+	if p := local.Port(); p > 0 {
+		via = append(via, ':')
+		via = strconv.AppendUint(via, uint64(p), 10)
+	}
+	via = append(via, ";branch="...)
+	via = append(via, branch...)
+	return append(via, "\r\n"...)
+}
+
+// txRequest is the request of t as its own replies need it: for one
+// relayed on the bytes, read back from what was relayed, less this
+// server's Via.
+func (w *Worker) txRequest(t *serverTx) *sip.Request {
+	if t.req == nil && t.firstRelay != nil {
+		if m, err := w.parser.ParseSIP(t.firstRelay); err == nil {
+			if req, ok := m.(*sip.Request); ok && req.Via() != nil {
+				req.RemoveHeader("Via")
+				if req.Via() != nil && req.From() != nil && req.To() != nil && req.CallID() != nil && req.CSeq() != nil {
+					t.req = req
+				}
+			}
+		}
+	}
+	if t.req != nil && t.toTag == "" {
+		t.toTag = localTag(t.req)
+	}
+	return t.req
+}
+
+// txReply builds a reply of this server's to t's request.
+func (w *Worker) txReply(t *serverTx, code int, reason string, extra []string) []byte {
+	req := w.txRequest(t)
+	return buildReply(req, code, reason, t.toTag, extra)
+}
+
+// replyDest is where t's replies go.
+func (w *Worker) replyDest(t *serverTx) dest {
+	if t.req == nil {
+		return t.vdest
+	}
+	return w.viaDest(t.req.Via(), t.src)
+}
+
+// looseRouteBytes is loose_route on the bytes: the Routes naming this
+// server come off. done is false, with nothing changed, for a Route set
+// the decoded path must read: another proxy next, a flow token, a URI it
+// cannot read.
+func (c *msgCtx) looseRouteBytes() (ok, done bool) {
+	skip, n, bad, next, user := c.dropRoutes, 0, false, false, false
+	c.m.Routes(func(v []byte) bool {
+		if skip > 0 {
+			skip--
+			return true
+		}
+		u, ok := sipmsg.ParseURI(sipmsg.AddrSpec(v))
+		if !ok {
+			bad = true
+			return false
+		}
+		if !c.w.isMyself(string(u.Host), u.Port) {
+			next = true
+			return false
+		}
+		n++
+		user = len(u.User) > 0
+		return true
+	})
+	if bad || next || user {
+		return false, false
+	}
+	if n == 0 {
+		return false, true
+	}
+	c.dropRoutes += n
+	return true, true
+}
