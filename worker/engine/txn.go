@@ -155,8 +155,8 @@ type serverTx struct {
 	req   *sip.Request
 	vdest dest
 	src   source
-	state       txState
-	toTag       string
+	state txState
+	toTag string
 
 	last     []byte // the last reply sent upstream, resent on retransmissions
 	lastCode int

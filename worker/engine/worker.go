@@ -182,7 +182,7 @@ type Worker struct {
 	fmsg    sipmsg.Msg
 	ipBuf   [64]byte
 	fastCtx *msgCtx
-	keyBuf []byte
+	keyBuf  []byte
 	// wbuf is where requests are written before they are relayed.
 	wbuf msgBuf
 	// raw is the request being handled as it was received, while the
