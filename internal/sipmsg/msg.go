@@ -19,6 +19,10 @@ const (
 	MaxForwards
 	ContentLength
 	Contact
+	From
+	To
+	CallID
+	CSeq
 )
 
 // Header is one header line of a Msg.
@@ -82,6 +86,12 @@ func kindOf(name []byte) Kind {
 			return ContentLength
 		case 'm':
 			return Contact
+		case 'f':
+			return From
+		case 't':
+			return To
+		case 'i':
+			return CallID
 		}
 	case equalFold(name, "via"):
 		return Via
@@ -95,6 +105,14 @@ func kindOf(name []byte) Kind {
 		return ContentLength
 	case equalFold(name, "contact"):
 		return Contact
+	case equalFold(name, "from"):
+		return From
+	case equalFold(name, "to"):
+		return To
+	case equalFold(name, "call-id"):
+		return CallID
+	case equalFold(name, "cseq"):
+		return CSeq
 	}
 	return Other
 }
@@ -291,4 +309,30 @@ func param(p []byte, name string) ([]byte, bool) {
 		}
 	}
 	return nil, false
+}
+
+// IPv4 reads a dotted-quad IPv4 address without allocating (netip's
+// parser keeps its input in its error, so a []byte handed to it as a
+// string is copied). It reports false for anything else.
+func IPv4(b []byte) (a [4]byte, ok bool) {
+	n, part, digits := 0, 0, 0
+	for i := 0; i <= len(b); i++ {
+		if i == len(b) || b[i] == '.' {
+			if digits == 0 || n > 3 {
+				return a, false
+			}
+			a[n] = byte(part)
+			n, part, digits = n+1, 0, 0
+			continue
+		}
+		c := b[i]
+		if c < '0' || c > '9' || digits > 0 && part == 0 {
+			return a, false // not a digit, or a leading zero
+		}
+		part, digits = part*10+int(c-'0'), digits+1
+		if part > 255 {
+			return a, false
+		}
+	}
+	return a, n == 4
 }

@@ -3,6 +3,7 @@ package sipmsg
 import (
 	"bytes"
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -139,6 +140,19 @@ func TestURI(t *testing.T) {
 		_, lr := u.Param("lr")
 		if string(u.Scheme) != c.scheme || string(u.User) != c.user || string(u.Host) != c.host || u.Port != c.port || lr != c.lr {
 			t.Errorf("%q: have %q %q %q %d lr %v", c.in, u.Scheme, u.User, u.Host, u.Port, lr)
+		}
+	}
+}
+
+func TestIPv4(t *testing.T) {
+	for in, want := range map[string]bool{"127.0.0.1": true, "10.0.0.255": true, "0.0.0.0": true,
+		"256.0.0.1": false, "1.2.3": false, "1.2.3.4.5": false, "01.2.3.4": false, "1..2.3": false, "": false, "a.b.c.d": false, "1.2.3.4.": false} {
+		a, ok := IPv4([]byte(in))
+		if ok != want {
+			t.Errorf("%q: want %v, have %v", in, want, ok)
+		}
+		if ok && netip.AddrFrom4(a).String() != in {
+			t.Errorf("%q: have %v", in, netip.AddrFrom4(a))
 		}
 	}
 }

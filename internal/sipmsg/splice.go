@@ -4,6 +4,8 @@ import "strconv"
 
 // Splice is what a proxy changes of a request it relays (RFC 3261 16.6).
 type Splice struct {
+	// RequestURI, when set, replaces the Request-URI.
+	RequestURI string
 	// Via is this server's Via line, CRLF included, put on top.
 	Via []byte
 	// Received, when set, is the received parameter of the top Via as it
@@ -27,7 +29,14 @@ type Splice struct {
 // only when dst has no room.
 func (m *Msg) AppendSplice(dst []byte, s *Splice) []byte {
 	b := m.Raw
-	dst = append(dst, b[:m.StartEnd]...)
+	if s.RequestURI != "" {
+		dst = append(dst, m.MethodBytes...)
+		dst = append(dst, ' ')
+		dst = append(dst, s.RequestURI...)
+		dst = append(dst, " SIP/2.0\r\n"...)
+	} else {
+		dst = append(dst, b[:m.StartEnd]...)
+	}
 	dst = append(dst, s.Via...)
 	for _, rr := range s.RecordRoute {
 		dst = append(dst, rr...)
@@ -176,4 +185,51 @@ func (m *Msg) Routes(fn func(v []byte) bool) {
 			p = next
 		}
 	}
+}
+
+// AppendReply appends a reply of this server's to the request m: the
+// status line, its Vias (the top one with the received and rport s sets),
+// From, To (with toTag when it has no tag and toTag is set), Call-ID and
+// CSeq as they came, in their order (RFC 3261 8.2.6).
+func (m *Msg) AppendReply(dst []byte, code int, reason string, s *Splice, toTag string) []byte {
+	b := m.Raw
+	dst = append(dst, "SIP/2.0 "...)
+	dst = strconv.AppendInt(dst, int64(code), 10)
+	dst = append(dst, ' ')
+	dst = append(dst, reason...)
+	dst = append(dst, "\r\n"...)
+	topVia := true
+	for i := range m.Headers {
+		h := &m.Headers[i]
+		switch h.Kind {
+		case Via:
+			if topVia && (s.Received != nil || s.Rport != 0) {
+				dst = m.appendTopVia(dst, h, s)
+			} else {
+				dst = appendLine(dst, b[h.Start:h.Next])
+			}
+			topVia = false
+		case To:
+			if toTag == "" || m.HasToTag {
+				dst = appendLine(dst, b[h.Start:h.Next])
+				continue
+			}
+			dst = append(dst, b[h.Start:h.ValEnd]...)
+			dst = append(dst, ";tag="...)
+			dst = append(dst, toTag...)
+			dst = append(dst, "\r\n"...)
+		case From, CallID, CSeq:
+			dst = appendLine(dst, b[h.Start:h.Next])
+		}
+	}
+	return append(dst, "Server: sipvisor\r\nContent-Length: 0\r\n\r\n"...)
+}
+
+// appendLine appends a header line with a CRLF end, whatever it came with.
+func appendLine(dst, line []byte) []byte {
+	n := len(line)
+	for n > 0 && (line[n-1] == '\n' || line[n-1] == '\r') {
+		n--
+	}
+	return append(append(dst, line[:n]...), "\r\n"...)
 }

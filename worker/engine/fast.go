@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"net/netip"
 	"strconv"
+	"strings"
 
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/internal/sipmsg"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/script"
 )
 
 // The message path on the bytes (docs/DESIGN.md, "The message path").
@@ -26,10 +28,11 @@ import (
 // its keys; its own replies (a 408, a 480) read that back when one is due
 // (txRequest).
 //
-// What takes this path: a request in a dialog (a To tag), other than an
-// INVITE or a CANCEL, that came over UDP through the front door, whose top
-// Via names an IPv4 address or a name, and whose next hop is an address
-// over UDP. Everything else takes the decoded path from the start, as it
+// What takes this path: an INVITE that starts a dialog, and a request in
+// a dialog (a To tag) other than an INVITE or a CANCEL, that came over UDP
+// through the front door, whose top Via names an IPv4 address, and whose
+// next hop is an IPv4 address over UDP (the Request-URI, or the contact
+// lookup found, not behind NAT nor over a flow or Path). Everything else takes the decoded path from the start, as it
 // did before, so behaviour differs in nothing but cost.
 
 // onBytes are the functions that run on the offsets; any other decodes
@@ -37,6 +40,9 @@ import (
 var onBytes = map[string]bool{
 	"mf_process_maxfwd_header": true,
 	"has_totag":                true,
+	"is_myself":                true,
+	"record_route":             true,
+	"lookup":                   true,
 	"is_method":                true,
 	"loose_route":              true,
 	"t_check_trans":            true,
@@ -60,11 +66,11 @@ func (w *Worker) handleBytes(data []byte, src source) bool {
 		return false
 	}
 	m := &w.fmsg
-	if m.Parse(data) != nil || !m.IsRequest || !m.HasToTag {
+	if m.Parse(data) != nil || !m.IsRequest || m.HasToTag == (m.Method == sipscan.Invite) {
 		return false
 	}
 	switch m.Method {
-	case sipscan.Invite, sipscan.Cancel, sipscan.OtherMethod, sipscan.NoMethod:
+	case sipscan.Cancel, sipscan.OtherMethod, sipscan.NoMethod:
 		return false
 	}
 	if m.Method.String() != string(m.MethodBytes) {
@@ -175,11 +181,11 @@ func (w *Worker) fixVia(m *sipmsg.Msg, src source) (f viaFix, ok bool) {
 	case foldEq(t, "WSS"):
 		d.proto = "wss"
 	}
-	a, err := netip.ParseAddr(string(host))
-	if err != nil {
+	a, ok := sipmsg.IPv4(host)
+	if !ok {
 		return f, false // a name: viaDest resolves it
 	}
-	d.addr = netipAddrPort(a.Unmap(), port)
+	d.addr = netipAddrPort(netip.AddrFrom4(a), port)
 	f.dest = d
 	return f, true
 }
@@ -233,6 +239,12 @@ func (c *msgCtx) decode() bool {
 	}
 	for range c.dropRoutes {
 		req.RemoveHeader("Route")
+	}
+	if c.ruri != "" {
+		var u sip.Uri
+		if sip.ParseUri(c.ruri, &u) == nil {
+			req.Recipient = u
+		}
 	}
 	c.req = req
 	return true
@@ -304,7 +316,10 @@ func (c *msgCtx) absorbBytes() bool {
 // destBytes is dest of a request on the bytes whose next hop is its
 // Request-URI, when that names an address over UDP.
 func (c *msgCtx) destBytes() (dest, bool) {
-	u, ok := sipmsg.ParseURI(c.m.RequestURI)
+	u, ok := c.ruriURI, c.ruri != ""
+	if !ok {
+		u, ok = sipmsg.ParseURI(c.m.RequestURI)
+	}
 	if !ok || !foldEq(u.Scheme, "sip") {
 		return dest{}, false
 	}
@@ -320,18 +335,18 @@ func (c *msgCtx) destBytes() (dest, bool) {
 	if port == 0 {
 		port = 5060
 	}
-	a, err := netip.ParseAddr(string(u.Host))
-	if err != nil {
+	a, ok := sipmsg.IPv4(u.Host)
+	if !ok {
 		return d, false
 	}
-	d.addr = netipAddrPort(a.Unmap(), port)
+	d.addr = netipAddrPort(netip.AddrFrom4(a), port)
 	return d, true
 }
 
 // splice writes the request on the bytes as relayed to d, with this
 // server's Via naming a new branch, into dst; the branch's name is the
 // bytes after prefix in the returned Via.
-func (c *msgCtx) splice(dst []byte, d *dest) []byte {
+func (c *msgCtx) splice(dst []byte, d *dest, rr [2][]byte) []byte {
 	w := c.w
 	local, proto := w.localFor(*d)
 	if d.proto == "udp" && d.sock >= 0 && d.sock < len(w.replyPort) {
@@ -343,8 +358,8 @@ func (c *msgCtx) splice(dst []byte, d *dest) []byte {
 	branch := strconv.AppendUint(append(bb[:0], w.branchPrefix...), w.branchSeq, 36)
 	var vb [160]byte
 	via := appendViaBytes(vb[:0], proto, local, branch)
-	s := sipmsg.Splice{Via: via, Received: c.via.recv, Rport: c.via.rport, MaxForwards: c.mf,
-		DropRoutes: c.dropRoutes, ContentLength: stream(d.proto)}
+	s := sipmsg.Splice{RequestURI: c.ruri, Via: via, Received: c.via.recv, Rport: c.via.rport, RecordRoute: rr,
+		MaxForwards: c.mf, DropRoutes: c.dropRoutes, ContentLength: stream(d.proto)}
 	return c.m.AppendSplice(dst, &s)
 }
 
@@ -352,7 +367,7 @@ func (c *msgCtx) splice(dst []byte, d *dest) []byte {
 // for what the decoded path must handle.
 func (c *msgCtx) relayBytes() (ok, done bool) {
 	w, m := c.w, c.m
-	if c.stx != nil || c.du != "" || c.flowDu != "" || c.rr || c.ds != nil || c.onReply != "" || c.onFailure != "" {
+	if c.stx != nil || c.du != "" || c.flowDu != "" || c.rrDone || c.ds != nil || c.onReply != "" || c.onFailure != "" {
 		return false, false
 	}
 	if c.absorbBytes() {
@@ -363,17 +378,38 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 	if !ok || w.ownAddrPort(d.addr) {
 		return false, false
 	}
-	out := c.splice(w.wbuf[:0], &d)
-	w.wbuf = out[:0]
+	var rb0, rb1 [96]byte
+	var rr [2][]byte
+	if c.rr {
+		if rr, ok = c.recordRoutes(&d, &rb0, &rb1); !ok {
+			return false, false
+		}
+		c.rrDone = true
+	}
 	if m.Method == sipscan.Ack {
+		out := c.splice(w.wbuf[:0], &d, rr)
+		w.wbuf = out[:0]
 		return w.send(&d, out) == nil, true
 	}
 	// The transaction's keys, each one string: the branch is the client
 	// key's head.
 	w.keyBuf = appendServerKeyBytes(w.keyBuf[:0], m, &c.via, false)
-	t := &serverTx{key: string(w.keyBuf), src: c.src, vdest: c.via.dest}
+	t := &serverTx{key: string(w.keyBuf), invite: m.Method == sipscan.Invite, src: c.src, vdest: c.via.dest}
 	w.stx[t.key] = t
 	c.stx = t
+	if t.invite {
+		w.keyBuf = appendDialogKey(w.keyBuf[:0], m)
+		t.dlgKey = string(w.keyBuf)
+		w.ackIdx[t.dlgKey] = t
+		// Stops the upstream's timer A at once (RFC 3261 16.2).
+		var tb [512]byte
+		s := sipmsg.Splice{Received: c.via.recv, Rport: c.via.rport}
+		t.last, t.lastCode = bytes.Clone(m.AppendReply(tb[:0], 100, "Trying", &s, "")), 100
+		vd := t.vdest
+		w.send(&vd, t.last)
+	}
+	out := c.splice(w.wbuf[:0], &d, rr)
+	w.wbuf = out[:0]
 	w.keyBuf = strconv.AppendUint(append(w.keyBuf[:0], w.branchPrefix...), w.branchSeq, 36)
 	w.keyBuf = append(w.keyBuf, '|')
 	n := len(w.keyBuf) - 1
@@ -459,7 +495,7 @@ func (c *msgCtx) looseRouteBytes() (ok, done bool) {
 			bad = true
 			return false
 		}
-		if !c.w.isMyself(string(u.Host), u.Port) {
+		if !c.w.isMyselfBytes(u.Host, u.Port) {
 			next = true
 			return false
 		}
@@ -475,4 +511,141 @@ func (c *msgCtx) looseRouteBytes() (ok, done bool) {
 	}
 	c.dropRoutes += n
 	return true, true
+}
+
+// isMyselfBytes is isMyself of a host on the bytes.
+func (w *Worker) isMyselfBytes(host []byte, port int) bool {
+	a, ok := sipmsg.IPv4(host)
+	if !ok {
+		if len(host) == 0 || '0' <= host[0] && host[0] <= '9' || bytes.IndexByte(host, ':') >= 0 {
+			return w.isMyself(string(host), port)
+		}
+		// A name, as isMyself reads one.
+		for _, d := range w.opt.Domains {
+			if foldEq(host, d) {
+				return true
+			}
+		}
+		if !foldEq(host, "localhost") {
+			return false
+		}
+		a = [4]byte{127, 0, 0, 1}
+	}
+	ip := netip.AddrFrom4(a)
+	if port == 0 {
+		port = 5060
+	}
+	for _, s := range w.self {
+		if int(s.Port()) == port && (s.Addr() == ip || s.Addr().IsUnspecified()) {
+			return true
+		}
+	}
+	return false
+}
+
+// recordRoutes are record_route's lines for a request on the bytes
+// relayed to d, as addRecordRoute writes them: this server's address it
+// came in on and, when it leaves by another, that one on top. ok is false
+// for what addRecordRoute must write (IPv6, a flow's token).
+func (c *msgCtx) recordRoutes(d *dest, b0, b1 *[96]byte) (rr [2][]byte, ok bool) {
+	in, inProto := c.w.local(c.src)
+	out, outProto := c.w.localFor(*d)
+	if !in.Addr().Is4() || !out.Addr().Is4() || d.flow || c.src.conn != nil {
+		return rr, false
+	}
+	rr[1] = appendRecordRoute(b0[:0], in, inProto)
+	if in != out || inProto != outProto {
+		rr[0] = appendRecordRoute(b1[:0], out, outProto)
+	}
+	return rr, true
+}
+
+func appendRecordRoute(b []byte, a netip.AddrPort, proto string) []byte {
+	b = append(b, "Record-Route: <sip:"...)
+	b = a.Addr().AppendTo(b)
+	if a.Port() != 0 {
+		b = append(b, ':')
+		b = strconv.AppendUint(b, uint64(a.Port()), 10)
+	}
+	b = append(b, ";lr"...)
+	if proto != "UDP" {
+		b = append(b, ";transport="...)
+		for i := range len(proto) {
+			ch := proto[i]
+			if 'A' <= ch && ch <= 'Z' {
+				ch += 'a' - 'A'
+			}
+			b = append(b, ch)
+		}
+	}
+	return append(b, ">\r\n"...)
+}
+
+// isMyselfBytes is is_myself of $ru, $fu or $tu on the bytes; done is
+// false for any other argument or a URI it cannot read.
+func (c *msgCtx) isMyselfBytes(a *script.Literal) (ok, done bool) {
+	if a.IsInt {
+		return false, false
+	}
+	var raw []byte
+	switch a.Str {
+	case "$ru":
+		if c.ruri != "" {
+			return false, false
+		}
+		raw = c.m.RequestURI
+	case "$fu", "$tu":
+		k := sipmsg.From
+		if a.Str == "$tu" {
+			k = sipmsg.To
+		}
+		v, ok := c.m.First(k)
+		if !ok {
+			return false, false
+		}
+		raw = sipmsg.AddrSpec(v)
+	default:
+		return false, false
+	}
+	u, ok := sipmsg.ParseURI(raw)
+	if !ok {
+		return false, false
+	}
+	return c.w.isMyselfBytes(u.Host, u.Port), true
+}
+
+// lookupBytes is lookup on the bytes: the contact found becomes the
+// Request-URI. done is false for a binding the decoded path must route
+// (through a Path, over a flow, behind NAT) or a store failure, which
+// that path reports.
+func (c *msgCtx) lookupBytes() (ok, done bool) {
+	if c.ruri != "" {
+		return false, false
+	}
+	u, ok := sipmsg.ParseURI(c.m.RequestURI)
+	if !ok {
+		return false, false
+	}
+	w := c.w
+	su := sip.Uri{Scheme: "sip", User: string(u.User), Host: string(u.Host), Port: u.Port}
+	aor := w.aorOf(&su)
+	// A REGISTER of this turn is visible to the lookup.
+	w.EndTurn()
+	bs, err := w.opt.Store.Lookup(aor)
+	if err != nil {
+		return false, false
+	}
+	for i := range bs {
+		b := &bs[i]
+		if b.Path != "" || stream(b.Proto) && b.Received != "" || strings.HasPrefix(b.Received, natReceivedPrefix) {
+			return false, false
+		}
+		cu, ok := sipmsg.ParseURI([]byte(b.Contact))
+		if !ok {
+			return false, false
+		}
+		c.ruri, c.ruriURI = b.Contact, cu
+		return true, true
+	}
+	return false, true
 }

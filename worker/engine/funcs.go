@@ -499,6 +499,10 @@ func fnTCheckTrans(c *msgCtx, _ []*script.Literal) bool {
 }
 
 func fnRecordRoute(c *msgCtx, _ []*script.Literal) bool {
+	if c.m != nil {
+		c.rr = true
+		return true
+	}
 	if c.req == nil {
 		return false
 	}
@@ -648,6 +652,14 @@ func fnHasTotag(c *msgCtx, _ []*script.Literal) bool {
 }
 
 func fnIsMyself(c *msgCtx, a []*script.Literal) bool {
+	if c.m != nil {
+		if ok, done := c.isMyselfBytes(a[0]); done {
+			return ok
+		}
+		if !c.decode() {
+			return false
+		}
+	}
 	if u := c.uriVar(a[0]); u != nil {
 		return c.w.isMyself(u.Host, u.Port)
 	}
@@ -778,6 +790,14 @@ func fnSave(c *msgCtx, _ []*script.Literal) bool {
 }
 
 func fnLookup(c *msgCtx, _ []*script.Literal) bool {
+	if c.m != nil {
+		if ok, done := c.lookupBytes(); done {
+			return ok
+		}
+		if !c.decode() {
+			return false
+		}
+	}
 	if c.req == nil {
 		return false
 	}

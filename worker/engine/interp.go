@@ -26,6 +26,8 @@ type msgCtx struct {
 	// dropRoutes the Route values loose_route took off, via what its top
 	// Via gets and where replies go.
 	m          *sipmsg.Msg
+	ruri       string     // the Request-URI lookup set, "" for the one received
+	ruriURI    sipmsg.URI // ruri, read
 	mf         int
 	dropRoutes int
 	via        viaFix
