@@ -191,7 +191,7 @@ func (m *Msg) Routes(fn func(v []byte) bool) {
 // status line, its Vias (the top one with the received and rport s sets),
 // From, To (with toTag when it has no tag and toTag is set), Call-ID and
 // CSeq as they came, in their order (RFC 3261 8.2.6).
-func (m *Msg) AppendReply(dst []byte, code int, reason string, s *Splice, toTag string) []byte {
+func (m *Msg) AppendReply(dst []byte, code int, reason string, s *Splice, toTag []byte) []byte {
 	b := m.Raw
 	dst = append(dst, "SIP/2.0 "...)
 	dst = strconv.AppendInt(dst, int64(code), 10)
@@ -210,7 +210,7 @@ func (m *Msg) AppendReply(dst []byte, code int, reason string, s *Splice, toTag 
 			}
 			topVia = false
 		case To:
-			if toTag == "" || m.HasToTag {
+			if len(toTag) == 0 || m.HasToTag {
 				dst = appendLine(dst, b[h.Start:h.Next])
 				continue
 			}

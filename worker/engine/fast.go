@@ -40,6 +40,7 @@ import (
 var onBytes = map[string]bool{
 	"mf_process_maxfwd_header": true,
 	"has_totag":                true,
+	"sl_send_reply":            true,
 	"is_myself":                true,
 	"record_route":             true,
 	"lookup":                   true,
@@ -278,15 +279,8 @@ func (w *Worker) ackOfStatelessReplyBytes(m *sipmsg.Msg, f *viaFix) bool {
 	if m.Method != sipscan.Ack || len(m.ToTag) > 13 {
 		return false
 	}
-	h := uint64(14695981039346656037)
-	for _, s := range [][]byte{m.CallID, m.FromTag, m.Branch} {
-		for _, c := range s {
-			h ^= uint64(c)
-			h *= 1099511628211
-		}
-	}
 	var tb [16]byte
-	if string(strconv.AppendUint(tb[:0], h, 36)) != string(m.ToTag) {
+	if string(appendLocalTag(tb[:0], m)) != string(m.ToTag) {
 		return false
 	}
 	w.keyBuf = appendServerKeyBytes(w.keyBuf[:0], m, f, true)
@@ -404,7 +398,7 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 		// Stops the upstream's timer A at once (RFC 3261 16.2).
 		var tb [512]byte
 		s := sipmsg.Splice{Received: c.via.recv, Rport: c.via.rport}
-		t.last, t.lastCode = bytes.Clone(m.AppendReply(tb[:0], 100, "Trying", &s, "")), 100
+		t.last, t.lastCode = bytes.Clone(m.AppendReply(tb[:0], 100, "Trying", &s, nil)), 100
 		vd := t.vdest
 		w.send(&vd, t.last)
 	}
@@ -648,4 +642,32 @@ func (c *msgCtx) lookupBytes() (ok, done bool) {
 		return true, true
 	}
 	return false, true
+}
+
+// appendLocalTag is localTag of a request on the bytes.
+func appendLocalTag(b []byte, m *sipmsg.Msg) []byte {
+	h := uint64(14695981039346656037)
+	for _, s := range [][]byte{m.CallID, m.FromTag, m.Branch} {
+		for _, c := range s {
+			h ^= uint64(c)
+			h *= 1099511628211
+		}
+	}
+	return strconv.AppendUint(b, h, 36)
+}
+
+// replyBytes is sl_send_reply's stateless reply on the bytes
+// (replyStateless).
+func (c *msgCtx) replyBytes(code int, reason string) {
+	var tb [16]byte
+	var tag []byte
+	if code > 100 {
+		tag = appendLocalTag(tb[:0], c.m)
+	}
+	s := sipmsg.Splice{Received: c.via.recv, Rport: c.via.rport}
+	w := c.w
+	out := c.m.AppendReply(w.wbuf[:0], code, reason, &s, tag)
+	w.wbuf = out[:0]
+	d := c.via.dest
+	w.send(&d, out)
 }

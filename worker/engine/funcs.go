@@ -204,7 +204,10 @@ func (c *msgCtx) intArg(a *script.Literal) (int64, bool) {
 }
 
 func fnSlSendReply(c *msgCtx, a []*script.Literal) bool {
-	if c.req == nil || c.req.Method == sip.ACK {
+	if c.m != nil && c.m.Method == sipscan.Ack {
+		return false
+	}
+	if c.m == nil && (c.req == nil || c.req.Method == sip.ACK) {
 		return false // nothing answers an ACK
 	}
 	code, ok := c.intArg(a[0])
@@ -212,6 +215,13 @@ func fnSlSendReply(c *msgCtx, a []*script.Literal) bool {
 		return false
 	}
 	reason := c.expand(a[1])
+	if c.m != nil && (c.stx == nil || c.stx.state != stTrying) {
+		c.replyBytes(int(code), reason)
+		return true
+	}
+	if !c.decode() {
+		return false
+	}
 	if c.stx != nil && c.stx.state == stTrying {
 		c.w.reply(c.stx, int(code), reason)
 		return true
