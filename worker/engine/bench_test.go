@@ -74,12 +74,16 @@ const callScript = `route {
 type callDriver struct {
 	w            *Worker
 	store        *location.Memory
+	socks        []*net.UDPConn // the proxy's, the UAC's and the UAS's
 	pa, uac, uas netip.AddrPort
 	ruri, rr     string
 	close        func()
 }
 
-func newCallDriver(tb testing.TB) *callDriver {
+func newCallDriver(tb testing.TB) *callDriver { return newCallDriverScript(tb, callScript) }
+
+// newCallDriverScript is newCallDriver with another routing script.
+func newCallDriverScript(tb testing.TB, routes string) *callDriver {
 	var socks []*net.UDPConn
 	for range 3 {
 		s, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -88,7 +92,7 @@ func newCallDriver(tb testing.TB) *callDriver {
 		}
 		socks = append(socks, s)
 	}
-	d := &callDriver{close: func() {
+	d := &callDriver{socks: socks, close: func() {
 		for _, s := range socks {
 			s.Close()
 		}
@@ -97,7 +101,7 @@ func newCallDriver(tb testing.TB) *callDriver {
 	d.uac = socks[1].LocalAddr().(*net.UDPAddr).AddrPort()
 	d.uas = socks[2].LocalAddr().(*net.UDPAddr).AddrPort()
 	var err error
-	c, err := config.Load("call.cfg", []byte(callScript))
+	c, err := config.Load("call.cfg", []byte(routes))
 	if err != nil {
 		tb.Fatal(err)
 	}

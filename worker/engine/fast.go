@@ -621,8 +621,12 @@ func (c *msgCtx) lookupBytes() (ok, done bool) {
 		return false, false
 	}
 	w := c.w
-	su := sip.Uri{Scheme: "sip", User: string(u.User), Host: string(u.Host), Port: u.Port}
-	aor := w.aorOf(&su)
+	var ab [128]byte
+	ak, ok := w.appendAOR(ab[:0], &u)
+	if !ok {
+		return false, false
+	}
+	aor := string(ak)
 	// A REGISTER of this turn is visible to the lookup.
 	w.EndTurn()
 	bs, err := w.opt.Store.Lookup(aor)
@@ -670,4 +674,40 @@ func (c *msgCtx) replyBytes(code int, reason string) {
 	w.wbuf = out[:0]
 	d := c.via.dest
 	w.send(&d, out)
+}
+
+// appendAOR is aorOf of a URI on the bytes, written as location.Key
+// writes it (sip:user@host, the host in lower case). It reports false for
+// what aorOf must read: an escaped user, a name other than localhost, a
+// port kept (aor_keep_port).
+func (w *Worker) appendAOR(b []byte, u *sipmsg.URI) ([]byte, bool) {
+	if w.opt.AORKeepPort || bytes.IndexByte(u.User, '%') >= 0 {
+		return b, false
+	}
+	var ip netip.Addr
+	if a, ok := sipmsg.IPv4(u.Host); ok {
+		ip = netip.AddrFrom4(a)
+	} else if foldEq(u.Host, "localhost") {
+		ip = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
+	port := u.Port
+	if port == 0 {
+		port = 5060
+	}
+	b = append(b, "sip:"...)
+	if len(u.User) > 0 {
+		b = append(append(b, u.User...), '@')
+	}
+	host := u.Host
+	if ip.IsValid() && w.ownAddrPort(netip.AddrPortFrom(ip, uint16(port))) {
+		home := strings.TrimSuffix(strings.TrimSuffix(strings.ToLower(w.home), ":5060"), ":5061")
+		return append(b, home...), true
+	}
+	for _, ch := range host {
+		if 'A' <= ch && ch <= 'Z' {
+			ch += 'a' - 'A'
+		}
+		b = append(b, ch)
+	}
+	return b, true
 }
