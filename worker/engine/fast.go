@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/emiago/sipgo/sip"
 
@@ -48,6 +49,13 @@ var onBytes = map[string]bool{
 	"loose_route":              true,
 	"t_check_trans":            true,
 	"t_relay":                  true,
+}
+
+// txPair is a request's server transaction and its first branch, made
+// at once.
+type txPair struct {
+	s serverTx
+	c clientTx
 }
 
 // viaFix is what RFC 3261 18.2.1 and RFC 3581 add to the top Via of a
@@ -385,30 +393,48 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 		w.wbuf = out[:0]
 		return w.send(&d, out) == nil, true
 	}
-	// The transaction's keys, each one string: the branch is the client
-	// key's head.
-	w.keyBuf = appendServerKeyBytes(w.keyBuf[:0], m, &c.via, false)
-	t := &serverTx{key: string(w.keyBuf), invite: m.Method == sipscan.Invite, src: c.src, vdest: c.via.dest}
+	out := c.splice(w.wbuf[:0], &d, rr)
+	w.wbuf = out[:0]
+	invite := m.Method == sipscan.Invite
+	// The keys of both transactions are one string (the server's, the
+	// dialog's for an INVITE, the branch's, of which the branch is the
+	// head), and what they keep to resend one buffer (the request as
+	// relayed and an INVITE's 100 Trying), the two transactions one
+	// allocation: a branch is the rule (serial forking only).
+	k := appendServerKeyBytes(w.keyBuf[:0], m, &c.via, false)
+	sk := len(k)
+	if invite {
+		k = appendDialogKey(k, m)
+	}
+	dk := len(k)
+	k = strconv.AppendUint(append(k, w.branchPrefix...), w.branchSeq, 36)
+	bk := len(k)
+	k = append(append(k, '|'), m.MethodBytes...)
+	w.keyBuf = k
+	keys := string(k)
+	var tb [512]byte
+	var trying []byte
+	if invite {
+		s := sipmsg.Splice{Received: c.via.recv, Rport: c.via.rport}
+		trying = m.AppendReply(tb[:0], 100, "Trying", &s, nil)
+	}
+	buf := make([]byte, len(out)+len(trying))
+	copy(buf, out)
+	copy(buf[len(out):], trying)
+	p := &txPair{}
+	t := &p.s
+	*t = serverTx{key: keys[:sk], invite: invite, src: c.src, vdest: c.via.dest}
 	w.stx[t.key] = t
 	c.stx = t
-	if t.invite {
-		w.keyBuf = appendDialogKey(w.keyBuf[:0], m)
-		t.dlgKey = string(w.keyBuf)
+	if invite {
+		t.dlgKey = keys[sk:dk]
 		w.ackIdx[t.dlgKey] = t
 		// Stops the upstream's timer A at once (RFC 3261 16.2).
-		var tb [512]byte
-		s := sipmsg.Splice{Received: c.via.recv, Rport: c.via.rport}
-		t.last, t.lastCode = bytes.Clone(m.AppendReply(tb[:0], 100, "Trying", &s, nil)), 100
+		t.last, t.lastCode = buf[len(out):], 100
 		vd := t.vdest
 		w.send(&vd, t.last)
 	}
-	out := c.splice(w.wbuf[:0], &d, rr)
-	w.wbuf = out[:0]
-	w.keyBuf = strconv.AppendUint(append(w.keyBuf[:0], w.branchPrefix...), w.branchSeq, 36)
-	w.keyBuf = append(w.keyBuf, '|')
-	n := len(w.keyBuf) - 1
-	key := string(append(w.keyBuf, m.MethodBytes...))
-	if w.startBranch(t, bytes.Clone(out), key[:n], key, d) {
+	if w.startBranchTx(&p.c, t, buf[:len(out):len(out)], keys[dk:bk], keys[dk:], d) {
 		return true, true
 	}
 	if t.relayed == 0 {
@@ -638,7 +664,9 @@ func (c *msgCtx) lookupBytes() (ok, done bool) {
 		if b.Path != "" || stream(b.Proto) && b.Received != "" || strings.HasPrefix(b.Received, natReceivedPrefix) {
 			return false, false
 		}
-		cu, ok := sipmsg.ParseURI([]byte(b.Contact))
+		// Read where it lies: ParseURI only reads, and c.ruriURI lives
+		// no longer than the string.
+		cu, ok := sipmsg.ParseURI(unsafe.Slice(unsafe.StringData(b.Contact), len(b.Contact)))
 		if !ok {
 			return false, false
 		}

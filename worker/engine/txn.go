@@ -541,7 +541,12 @@ func (w *Worker) relayBranch(t *serverTx, req *sip.Request, d dest) bool {
 // startBranch sends b, a request with this server's Via naming branch, to
 // d as a new branch of t; key is the branch's (branch|method).
 func (w *Worker) startBranch(t *serverTx, b []byte, branch, key string, d dest) bool {
-	ct := &clientTx{branch: branch, stx: t, invite: t.invite, bytes: b, dst: d, key: key}
+	return w.startBranchTx(new(clientTx), t, b, branch, key, d)
+}
+
+// startBranchTx is startBranch into ct.
+func (w *Worker) startBranchTx(ct *clientTx, t *serverTx, b []byte, branch, key string, d dest) bool {
+	*ct = clientTx{branch: branch, stx: t, invite: t.invite, bytes: b, dst: d, key: key}
 	err := w.send(&ct.dst, b)
 	if err != nil && !errors.Is(err, errFlowGone) {
 		w.log.Warn("relay failed", "to", d.addr.String(), "proto", d.proto, "error", err)
