@@ -51,6 +51,11 @@ var onBytes = map[string]bool{
 	"t_relay":                  true,
 }
 
+// spareSlack is how much more than the request a transaction made on its
+// bytes keeps room for in its replies: a Record-Route, a To tag, a
+// Contact.
+const spareSlack = 160
+
 // txPair is a request's server transaction and its first branch, made
 // at once.
 type txPair struct {
@@ -418,9 +423,12 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 		s := sipmsg.Splice{Received: c.via.recv, Rport: c.via.rport}
 		trying = m.AppendReply(tb[:0], 100, "Trying", &s, nil)
 	}
-	buf := make([]byte, len(out)+len(trying))
+	// The spare room takes a reply about the request's size: a 180, a
+	// BYE's 200 (serverTx.keep).
+	n0, n1 := len(out), len(out)+len(trying)
+	buf := make([]byte, n1+len(out)+spareSlack)
 	copy(buf, out)
-	copy(buf[len(out):], trying)
+	copy(buf[n0:], trying)
 	p := &txPair{}
 	t := &p.s
 	*t = serverTx{key: keys[:sk], invite: invite, src: c.src, vdest: c.via.dest}
@@ -430,11 +438,12 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 		t.dlgKey = keys[sk:dk]
 		w.ackIdx[t.dlgKey] = t
 		// Stops the upstream's timer A at once (RFC 3261 16.2).
-		t.last, t.lastCode = buf[len(out):], 100
+		t.last, t.lastCode = buf[n0:n1:n1], 100
 		vd := t.vdest
 		w.send(&vd, t.last)
 	}
-	if w.startBranchTx(&p.c, t, buf[:len(out):len(out)], keys[dk:bk], keys[dk:], d) {
+	t.spare = buf[n1:n1:len(buf)]
+	if w.startBranchTx(&p.c, t, buf[:n0:n0], keys[dk:bk], keys[dk:], d) {
 		return true, true
 	}
 	if t.relayed == 0 {

@@ -181,9 +181,31 @@ type serverTx struct {
 	timer    deadline
 	interval time.Duration // timer G
 	endAt    time.Time     // timer H
+
+	// spare is room made with a transaction relayed on its bytes for the
+	// replies it keeps to resend: its provisional replies and a
+	// non-INVITE's final one (keep).
+	spare []byte
 }
 
 func (t *serverTx) deadline() *deadline { return &t.timer }
+
+// keep is the response data (scanned into m) less its top Via, as t sends
+// it upstream: written into t's spare room when it fits and t may still
+// overwrite it (a provisional reply replaces the last one), or when final
+// is set (a non-INVITE's final reply, after which the room is t's last
+// reply for good); else a copy of its own.
+func (t *serverTx) keep(m *sipscan.Msg, data []byte, final bool) []byte {
+	c0, c1 := m.TopVia[0], m.TopVia[1]
+	if c1 <= c0 || t.spare == nil || len(data)-(c1-c0) > cap(t.spare) || m.StatusCode >= 200 && !final {
+		return m.WithoutTopVia(data)
+	}
+	b := append(append(t.spare[:0], data[:c0]...), data[c1:]...)
+	if final {
+		t.spare = nil
+	}
+	return b
+}
 
 // clientTx is one branch: the request relayed downstream.
 type clientTx struct {
@@ -856,7 +878,7 @@ func (w *Worker) relayResponse(data []byte) bool {
 		if code == 100 || t.state != stTrying {
 			return true
 		}
-		b := m.WithoutTopVia(data)
+		b := t.keep(m, data, false)
 		t.last, t.lastCode = b, code
 		d := w.replyDest(t)
 		w.send(&d, b)
@@ -866,7 +888,7 @@ func (w *Worker) relayResponse(data []byte) bool {
 	if !again {
 		w.linger(ct, stAccepted)
 	}
-	b := m.WithoutTopVia(data)
+	b := t.keep(m, data, !again && t.state == stTrying && !t.invite)
 	if again || t.state != stTrying {
 		// As in onResponse: every 2xx goes on (RFC 3261 16.7).
 		d := w.replyDest(t)
