@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -19,7 +20,26 @@ const (
 	callAllocs     = 10  // INVITE, 100, 180, 200, ACK, BYE, 200
 	registerAllocs = 170 // REGISTER with digest credentials, 200
 	refusedAllocs  = 0   // INVITE refused 403 by the script, its ACK
+
+	// Bytes allocated for each: what a call's transactions keep to
+	// resend is most of a call's.
+	callBytes     = 5 << 10
+	registerBytes = 14 << 10
+	refusedBytes  = 0
 )
+
+// bytesPerRun is what f allocates per run, in bytes, averaged over runs.
+func bytesPerRun(runs int, f func()) float64 {
+	var a, b runtime.MemStats
+	f()
+	runtime.GC()
+	runtime.ReadMemStats(&a)
+	for range runs {
+		f()
+	}
+	runtime.ReadMemStats(&b)
+	return float64(b.TotalAlloc-a.TotalAlloc) / float64(runs)
+}
 
 // callMsgs are the six messages of one proxied call as the worker reads
 // them: the INVITE, the callee's 180 and 200, the ACK, the BYE and its 200.
@@ -124,12 +144,18 @@ func TestAllocs(t *testing.T) {
 	d := newCallDriver(t)
 	defer d.close()
 
-	calls := d.calls(runs + 1)
+	calls := d.calls(2*runs + 2)
 	i := 0
-	have := testing.AllocsPerRun(runs, func() {
+	call := func() {
 		d.call(&calls[i], later)
 		i++
-	})
+	}
+	have := testing.AllocsPerRun(runs, call)
+	if b := bytesPerRun(runs, call); b > callBytes {
+		t.Errorf("bytes per proxied call: want at most %d, have %.0f", callBytes, b)
+	} else {
+		t.Logf("bytes per proxied call: %.0f (budget %d)", b, callBytes)
+	}
 	if d.w.Held() != 0 || d.w.Stats.Malformed != 0 || d.w.Stats.Requests != 3*uint64(i) {
 		t.Fatalf("calls: want %d requests handled and nothing held, have %d held, %+v", 3*i, d.w.Held(), d.w.Stats)
 	}
@@ -138,13 +164,19 @@ func TestAllocs(t *testing.T) {
 		t.Errorf("allocations per proxied call: want at most %d, have %.1f", callAllocs, have)
 	}
 
-	regs := d.registers(t, runs+1)
+	regs := d.registers(t, 2*runs+2)
 	i = 0
 	before := d.w.Stats
-	have = testing.AllocsPerRun(runs, func() {
+	register := func() {
 		d.msg(d.uac, regs[i])
 		i++
-	})
+	}
+	have = testing.AllocsPerRun(runs, register)
+	if b := bytesPerRun(runs, register); b > registerBytes {
+		t.Errorf("bytes per authenticated REGISTER: want at most %d, have %.0f", registerBytes, b)
+	} else {
+		t.Logf("bytes per authenticated REGISTER: %.0f (budget %d)", b, registerBytes)
+	}
 	if bs, err := d.store.Lookup("sip:alice@example.com"); err != nil || len(bs) != 1 || bs[0].CSeq != uint32(i) ||
 		d.w.Stats.AuthFailures != before.AuthFailures || d.w.Stats.Replays != before.Replays {
 		t.Fatalf("REGISTERs: want alice bound by CSeq %d, have %+v (%v), %+v", i, bs, err, d.w.Stats)
@@ -154,14 +186,20 @@ func TestAllocs(t *testing.T) {
 		t.Errorf("allocations per authenticated REGISTER: want at most %d, have %.1f", registerAllocs, have)
 	}
 
-	invs, acks := d.refused(runs + 1)
+	invs, acks := d.refused(2*runs + 2)
 	i = 0
 	before = d.w.Stats
-	have = testing.AllocsPerRun(runs, func() {
+	refuse := func() {
 		d.msg(d.uac, invs[i])
 		d.msg(d.uac, acks[i])
 		i++
-	})
+	}
+	have = testing.AllocsPerRun(runs, refuse)
+	if b := bytesPerRun(runs, refuse); b > refusedBytes {
+		t.Errorf("bytes per refused INVITE: want at most %d, have %.0f", refusedBytes, b)
+	} else {
+		t.Logf("bytes per refused INVITE: %.0f (budget %d)", b, refusedBytes)
+	}
 	if got := d.w.Stats.StatelessAcks - before.StatelessAcks; got != uint64(i) || d.w.Held() != 0 {
 		t.Fatalf("refusals: want %d ACKs of them, have %d (%+v)", i, got, d.w.Stats)
 	}
