@@ -12,6 +12,7 @@ import (
 	"github.com/sipvisor/sipvisor/internal/sipmsg"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/script"
+	"github.com/sipvisor/sipvisor/worker/engine/txn"
 )
 
 // The message path on the bytes (docs/DESIGN.md, "The message path").
@@ -266,25 +267,16 @@ func (c *msgCtx) decode() bool {
 
 // appendServerKeyBytes is appendServerKey of a request on the bytes.
 func appendServerKeyBytes(b []byte, m *sipmsg.Msg, f *viaFix, ack bool) []byte {
-	b = append(b, m.Branch...)
-	b = append(b, '|')
-	b = append(b, f.host...)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(f.port), 10)
-	b = append(b, '|')
+	method := m.MethodBytes
 	if ack {
-		return append(b, "INVITE"...)
+		method = []byte("INVITE")
 	}
-	return append(b, m.MethodBytes...)
+	return txn.AppendServerKey(b, m.Branch, f.host, f.port, method)
 }
 
 // appendDialogKey is dialogKey of a request on the bytes.
 func appendDialogKey(b []byte, m *sipmsg.Msg) []byte {
-	b = append(b, m.CallID...)
-	b = append(b, '|')
-	b = append(b, m.FromTag...)
-	b = append(b, '|')
-	return strconv.AppendUint(b, uint64(m.CSeq), 10)
+	return txn.AppendDialogKey(b, m.CallID, m.FromTag, m.CSeq)
 }
 
 // ackOfStatelessReplyBytes is ackOfStatelessReply on the bytes.
@@ -687,14 +679,7 @@ func (c *msgCtx) lookupBytes() (ok, done bool) {
 
 // appendLocalTag is localTag of a request on the bytes.
 func appendLocalTag(b []byte, m *sipmsg.Msg) []byte {
-	h := uint64(14695981039346656037)
-	for _, s := range [][]byte{m.CallID, m.FromTag, m.Branch} {
-		for _, c := range s {
-			h ^= uint64(c)
-			h *= 1099511628211
-		}
-	}
-	return strconv.AppendUint(b, h, 36)
+	return txn.AppendLocalTag(b, m.CallID, m.FromTag, m.Branch)
 }
 
 // replyBytes is sl_send_reply's stateless reply on the bytes

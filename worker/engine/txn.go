@@ -13,6 +13,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/overload/oc"
+	"github.com/sipvisor/sipvisor/worker/engine/txn"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,113 +37,14 @@ const (
 	stTerminated
 )
 
-// timed is a transaction with at most one pending deadline.
+// timed is a transaction with at most one pending deadline in the
+// worker's heap (package txn).
 type timed interface {
+	txn.Timed
 	fire(w *Worker, now time.Time)
-	deadline() *deadline
 }
 
-// deadline is a transaction's pending deadline and its place in the heap.
-// Knowing its place lets a moved deadline be fixed in place and a finished
-// transaction's be removed. Left in the heap until due, a replaced deadline
-// kept its transaction, request and replies alive: an INVITE answered 180
-// then 200 stayed reachable for fr_inv (120 s) after its call had ended,
-// about 5 KB a call.
-type deadline struct {
-	at  time.Time
-	pos int // index in the heap plus one; 0 when not scheduled
-}
-
-func (d *deadline) scheduled() bool { return d.pos > 0 }
-
-// timerHeap orders pending deadlines: a binary heap of its own rather than
-// container/heap's, whose interface boxes an entry per push.
-type timerHeap []timed
-
-func (h timerHeap) less(i, j int) bool { return h[i].deadline().at.Before(h[j].deadline().at) }
-
-func (h timerHeap) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].deadline().pos = i + 1
-	h[j].deadline().pos = j + 1
-}
-
-func (h timerHeap) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			return
-		}
-		h.swap(i, p)
-		i = p
-	}
-}
-
-func (h timerHeap) down(i int) {
-	n := len(h)
-	for {
-		l, m := 2*i+1, i
-		if l < n && h.less(l, m) {
-			m = l
-		}
-		if r := l + 1; r < n && h.less(r, m) {
-			m = r
-		}
-		if m == i {
-			return
-		}
-		h.swap(i, m)
-		i = m
-	}
-}
-
-// set schedules t at at, moving its deadline if it has one.
-func (h *timerHeap) set(t timed, at time.Time) {
-	d := t.deadline()
-	d.at = at
-	if d.pos > 0 {
-		i := d.pos - 1
-		h.up(i)
-		h.down(d.pos - 1)
-		return
-	}
-	*h = append(*h, t)
-	d.pos = len(*h)
-	h.up(len(*h) - 1)
-}
-
-// remove takes t's deadline out of the heap, if it has one.
-func (h *timerHeap) remove(t timed) {
-	d := t.deadline()
-	if d.pos == 0 {
-		return
-	}
-	i, q := d.pos-1, *h
-	n := len(q) - 1
-	if i != n {
-		q.swap(i, n)
-	}
-	q[n] = nil // let the transaction go
-	q = q[:n]
-	d.pos = 0
-	if i < n {
-		q.up(i)
-		q.down(q[i].deadline().pos - 1)
-	}
-	*h = q
-}
-
-// due removes and returns the earliest transaction whose deadline has come.
-func (h *timerHeap) due(now time.Time) (timed, bool) {
-	if len(*h) == 0 || (*h)[0].deadline().at.After(now) {
-		return nil, false
-	}
-	t := (*h)[0]
-	h.remove(t)
-	return t, true
-}
-
-func (w *Worker) schedule(t timed, at time.Time) { w.timers.set(t, at) }
+func (w *Worker) schedule(t timed, at time.Time) { w.timers.Set(t, at) }
 
 // serverTx is the upstream side of a relayed request.
 type serverTx struct {
@@ -178,7 +80,7 @@ type serverTx struct {
 	ds        *dsRoute
 	fr, frInv time.Duration
 
-	timer    deadline
+	timer    txn.Deadline
 	interval time.Duration // timer G
 	endAt    time.Time     // timer H
 
@@ -188,7 +90,7 @@ type serverTx struct {
 	spare []byte
 }
 
-func (t *serverTx) deadline() *deadline { return &t.timer }
+func (t *serverTx) Deadline() *txn.Deadline { return &t.timer }
 
 // keep is the response data (scanned into m) less its top Via, as t sends
 // it upstream: written into t's spare room when it fits and t may still
@@ -219,13 +121,13 @@ type clientTx struct {
 
 	cancelPending, cancelSent bool
 
-	timer     deadline
+	timer     txn.Deadline
 	interval  time.Duration // timers A / E
 	retransAt time.Time
 	timeoutAt time.Time // timers B / F, or fr_inv after a provisional reply
 }
 
-func (t *clientTx) deadline() *deadline { return &t.timer }
+func (t *clientTx) Deadline() *txn.Deadline { return &t.timer }
 
 func methodOf(m sip.Message) string {
 	if cs := m.CSeq(); cs != nil {
@@ -251,16 +153,7 @@ func serverKey(req *sip.Request, method string) string {
 
 func appendServerKey(b []byte, req *sip.Request, method string) []byte {
 	v := req.Via()
-	if method == "ACK" {
-		method = "INVITE"
-	}
-	b = append(b, branchOf(v)...)
-	b = append(b, '|')
-	b = append(b, v.Host...)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(v.Port), 10)
-	b = append(b, '|')
-	return append(b, method...)
+	return txn.AppendServerKey(b, branchOf(v), v.Host, v.Port, method)
 }
 
 // findServerTx looks up req's server transaction for method without
@@ -289,7 +182,8 @@ func param(hp sip.HeaderParams, name string) (string, bool) {
 // INVITE.
 func dialogKey(req *sip.Request) string {
 	ftag, _ := param(req.From().Params, "tag")
-	return string(*req.CallID()) + "|" + ftag + "|" + strconv.FormatUint(uint64(req.CSeq().SeqNo), 10)
+	var b [128]byte
+	return string(txn.AppendDialogKey(b[:0], string(*req.CallID()), ftag, req.CSeq().SeqNo))
 }
 
 // localTag is the To-tag of replies this server makes: derived from the
@@ -301,19 +195,8 @@ func localTag(req *sip.Request) string {
 // localTagHash is FNV-1a over the Call-ID, the From tag and the top Via
 // branch, written out so that checking a tag allocates nothing.
 func localTagHash(req *sip.Request) uint64 {
-	h := uint64(14695981039346656037)
-	add := func(s string) {
-		for i := 0; i < len(s); i++ {
-			h ^= uint64(s[i])
-			h *= 1099511628211
-		}
-	}
-	add(string(*req.CallID()))
-	if t, ok := param(req.From().Params, "tag"); ok {
-		add(t)
-	}
-	add(branchOf(req.Via()))
-	return h
+	ftag, _ := param(req.From().Params, "tag")
+	return txn.LocalTag(string(*req.CallID()), ftag, branchOf(req.Via()))
 }
 
 // isLocalTag says whether tag is the one localTag gives req.
@@ -501,7 +384,7 @@ func (t *serverTx) fire(w *Worker, now time.Time) {
 
 func (w *Worker) endServerTx(t *serverTx) {
 	t.state = stTerminated
-	w.timers.remove(t)
+	w.timers.Remove(t)
 	if w.stx[t.key] == t {
 		delete(w.stx, t.key)
 	}
@@ -731,7 +614,7 @@ func (ct *clientTx) fire(w *Worker, now time.Time) {
 
 func (w *Worker) endClientTx(ct *clientTx) {
 	ct.state = stTerminated
-	w.timers.remove(ct)
+	w.timers.Remove(ct)
 	if w.ctx[ct.key] == ct {
 		delete(w.ctx, ct.key)
 	}

@@ -2,102 +2,14 @@ package engine
 
 import (
 	"hash/fnv"
-	"math/rand/v2"
 	"net/netip"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/emiago/sipgo/sip"
 )
-
-type fakeTimed struct {
-	d  deadline
-	id int
-}
-
-func (f *fakeTimed) fire(*Worker, time.Time) {}
-func (f *fakeTimed) deadline() *deadline     { return &f.d }
-
-// checkHeap fails unless every entry knows its place and no parent is due
-// after its children.
-func checkHeap(t *testing.T, h timerHeap) {
-	t.Helper()
-	for i, x := range h {
-		if x.deadline().pos != i+1 {
-			t.Fatalf("entry %d thinks it is at %d", i, x.deadline().pos-1)
-		}
-		if i > 0 && h.less(i, (i-1)/2) {
-			t.Fatalf("entry %d is due before its parent", i)
-		}
-	}
-}
-
-// The heap gives back every live deadline once, earliest first, including
-// equal deadlines; a moved deadline counts once, at its new time, and a
-// removed one not at all, and nothing stays behind.
-func TestTimerHeapOrder(t *testing.T) {
-	t.Parallel()
-	base := time.Unix(1_000_000, 0)
-	r := rand.New(rand.NewPCG(1, 2))
-	for _, n := range []int{0, 1, 2, 3, 7, 64, 1000} {
-		var h timerHeap
-		var items []*fakeTimed
-		want := map[int]time.Duration{}
-		for i := 0; i < n; i++ {
-			d := time.Duration(r.IntN(50)) * time.Millisecond
-			f := &fakeTimed{id: i}
-			items = append(items, f)
-			h.set(f, base.Add(d))
-			want[i] = d
-			if i%5 == 4 { // moved, earlier or later
-				d = time.Duration(r.IntN(100)) * time.Millisecond
-				h.set(f, base.Add(d))
-				want[i] = d
-			}
-			checkHeap(t, h)
-		}
-		for i := 0; i < n; i += 7 { // finished before its time
-			h.remove(items[i])
-			h.remove(items[i]) // twice is harmless
-			delete(want, i)
-			checkHeap(t, h)
-		}
-		var wantOrder []time.Duration
-		for _, d := range want {
-			wantOrder = append(wantOrder, d)
-		}
-		slices.Sort(wantOrder)
-		var have []time.Duration
-		for {
-			x, ok := h.due(base.Add(time.Hour))
-			if !ok {
-				break
-			}
-			f := x.(*fakeTimed)
-			if f.d.scheduled() {
-				t.Fatalf("%d deadlines: a popped entry still thinks it is scheduled", n)
-			}
-			have = append(have, f.d.at.Sub(base))
-			checkHeap(t, h)
-		}
-		if !slices.Equal(have, wantOrder) {
-			t.Fatalf("%d deadlines: want %v, have %v", n, wantOrder, have)
-		}
-		if len(h) != 0 || cap(h) > 0 && h[:cap(h)][0] != nil {
-			t.Fatalf("%d deadlines: %d entries left", n, len(h))
-		}
-	}
-	// Nothing before its time.
-	var h timerHeap
-	h.set(&fakeTimed{}, base.Add(time.Second))
-	if _, ok := h.due(base); ok {
-		t.Fatal("want no deadline due a second early")
-	}
-}
 
 // The Via line written into relayed requests reads as sipgo writes the same
 // header: IPv6 hosts in brackets, a port only when there is one. sipgo

@@ -28,6 +28,7 @@ import (
 	"github.com/sipvisor/sipvisor/overload/sessions"
 	"github.com/sipvisor/sipvisor/script"
 	"github.com/sipvisor/sipvisor/worker"
+	"github.com/sipvisor/sipvisor/worker/engine/txn"
 )
 
 // DefaultInviteTimeout is InviteTimeout when none is set: OpenSIPS's and
@@ -207,7 +208,7 @@ type Worker struct {
 	stx    map[string]*serverTx
 	ackIdx map[string]*serverTx
 	ctx    map[string]*clientTx
-	timers timerHeap
+	timers txn.Heap
 
 	conns    map[netip.AddrPort]*tcpConn
 	draining bool
@@ -586,11 +587,11 @@ func (w *Worker) Tick(now time.Time) {
 	w.reportStoreErrors(now)
 	w.dsTick(now)
 	for {
-		t, ok := w.timers.due(now)
+		t, ok := w.timers.Due(now)
 		if !ok {
 			return
 		}
-		t.fire(w, now)
+		t.(timed).fire(w, now)
 	}
 }
 
@@ -878,9 +879,4 @@ func netipAddrPort(ip netip.Addr, port int) netip.AddrPort {
 
 // NextTimer is when the earliest pending timer is due, so that an idle
 // worker sleeps instead of ticking.
-func (w *Worker) NextTimer() (time.Time, bool) {
-	if len(w.timers) == 0 {
-		return time.Time{}, false
-	}
-	return w.timers[0].deadline().at, true
-}
+func (w *Worker) NextTimer() (time.Time, bool) { return w.timers.Next() }
