@@ -415,10 +415,11 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 		s := sipmsg.Splice{Received: c.via.recv, Rport: c.via.rport}
 		trying = m.AppendReply(tb[:0], 100, "Trying", &s, nil)
 	}
-	// The spare room takes a reply about the request's size: a 180, a
-	// BYE's 200 (serverTx.keep).
+	// The spare room takes a reply about the size of the request's
+	// headers: a 180, a BYE's 200 (serverTx.keep); one with a body, such
+	// as a 183 with SDP, is copied on its own.
 	n0, n1 := len(out), len(out)+len(trying)
-	buf := make([]byte, n1+len(out)+spareSlack)
+	buf := make([]byte, n1+len(out)-len(m.Body)+spareSlack)
 	copy(buf, out)
 	copy(buf[n0:], trying)
 	p := &txPair{}
