@@ -101,7 +101,8 @@ func newCallDriverScript(tb testing.TB, routes string) *callDriver {
 	d.uac = socks[1].LocalAddr().(*net.UDPAddr).AddrPort()
 	d.uas = socks[2].LocalAddr().(*net.UDPAddr).AddrPort()
 	var err error
-	c, err := config.Load("call.cfg", []byte(routes))
+	// @UAS@ in the script is the callee's address, as in bench/sipvisor.cfg.
+	c, err := config.Load("call.cfg", []byte(strings.ReplaceAll(routes, "@UAS@", d.uas.String())))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -42,6 +42,7 @@ import (
 var onBytes = map[string]bool{
 	"mf_process_maxfwd_header": true,
 	"has_totag":                true,
+	"nat_uac_test":             true,
 	"sl_send_reply":            true,
 	"is_myself":                true,
 	"record_route":             true,
@@ -316,7 +317,12 @@ func (c *msgCtx) absorbBytes() bool {
 // Request-URI, when that names an address over UDP.
 func (c *msgCtx) destBytes() (dest, bool) {
 	u, ok := c.ruriURI, c.ruri != ""
-	if !ok {
+	switch {
+	case c.du != "":
+		// $du as dest reads it; ParseURI only reads the string's bytes.
+		du := strings.Trim(c.du, "<> ")
+		u, ok = sipmsg.ParseURI(unsafe.Slice(unsafe.StringData(du), len(du)))
+	case !ok:
 		u, ok = sipmsg.ParseURI(c.m.RequestURI)
 	}
 	if !ok || !foldEq(u.Scheme, "sip") {
@@ -366,7 +372,7 @@ func (c *msgCtx) splice(dst []byte, d *dest, rr [2][]byte) []byte {
 // for what the decoded path must handle.
 func (c *msgCtx) relayBytes() (ok, done bool) {
 	w, m := c.w, c.m
-	if c.stx != nil || c.du != "" || c.flowDu != "" || c.rrDone || c.ds != nil || c.onReply != "" || c.onFailure != "" {
+	if c.stx != nil || c.flowDu != "" || c.rrDone || c.ds != nil || c.onReply != "" || c.onFailure != "" {
 		return false, false
 	}
 	if c.absorbBytes() {
@@ -733,4 +739,49 @@ func (w *Worker) appendAOR(b []byte, u *sipmsg.URI) ([]byte, bool) {
 		b = append(b, ch)
 	}
 	return b, true
+}
+
+// natTestBytes is nat_uac_test on the bytes, for the tests of the Contact,
+// the top Via and the source; done is false for the SDP's, an argument it
+// cannot read, a Contact that is not a sip: URI with an IPv4 address or a
+// name.
+func (c *msgCtx) natTestBytes(a *script.Literal) (ok, done bool) {
+	if !a.IsInt || a.Int <= 0 || a.Int&(natSDPPrivate|natSDPNotSource) != 0 {
+		return false, false
+	}
+	flags := int(a.Int)
+	src := c.src.addr
+	private := func(ip netip.Addr) bool { return ip.IsPrivate() || cgnat.Contains(ip) }
+	if flags&(natContactPrivate|natContactPort) != 0 {
+		if v, found := c.m.First(sipmsg.Contact); found {
+			u, ok := sipmsg.ParseURI(sipmsg.AddrSpec(v))
+			if !ok {
+				return false, false
+			}
+			ip, isIP := sipmsg.IPv4(u.Host)
+			if !isIP && (len(u.Host) == 0 || u.Host[0] == '[' || '0' <= u.Host[0] && u.Host[0] <= '9') {
+				return false, false
+			}
+			if flags&natContactPrivate != 0 && isIP && private(netip.AddrFrom4(ip)) {
+				return true, true
+			}
+			if flags&natContactPort != 0 && portOr5060(u.Port) != int(src.Port()) {
+				return true, true
+			}
+		}
+	}
+	vip, isIP := sipmsg.IPv4(c.via.host)
+	if flags&natViaReceived != 0 && !(isIP && netip.AddrFrom4(vip) == src.Addr().Unmap()) {
+		return true, true
+	}
+	if flags&natViaPrivate != 0 && isIP && private(netip.AddrFrom4(vip)) {
+		return true, true
+	}
+	if flags&natViaPort != 0 && portOr5060(c.via.port) != int(src.Port()) {
+		return true, true
+	}
+	if flags&natSourcePrivate != 0 && private(src.Addr().Unmap()) {
+		return true, true
+	}
+	return false, true // not over a WebSocket: the bytes path is UDP's
 }

@@ -55,7 +55,7 @@ func TestAppendAOR(t *testing.T) {
 }
 
 // A call handled on the bytes sends what it sends when the script decodes
-// every request at once (an assignment first): the same requests to the
+// every request at once (reading $ci first): the same requests to the
 // callee and the same replies to the caller, header for header, once
 // both are written out by sipgo and this server's branches and the
 // sockets' ports are set aside.
@@ -104,7 +104,23 @@ func TestBytesPathSendsWhatDecodedSends(t *testing.T) {
 		return read(d.socks[2], 3), read(d.socks[1], 4)
 	}
 	uasB, uacB := run(callScript, true)
-	uasD, uacD := run(strings.Replace(callScript, "route {", "route {\n\t$var(decoded) = 1;", 1), false)
+	uasD, uacD := run(strings.Replace(callScript, "route {", "route {\n\t$var(decoded) = $ci;", 1), false)
+	// As the built-in config and bench/sipvisor.cfg add: the NAT test, a
+	// look at $du, a $du set. The bytes still serve.
+	natScript := strings.Replace(callScript, "route {", "route {\n\tif (nat_uac_test(3)) { force_rport(); }", 1)
+	natScript = strings.Replace(natScript, "\tif (!t_relay())", "\tif ($du != \"\")\n\t\tt_on_reply(\"nat\");\n\t$du = \"sip:@UAS@\";\n\tif (!t_relay())", 1)
+	natScript += "onreply_route[nat] {\n\tif (nat_uac_test(1))\n\t\tfix_nated_contact();\n}\n"
+	uasN, uacN := run(natScript, true)
+	for i := range uasN {
+		if uasN[i] != uasD[i] {
+			t.Errorf("with the NAT test, to the callee, message %d:\non the bytes %q\ndecoded     %q", i, uasN[i], uasD[i])
+		}
+	}
+	for i := range uacN {
+		if uacN[i] != uacD[i] {
+			t.Errorf("with the NAT test, to the caller, message %d:\non the bytes %q\ndecoded     %q", i, uacN[i], uacD[i])
+		}
+	}
 	for i := range uasB {
 		if uasB[i] != uasD[i] {
 			t.Errorf("to the callee, message %d:\non the bytes %q\ndecoded     %q", i, uasB[i], uasD[i])

@@ -397,7 +397,12 @@ func (c *msgCtx) msg() sip.Message {
 
 // get reads a pseudo-variable; one with nothing to read is "".
 func (c *msgCtx) get(v *script.PseudoVar) value {
-	c.decode()
+	switch v.Name {
+	case "var", "du", "si", "sp", "pr", "rs", "rr":
+		// Not the message's: read on the bytes as well.
+	default:
+		c.decode()
+	}
 	m := c.msg()
 	switch v.Name {
 	case "var":
@@ -518,7 +523,9 @@ func headersOf(m sip.Message) []sip.Header {
 // assign sets a writable pseudo-variable; a value that is not a valid URI
 // leaves the variable as it was and logs why.
 func (c *msgCtx) assign(v *script.PseudoVar, val value) {
-	c.decode()
+	if v.Name != "var" && v.Name != "du" {
+		c.decode() // the others change the message
+	}
 	s := val.str()
 	switch v.Name {
 	case "var":

@@ -52,6 +52,14 @@ func privateAddr(host string) bool {
 }
 
 func fnNatUACTest(c *msgCtx, a []*script.Literal) bool {
+	if c.m != nil {
+		if ok, done := c.natTestBytes(a[0]); done {
+			return ok
+		}
+		if !c.decode() {
+			return false
+		}
+	}
 	flags, err := strconv.Atoi(strings.TrimSpace(c.expand(a[0])))
 	if err != nil || flags <= 0 {
 		c.w.log.Warn("nat_uac_test wants a positive number of flags", "flags", c.expand(a[0]))
