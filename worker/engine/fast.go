@@ -667,21 +667,29 @@ func (c *msgCtx) lookupBytes() (ok, done bool) {
 	if err != nil {
 		return false, false
 	}
-	for i := range bs {
-		b := &bs[i]
-		if b.Path != "" || stream(b.Proto) && b.Received != "" || strings.HasPrefix(b.Received, natReceivedPrefix) {
-			return false, false
-		}
+	if len(bs) == 0 {
+		return false, true
+	}
+	// The newest binding, as useBindings takes it when its contact reads.
+	b := &bs[0]
+	var cu sipmsg.URI
+	if b.Path == "" && !(stream(b.Proto) && b.Received != "") && !strings.HasPrefix(b.Received, natReceivedPrefix) {
 		// Read where it lies: ParseURI only reads, and c.ruriURI lives
 		// no longer than the string.
-		cu, ok := sipmsg.ParseURI(unsafe.Slice(unsafe.StringData(b.Contact), len(b.Contact)))
-		if !ok {
-			return false, false
-		}
-		c.ruri, c.ruriURI = b.Contact, cu
-		return true, true
+		cu, ok = sipmsg.ParseURI(unsafe.Slice(unsafe.StringData(b.Contact), len(b.Contact)))
+	} else {
+		ok = false
 	}
-	return false, true
+	if !ok {
+		// Routed as the decoded path routes it, without asking the
+		// store again.
+		if !c.decode() {
+			return false, true
+		}
+		return c.useBindings(bs), true
+	}
+	c.ruri, c.ruriURI = b.Contact, cu
+	return true, true
 }
 
 // appendLocalTag is localTag of a request on the bytes.

@@ -820,6 +820,12 @@ func fnLookup(c *msgCtx, _ []*script.Literal) bool {
 		c.w.storeFailed(c, "lookup", aor, err)
 		return false
 	}
+	return c.useBindings(bs)
+}
+
+// useBindings routes the request to the first of an AOR's bindings whose
+// contact reads.
+func (c *msgCtx) useBindings(bs []location.Binding) bool {
 	for i := range bs {
 		b := &bs[i]
 		var u sip.Uri
