@@ -9,10 +9,11 @@ import (
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 )
 
-// FuzzParse checks that Parse, the value and URI readers and the splice
-// writer never panic, that a rejected message gets a reason, and that a
-// spliced message parses again to the same Call-ID, CSeq and body with
-// this server's Via on top.
+// FuzzParse checks that Parse, the value and URI readers, the splice
+// writer and AppendReply never panic, that a rejected message gets a
+// reason, that a spliced message parses again to the same Call-ID, CSeq
+// and body with this server's Via on top, and a reply to the same Call-ID,
+// CSeq and branch with a To tag.
 func FuzzParse(f *testing.F) {
 	for _, glob := range []string{"../sipscan/testdata/msgs/*.sip", "../sipscan/testdata/rfc4475/*/*.dat"} {
 		files, err := filepath.Glob(glob)
@@ -47,8 +48,18 @@ func FuzzParse(f *testing.F) {
 				p = next
 			}
 		}
+		IPv4(m.SentBy)
 		if !m.IsRequest {
 			return
+		}
+		reply := m.AppendReply(dst[:0], 404, "Not Here", &Splice{Received: []byte("10.0.0.7"), Rport: 5060}, []byte("t1"))
+		var rm Msg
+		if err := rm.Parse(reply); err != nil {
+			t.Fatalf("reply does not parse: %v at %d\n%q\nfrom\n%q", err, rm.ErrOffset, reply, b)
+		}
+		if rm.IsRequest || rm.StatusCode != 404 || !bytes.Equal(rm.CallID, m.CallID) || rm.CSeq != m.CSeq ||
+			!bytes.Equal(rm.Branch, m.Branch) || !rm.HasToTag {
+			t.Fatalf("reply differs: %q\nfrom\n%q", reply, b)
 		}
 		out := m.AppendSplice(dst[:0], &Splice{Via: via, Received: []byte("10.0.0.7"), Rport: 5060, MaxForwards: 69,
 			DropRoutes: 1, ContentLength: true})
