@@ -81,6 +81,10 @@ func (w *Worker) handleBytes(data []byte, src source) bool {
 	if src.conn != nil || src.direct || !src.addr.IsValid() || src.proto != "udp" {
 		return false
 	}
+	// What never takes this path is not scanned twice.
+	if bytes.HasPrefix(data, []byte("REGISTER ")) || bytes.HasPrefix(data, []byte("CANCEL ")) || bytes.HasPrefix(data, []byte("SIP/2.0 ")) {
+		return false
+	}
 	m := &w.fmsg
 	if m.Parse(data) != nil || !m.IsRequest || m.HasToTag == (m.Method == sipscan.Invite) {
 		return false
