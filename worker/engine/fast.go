@@ -545,7 +545,8 @@ func (c *msgCtx) looseRouteBytes() (ok, done bool) {
 	return true, true
 }
 
-// isMyselfBytes is isMyself of a host on the bytes.
+// isMyselfBytes is isMyself of a host on the bytes (self.go): the host
+// read without making a string of it, the comparison isMe's.
 func (w *Worker) isMyselfBytes(host []byte, port int) bool {
 	a, ok := sipmsg.IPv4(host)
 	if !ok {
@@ -563,16 +564,7 @@ func (w *Worker) isMyselfBytes(host []byte, port int) bool {
 		}
 		a = [4]byte{127, 0, 0, 1}
 	}
-	ip := netip.AddrFrom4(a)
-	if port == 0 {
-		port = 5060
-	}
-	for _, s := range w.self {
-		if int(s.Port()) == port && (s.Addr() == ip || s.Addr().IsUnspecified()) {
-			return true
-		}
-	}
-	return false
+	return w.isMe(netip.AddrFrom4(a), port, false)
 }
 
 // recordRoutes are record_route's lines for a request on the bytes
