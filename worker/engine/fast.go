@@ -65,6 +65,17 @@ type txPair struct {
 	c clientTx
 }
 
+// bytesState is what the script changed of a request on the bytes, read
+// by the functions on the bytes, decode and the splice; a worker's one is
+// reused, since one request at a time runs on the bytes.
+type bytesState struct {
+	ruri       string     // the Request-URI lookup set, "" for the one received
+	ruriURI    sipmsg.URI // ruri, read
+	mf         int        // the Max-Forwards to write, -1 for the one received
+	dropRoutes int        // the Route values loose_route took off
+	via        viaFix     // what the top Via gets, and where replies go
+}
+
 // viaFix is what RFC 3261 18.2.1 and RFC 3581 add to the top Via of a
 // request read from src, and where replies to it go (viaDest).
 type viaFix struct {
@@ -110,7 +121,8 @@ func (w *Worker) handleBytes(data []byte, src source) bool {
 		c = new(msgCtx)
 	}
 	w.fastCtx = nil
-	*c = msgCtx{w: w, src: src, m: m, mf: -1, via: f, raw: data}
+	w.bs = bytesState{mf: -1, via: f}
+	*c = msgCtx{w: w, src: src, m: m, bs: &w.bs, raw: data}
 	w.raw = data
 	c.run(w.opt.Script.Routes[""])
 	w.raw = nil
@@ -249,20 +261,20 @@ func (c *msgCtx) decode() bool {
 		return false
 	}
 	w.noteReceived(req, c.src)
-	if c.mf >= 0 {
+	if c.bs.mf >= 0 {
 		if mf := req.MaxForwards(); mf != nil {
-			*mf = sip.MaxForwardsHeader(c.mf)
+			*mf = sip.MaxForwardsHeader(c.bs.mf)
 		} else {
-			h := sip.MaxForwardsHeader(c.mf)
+			h := sip.MaxForwardsHeader(c.bs.mf)
 			req.AppendHeader(&h)
 		}
 	}
-	for range c.dropRoutes {
+	for range c.bs.dropRoutes {
 		req.RemoveHeader("Route")
 	}
-	if c.ruri != "" {
+	if c.bs.ruri != "" {
 		var u sip.Uri
-		if sip.ParseUri(c.ruri, &u) == nil {
+		if sip.ParseUri(c.bs.ruri, &u) == nil {
 			req.Recipient = u
 		}
 	}
@@ -301,7 +313,7 @@ func (w *Worker) ackOfStatelessReplyBytes(m *sipmsg.Msg, f *viaFix) bool {
 func (c *msgCtx) absorbBytes() bool {
 	w := c.w
 	ack := c.m.Method == sipscan.Ack
-	w.keyBuf = appendServerKeyBytes(w.keyBuf[:0], c.m, &c.via, ack)
+	w.keyBuf = appendServerKeyBytes(w.keyBuf[:0], c.m, &c.bs.via, ack)
 	t := w.stx[string(w.keyBuf)]
 	if t == nil {
 		return false
@@ -311,7 +323,7 @@ func (c *msgCtx) absorbBytes() bool {
 	}
 	w.Stats.Retransmissions++
 	if t.last != nil {
-		d := c.via.dest
+		d := c.bs.via.dest
 		w.send(&d, t.last)
 	}
 	return true
@@ -320,7 +332,7 @@ func (c *msgCtx) absorbBytes() bool {
 // destBytes is dest of a request on the bytes whose next hop is its
 // Request-URI, when that names an address over UDP.
 func (c *msgCtx) destBytes() (dest, bool) {
-	u, ok := c.ruriURI, c.ruri != ""
+	u, ok := c.bs.ruriURI, c.bs.ruri != ""
 	switch {
 	case c.du != "":
 		// $du as dest reads it; ParseURI only reads the string's bytes.
@@ -367,8 +379,8 @@ func (c *msgCtx) splice(dst []byte, d *dest, rr [2][]byte) []byte {
 	branch := strconv.AppendUint(append(bb[:0], w.branchPrefix...), w.branchSeq, 36)
 	var vb [160]byte
 	via := appendViaBytes(vb[:0], proto, local, branch)
-	s := sipmsg.Splice{RequestURI: c.ruri, Via: via, Received: c.via.recv, Rport: c.via.rport, RecordRoute: rr,
-		MaxForwards: c.mf, DropRoutes: c.dropRoutes, ContentLength: stream(d.proto)}
+	s := sipmsg.Splice{RequestURI: c.bs.ruri, Via: via, Received: c.bs.via.recv, Rport: c.bs.via.rport, RecordRoute: rr,
+		MaxForwards: c.bs.mf, DropRoutes: c.bs.dropRoutes, ContentLength: stream(d.proto)}
 	return c.m.AppendSplice(dst, &s)
 }
 
@@ -408,7 +420,7 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 	// head), and what they keep to resend one buffer (the request as
 	// relayed and an INVITE's 100 Trying), the two transactions one
 	// allocation: a branch is the rule (serial forking only).
-	k := appendServerKeyBytes(w.keyBuf[:0], m, &c.via, false)
+	k := appendServerKeyBytes(w.keyBuf[:0], m, &c.bs.via, false)
 	sk := len(k)
 	if invite {
 		k = appendDialogKey(k, m)
@@ -422,7 +434,7 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 	var tb [512]byte
 	var trying []byte
 	if invite {
-		s := sipmsg.Splice{Received: c.via.recv, Rport: c.via.rport}
+		s := sipmsg.Splice{Received: c.bs.via.recv, Rport: c.bs.via.rport}
 		trying = m.AppendReply(tb[:0], 100, "Trying", &s, nil)
 	}
 	// The spare room takes a reply about the size of the request's
@@ -434,7 +446,7 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 	copy(buf[n0:], trying)
 	p := &txPair{}
 	t := &p.s
-	*t = serverTx{key: keys[:sk], invite: invite, src: c.src, vdest: c.via.dest}
+	*t = serverTx{key: keys[:sk], invite: invite, src: c.src, vdest: c.bs.via.dest}
 	w.stx[t.key] = t
 	c.stx = t
 	if invite {
@@ -516,7 +528,7 @@ func (w *Worker) replyDest(t *serverTx) dest {
 // the decoded path must read: another proxy next, a flow token, a URI it
 // cannot read.
 func (c *msgCtx) looseRouteBytes() (ok, done bool) {
-	skip, n, bad, next, user := c.dropRoutes, 0, false, false, false
+	skip, n, bad, next, user := c.bs.dropRoutes, 0, false, false, false
 	c.m.Routes(func(v []byte) bool {
 		if skip > 0 {
 			skip--
@@ -541,7 +553,7 @@ func (c *msgCtx) looseRouteBytes() (ok, done bool) {
 	if n == 0 {
 		return false, true
 	}
-	c.dropRoutes += n
+	c.bs.dropRoutes += n
 	return true, true
 }
 
@@ -614,7 +626,7 @@ func (c *msgCtx) isMyselfBytes(a *script.Literal) (ok, done bool) {
 	var raw []byte
 	switch a.Str {
 	case "$ru":
-		if c.ruri != "" {
+		if c.bs.ruri != "" {
 			return false, false
 		}
 		raw = c.m.RequestURI
@@ -643,7 +655,7 @@ func (c *msgCtx) isMyselfBytes(a *script.Literal) (ok, done bool) {
 // (through a Path, over a flow, behind NAT) or a store failure, which
 // that path reports.
 func (c *msgCtx) lookupBytes() (ok, done bool) {
-	if c.ruri != "" {
+	if c.bs.ruri != "" {
 		return false, false
 	}
 	u, ok := sipmsg.ParseURI(c.m.RequestURI)
@@ -670,7 +682,7 @@ func (c *msgCtx) lookupBytes() (ok, done bool) {
 	b := &bs[0]
 	var cu sipmsg.URI
 	if b.Path == "" && !(stream(b.Proto) && b.Received != "") && !strings.HasPrefix(b.Received, natReceivedPrefix) {
-		// Read where it lies: ParseURI only reads, and c.ruriURI lives
+		// Read where it lies: ParseURI only reads, and c.bs.ruriURI lives
 		// no longer than the string.
 		cu, ok = sipmsg.ParseURI(unsafe.Slice(unsafe.StringData(b.Contact), len(b.Contact)))
 	} else {
@@ -684,7 +696,7 @@ func (c *msgCtx) lookupBytes() (ok, done bool) {
 		}
 		return c.useBindings(bs), true
 	}
-	c.ruri, c.ruriURI = b.Contact, cu
+	c.bs.ruri, c.bs.ruriURI = b.Contact, cu
 	return true, true
 }
 
@@ -701,11 +713,11 @@ func (c *msgCtx) replyBytes(code int, reason string) {
 	if code > 100 {
 		tag = appendLocalTag(tb[:0], c.m)
 	}
-	s := sipmsg.Splice{Received: c.via.recv, Rport: c.via.rport}
+	s := sipmsg.Splice{Received: c.bs.via.recv, Rport: c.bs.via.rport}
 	w := c.w
 	out := c.m.AppendReply(w.wbuf[:0], code, reason, &s, tag)
 	w.wbuf = out[:0]
-	d := c.via.dest
+	d := c.bs.via.dest
 	w.send(&d, out)
 }
 
@@ -774,14 +786,14 @@ func (c *msgCtx) natTestBytes(a *script.Literal) (ok, done bool) {
 			}
 		}
 	}
-	vip, isIP := sipmsg.IPv4(c.via.host)
+	vip, isIP := sipmsg.IPv4(c.bs.via.host)
 	if flags&natViaReceived != 0 && !(isIP && netip.AddrFrom4(vip) == src.Addr().Unmap()) {
 		return true, true
 	}
 	if flags&natViaPrivate != 0 && isIP && private(netip.AddrFrom4(vip)) {
 		return true, true
 	}
-	if flags&natViaPort != 0 && portOr5060(c.via.port) != int(src.Port()) {
+	if flags&natViaPort != 0 && portOr5060(c.bs.via.port) != int(src.Port()) {
 		return true, true
 	}
 	if flags&natSourcePrivate != 0 && private(src.Addr().Unmap()) {

@@ -588,17 +588,17 @@ func fnMaxFwd(c *msgCtx, a []*script.Literal) bool {
 		return false
 	}
 	if c.m != nil {
-		mf := c.mf
+		mf := c.bs.mf
 		if mf < 0 {
 			mf = c.m.MaxForwards
 		}
 		switch {
 		case mf < 0:
-			c.mf = int(n)
+			c.bs.mf = int(n)
 		case mf == 0:
 			return false
 		default:
-			c.mf = mf - 1
+			c.bs.mf = mf - 1
 		}
 		return true
 	}

@@ -21,16 +21,10 @@ type msgCtx struct {
 	res *sip.Response
 	src source
 
-	// m is the request on its bytes until decode makes req of it
-	// (fast.go); mf is the Max-Forwards to write (-1: as received),
-	// dropRoutes the Route values loose_route took off, via what its top
-	// Via gets and where replies go.
-	m          *sipmsg.Msg
-	ruri       string     // the Request-URI lookup set, "" for the one received
-	ruriURI    sipmsg.URI // ruri, read
-	mf         int
-	dropRoutes int
-	via        viaFix
+	// m is the request on its bytes until decode makes req of it, and
+	// bs what the script changed of it so far (fast.go).
+	m  *sipmsg.Msg
+	bs *bytesState
 
 	du   string
 	vars map[string]string

@@ -181,6 +181,7 @@ type Worker struct {
 	// fmsg is the request handled on its bytes (fast.go), ipBuf the
 	// received address its Via gets, fastCtx a context to reuse.
 	fmsg    sipmsg.Msg
+	bs      bytesState
 	ipBuf   [64]byte
 	fastCtx *msgCtx
 	keyBuf  []byte
