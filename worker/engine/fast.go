@@ -11,6 +11,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/internal/sipmsg"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/overload/oc"
 	"github.com/sipvisor/sipvisor/script"
 	"github.com/sipvisor/sipvisor/worker/engine/txn"
 )
@@ -260,6 +261,7 @@ func (c *msgCtx) decode() bool {
 		c.stopped = true
 		return false
 	}
+	repairVias(req)
 	w.noteReceived(req, c.src)
 	if c.bs.mf >= 0 {
 		if mf := req.MaxForwards(); mf != nil {
@@ -377,8 +379,12 @@ func (c *msgCtx) splice(dst []byte, d *dest, rr [2][]byte) []byte {
 	w.branchSeq++
 	var bb [64]byte
 	branch := strconv.AppendUint(append(bb[:0], w.branchPrefix...), w.branchSeq, 36)
-	var vb [160]byte
+	var vb [256]byte
 	via := appendViaBytes(vb[:0], proto, local, branch)
+	if w.ocOffer(d) {
+		// RFC 7339 toward a destination of the sets, as withVia offers it.
+		via = append(oc.AppendOffer(via[:len(via)-2]), "\r\n"...)
+	}
 	s := sipmsg.Splice{RequestURI: c.bs.ruri, Via: via, Received: c.bs.via.recv, Rport: c.bs.via.rport, RecordRoute: rr,
 		MaxForwards: c.bs.mf, DropRoutes: c.bs.dropRoutes, ContentLength: stream(d.proto)}
 	return c.m.AppendSplice(dst, &s)
@@ -495,6 +501,7 @@ func appendViaBytes(via []byte, proto string, local netip.AddrPort, branch []byt
 func (w *Worker) txRequest(t *serverTx) *sip.Request {
 	if t.req == nil && t.firstRelay != nil {
 		if m, err := w.parser.ParseSIP(t.firstRelay); err == nil {
+			repairVias(m)
 			if req, ok := m.(*sip.Request); ok && req.Via() != nil {
 				req.RemoveHeader("Via")
 				if req.Via() != nil && req.From() != nil && req.To() != nil && req.CallID() != nil && req.CSeq() != nil {

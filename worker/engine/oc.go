@@ -209,7 +209,18 @@ func (v *dsView) dsHeld(i int, now time.Time) bool {
 // on (`oc-algo="loss"=loss;oc-algo="loss"`). Such a name is read again as
 // the parameters it holds, each kept once, in order.
 func repairVias(m sip.Message) {
-	for _, h := range m.GetHeaders("Via") {
+	// Headers rather than GetHeaders("Via"), which builds a list: this
+	// runs for every decoded message.
+	var hs []sip.Header
+	switch x := m.(type) {
+	case *sip.Request:
+		hs = x.Headers()
+	case *sip.Response:
+		hs = x.Headers()
+	default:
+		hs = m.GetHeaders("Via")
+	}
+	for _, h := range hs {
 		if v, ok := h.(*sip.ViaHeader); ok {
 			v.Params = repairParams(v.Params)
 		}
