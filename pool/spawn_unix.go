@@ -16,16 +16,15 @@ import (
 // sets one: how far, in percent of what the last collection left live, a
 // worker's heap grows before it collects again. The memory limit
 // (GOMEMLIMIT, from worker_memory_limit) bounds the heap whatever this
-// says, the collector working harder as the heap nears it; below it, a
-// worker's live heap is small (tens of MB at thousands of calls a second),
-// so a larger target costs little memory and saves collections. Chosen by
+// says, the collector working harder as the heap nears it. Chosen by
 // bench/gc.sh, the collector's share of the workers' CPU at 1,000 calls/s
-// side by side (two runs each, the runtime's busy CPU / the kernel's):
-// GOGC 100 3.8 % / 5.8-10 %, 200 2.7-3.7 % / 4.3-9.9 %, 400 0.9 % /
-// 1.7-1.8 %, the two workers' heaps with their garbage 48-61, 55-58 and
-// 79-84 MB in all; at 2,000 calls/s, 100 5.2 % and 111 MB, 400 1.4 % and
-// 151 MB, against 256 MiB each by default.
-const WorkerGOGC = 400
+// (the runtime's busy CPU / the kernel's), once a call allocated 10 times
+// (commit 5feab15): GOGC 100 1.6 % / 1.9 %, 200 0.8 % / 0.7 %, 400 0.4 % /
+// 0.6 %. 200 keeps the share well under 2 % and the heap's garbage at twice
+// what is live, where 400 would let it reach four times for 0.1 % of CPU;
+// the heap monitor (suspend_heap_usage_high) counts that garbage too.
+// Before, at 129 allocations a call, 100 cost 3.8 % and 400 0.9 %.
+const WorkerGOGC = 200
 
 // Command is how a worker process is started: normally the supervisor's own
 // executable with the argument "worker"; tests use their own binary.
