@@ -8,7 +8,12 @@
 # with a shared machine's load, unlike time: they are what to compare.
 #
 #   bench/ctxsw.sh [--servers sipvisor,kamailio] [--rate 400] [--calls 6000]
-#                  [--children 2] [--reps 1] [--out DIR]
+#                  [--children 2] [--reps 1] [--transport u1|t1|tn]
+#                  [--out DIR]
+#
+# --transport is SIPp's -t on both sides, as in run.sh: over TCP (t1, one
+# connection; tn, one per call) both servers also listen on TCP with
+# --children TCP workers and relay to the UAS over TCP.
 #
 # Without perf (apt-get install linux-perf) the system calls are left out.
 # Writes DIR/summary.txt, one line per server and repetition.
@@ -22,10 +27,11 @@ reps=1
 CHILDREN=2
 out=${BENCH_OUT:-/tmp/sipvisor-bench/ctxsw}
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-FLAGS=(servers rate calls reps children=CHILDREN out)
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+FLAGS=(servers rate calls reps children=CHILDREN transport=TRANSPORT out)
 parse_flags "$@"
 need_positive rate calls reps CHILDREN
+need_transport
 command -v sipp >/dev/null || die "sipp not installed: run make bench-install"
 perf=
 if command -v perf >/dev/null && perf stat -e raw_syscalls:sys_enter -x, true 2>/dev/null; then perf=yes; fi
@@ -60,10 +66,10 @@ for ((rep = 1; rep <= reps; rep++)); do
 		ok=$(stat_last "$work/run" 'SuccessfulCall(C)')
 		sc=NA
 		[ -z "$perf" ] || sc=$(awk -F, -v n="$calls" '/sys_enter/ { printf "%.2f", $1 / n }' "$work/perf.txt")
-		awk -v s="$server" -v r="$rep" -v ok="$ok" -v n="$calls" -v sc="$sc" \
+		awk -v s="$server" -v tr="$TRANSPORT" -v r="$rep" -v ok="$ok" -v n="$calls" -v sc="$sc" \
 			-v c=$((c1 - c0)) -v t0="$t0" -v t1="$t1" 'BEGIN {
-				printf "%-9s rep %d: %s of %d calls; per call %s system calls, %.2f context switches, %.3f CPU ms\n",
-					s, r, ok, n, sc, c / n, (t1 - t0) * 1000 / n }' | tee -a "$out/summary.txt" >&2
+				printf "%-9s %s rep %d: %s of %d calls; per call %s system calls, %.2f context switches, %.3f CPU ms\n",
+					s, tr, r, ok, n, sc, c / n, (t1 - t0) * 1000 / n }' | tee -a "$out/summary.txt" >&2
 		stop_server
 		stop_uas
 	done

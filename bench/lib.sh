@@ -203,12 +203,25 @@ port_free() {
 		! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .
 }
 
+# TRANSPORT is SIPp's -t of both the UAC and the UAS: u1 (UDP, the
+# default), t1 (TCP, one connection for all calls, as a trunk) or tn (TCP, a
+# connection per call). Over TCP the servers listen on TCP on SIP_PORT too
+# (the "#tcp# " lines of bench/sipvisor.cfg, Kamailio's WITH_TCP) and relay
+# to the UAS over TCP.
+TRANSPORT=${TRANSPORT:-u1}
+need_transport() {
+	case $TRANSPORT in u1 | t1 | tn) ;; *) die "--transport takes u1, t1 or tn, have '$TRANSPORT'" ;; esac
+}
+over_tcp() { [ "$TRANSPORT" = t1 ] || [ "$TRANSPORT" = tn ]; }
+
 # render TEMPLATE OUT fills a config template's @NAME@ placeholders.
 render() {
-	sed -e "s/@SIP_PORT@/$SIP_PORT/g" \
+	local tcp=() uas=sip:127.0.0.1:$UAS_PORT
+	! over_tcp || { tcp=(-e 's/^#tcp# //'); uas+=";transport=tcp"; }
+	sed "${tcp[@]}" -e "s/@SIP_PORT@/$SIP_PORT/g" \
 		-e "s/@TLS_PORT@/$TLS_PORT/g" \
 		-e "s#@CERT_DIR@#${CERT_DIR:-}#g" \
-		-e "s#@UAS@#sip:127.0.0.1:$UAS_PORT#g" \
+		-e "s#@UAS@#$uas#g" \
 		-e "s/@CHILDREN@/$CHILDREN/g" \
 		-e "s/@HTTP_PORT@/$HTTP_PORT/g" \
 		-e "s#@RUNDIR@#$2.run#g" \
@@ -351,6 +364,7 @@ start_server() {
 		# 144,000 (a repetition of 2-minute REGISTER runs) 128 MB.
 		pkg=16
 		[ ${#defs[@]} -eq 0 ] || { kamailio_location_db "$KAMAILIO_DB"; pkg=1024; }
+		! over_tcp || defs+=(-A WITH_TCP)
 		[ -z "${KAMAILIO_TLS_CFG:-}" ] || render "$KAMAILIO_TLS_CFG" "$cfg.run/tls.cfg"
 		# 16 MB private memory per process (1 GB with an SQLite store,
 		# see above).
@@ -384,7 +398,7 @@ stop_server() {
 # SIPp as UAS (bench/uas.xml) on UAS_PORT. Sets UAS_PID.
 start_uas() {
 	pick_ports
-	sipp -sf "$BENCH_DIR/uas.xml" -i 127.0.0.1 -p "$UAS_PORT" -nostdin -buff_size 4194304 \
+	sipp -sf "$BENCH_DIR/uas.xml" -i 127.0.0.1 -p "$UAS_PORT" -t "$TRANSPORT" -nostdin -buff_size 4194304 \
 		>"$1/uas.log" 2>&1 &
 	UAS_PID=$!
 	sleep 0.5
@@ -418,7 +432,7 @@ run_uac() {
 	limit=$((rate * 40 + 100))
 	mkdir -p "$dir"
 	(cd "$dir" && timeout -k 5 $((secs + 90)) sipp "${scen[@]}" "127.0.0.1:$SIP_PORT" \
-		-i 127.0.0.1 -p "$port" -r "$rate" -m "$count" -l "$limit" \
+		-i 127.0.0.1 -p "$port" -t "$TRANSPORT" -r "$rate" -m "$count" -l "$limit" \
 		-nostdin -buff_size 4194304 \
 		-trace_stat -stf stat.csv -fd 1 -trace_rtt -rtt_freq 100 -trace_err \
 		-timeout $((secs + 60))s -timeout_error "$@" >sipp.out 2>&1) || echo "$?" >"$dir/exit"

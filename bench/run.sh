@@ -16,7 +16,12 @@
 #                [--reps 3] [--secs 20]
 #                [--reg-secs 10] [--settle 5] [--warmup 0] [--children N]
 #                [--kamailio-store memory,sqlite-wt,sqlite-wt1,sqlite-wb]
-#                [--out DIR]
+#                [--transport u1|t1|tn] [--out DIR]
+#
+# --transport is SIPp's -t on both sides (bench/lib.sh): u1, UDP (the
+# default); t1, TCP with one connection for all calls, as a trunk connects;
+# tn, TCP with a connection per call. Over TCP both servers also listen on
+# TCP with --children TCP workers and relay to the UAS over TCP.
 #
 # --kamailio-store runs Kamailio once per store named, as a server of its
 # own in the tables: memory (usrloc db_mode 0, the default, reported as
@@ -53,10 +58,11 @@ CHILDREN=$(nproc)
 kamailio_store=memory
 out=${BENCH_OUT:-/tmp/sipvisor-bench/compare}
 
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-FLAGS=(servers rates reg-rates refuse-rates reps secs reg-secs settle warmup children=CHILDREN kamailio-store out)
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+FLAGS=(servers rates reg-rates refuse-rates reps secs reg-secs settle warmup children=CHILDREN kamailio-store transport=TRANSPORT out)
 parse_flags "$@"
 need_positive reps secs reg_secs CHILDREN
+need_transport
 need_whole seconds settle
 need_whole seconds warmup
 [ -z "$rates" ] || ((warmup < secs)) || die "--warmup ($warmup) must be shorter than --secs ($secs)"
@@ -109,7 +115,7 @@ trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 case ",$servers," in *,sipvisor,*) build_sipvisor "$out" ;; esac
 machine_info >"$out/machine.txt"
-echo "settings: servers=$servers rates=$rates reg_rates=$reg_rates refuse_rates=$refuse_rates reps=$reps secs=$secs reg_secs=$reg_secs settle=$settle warmup=$warmup children=$CHILDREN kamailio_store=$kamailio_store kamailio_wb_timer=$KAMAILIO_WB_TIMER kamailio_db_dir=${KAMAILIO_DB_DIR:-}" >>"$out/machine.txt"
+echo "settings: servers=$servers rates=$rates reg_rates=$reg_rates refuse_rates=$refuse_rates reps=$reps secs=$secs reg_secs=$reg_secs settle=$settle warmup=$warmup children=$CHILDREN kamailio_store=$kamailio_store transport=$TRANSPORT kamailio_wb_timer=$KAMAILIO_WB_TIMER kamailio_db_dir=${KAMAILIO_DB_DIR:-}" >>"$out/machine.txt"
 csv=$out/results.csv
 echo "server,kind,rate,rep,offered,successful,failed,retransmissions,rt_p50_ms,rt_p99_ms,elapsed_s,cpu_s,cpu_s_per_1k" >"$csv"
 
