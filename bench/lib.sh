@@ -213,6 +213,13 @@ need_transport() {
 	case $TRANSPORT in u1 | t1 | tn) ;; *) die "--transport takes u1, t1 or tn, have '$TRANSPORT'" ;; esac
 }
 over_tcp() { [ "$TRANSPORT" = t1 ] || [ "$TRANSPORT" = tn ]; }
+# sipp_transport prints SIPp's arguments for TRANSPORT: with a connection
+# per call, SIPp's default bound on sockets (50,000) is above the open
+# files a shell here may have.
+sipp_transport() {
+	printf '%s\n' -t "$TRANSPORT"
+	[ "$TRANSPORT" != tn ] || printf '%s\n' -max_socket "$(($(ulimit -n) - 100))"
+}
 
 # render TEMPLATE OUT fills a config template's @NAME@ placeholders.
 render() {
@@ -398,7 +405,7 @@ stop_server() {
 # SIPp as UAS (bench/uas.xml) on UAS_PORT. Sets UAS_PID.
 start_uas() {
 	pick_ports
-	sipp -sf "$BENCH_DIR/uas.xml" -i 127.0.0.1 -p "$UAS_PORT" -t "$TRANSPORT" -nostdin -buff_size 4194304 \
+	sipp -sf "$BENCH_DIR/uas.xml" -i 127.0.0.1 -p "$UAS_PORT" $(sipp_transport) -nostdin -buff_size 4194304 \
 		>"$1/uas.log" 2>&1 &
 	UAS_PID=$!
 	sleep 0.5
@@ -432,7 +439,7 @@ run_uac() {
 	limit=$((rate * 40 + 100))
 	mkdir -p "$dir"
 	(cd "$dir" && timeout -k 5 $((secs + 90)) sipp "${scen[@]}" "127.0.0.1:$SIP_PORT" \
-		-i 127.0.0.1 -p "$port" -t "$TRANSPORT" -r "$rate" -m "$count" -l "$limit" \
+		-i 127.0.0.1 -p "$port" $(sipp_transport) -r "$rate" -m "$count" -l "$limit" \
 		-nostdin -buff_size 4194304 \
 		-trace_stat -stf stat.csv -fd 1 -trace_rtt -rtt_freq 100 -trace_err \
 		-timeout $((secs + 60))s -timeout_error "$@" >sipp.out 2>&1) || echo "$?" >"$dir/exit"
