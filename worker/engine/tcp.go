@@ -52,6 +52,9 @@ type tcpConn struct {
 	// lastWrite is when the loop last wrote (unix ns): a connection we only
 	// write to is not idle.
 	lastWrite atomic.Int64
+	// wdl is the write deadline in force, moved by the loop's writes only
+	// when less than a second of it is left (see writeRaw).
+	wdl time.Time
 	// The bounds in force when the connection came (config.ConnLimits).
 	limits config.ConnLimits
 
@@ -135,7 +138,14 @@ func (c *tcpConn) writeRaw(b []byte) error {
 	}
 	now := time.Now()
 	c.lastWrite.Store(now.UnixNano())
-	c.c.SetWriteDeadline(now.Add(2 * time.Second))
+	// A write the peer does not take within 1 to 2 s fails. The deadline
+	// moves about once a second, not at every write: each move changes a
+	// runtime timer, which a connection carrying a trunk's calls paid per
+	// message.
+	if c.wdl.Sub(now) < time.Second {
+		c.wdl = now.Add(2 * time.Second)
+		c.c.SetWriteDeadline(c.wdl)
+	}
 	if c.rec != nil {
 		c.expectW += uint64((len(b) + maxPlaintext - 1) / maxPlaintext)
 	}
@@ -281,7 +291,7 @@ func (w *Worker) readConn(tc *tcpConn) {
 		err := t.HandshakeContext(ctx)
 		cancel()
 		if err != nil {
-			w.opt.Submit(func() {
+			w.opt.Run(func() {
 				w.Stats.TLSHandshakeFailures++
 				w.log.Info("tls handshake failed", "peer", tc.remote.String(), "error", err)
 				w.closeConn(tc, closedHandshake)
@@ -306,8 +316,10 @@ func (w *Worker) readConn(tc *tcpConn) {
 		return
 	}
 	crlf := 0
+	rc := &readClock{last: time.Now().UnixNano()}
+	more := func() { rc.armMessage(tc, msgTimeout) }
 	for {
-		if !w.awaitMessage(tc, r, lifetime) {
+		if !w.awaitMessage(tc, r, rc, lifetime) {
 			return
 		}
 		b, _ := r.Peek(1)
@@ -318,7 +330,7 @@ func (w *Worker) readConn(tc *tcpConn) {
 			if b[0] == '\n' {
 				if crlf++; crlf == 2 {
 					crlf = 0
-					w.opt.Submit(func() {
+					w.opt.Run(func() {
 						if !tc.closed {
 							tc.write([]byte("\r\n"))
 						}
@@ -328,21 +340,56 @@ func (w *Worker) readConn(tc *tcpConn) {
 			continue
 		}
 		crlf = 0
-		// Set under rmu: a Drain that interrupted the wait after Peek
-		// returned loses to this deadline, so no message is cut.
-		tc.rmu.Lock()
-		tc.c.SetReadDeadline(time.Now().Add(msgTimeout))
-		tc.rmu.Unlock()
-		msg, err := readStreamMessage(r)
+		// A message whole in the buffer needs no deadline of its own: one
+		// that needs more reads has message_timeout set before them (more).
+		msg, err := readStreamMessageMore(r, more)
 		if err != nil {
 			w.readFailed(tc, err)
 			return
 		}
 		at := time.Now().UnixNano()
-		w.opt.Submit(func() {
+		rc.last = at
+		w.opt.Run(func() {
 			w.handle(msg, source{proto: tc.proto(), addr: tc.remote, sock: -1, conn: tc, readAt: at})
 		})
 	}
+}
+
+// readClock is a reader's view of its connection's read deadline, so that
+// the deadline moves about once a second under steady traffic rather than
+// twice per message: each move changes a runtime timer, and the wait and
+// the wake-ups around it were most of what a message over a busy
+// connection cost.
+type readClock struct {
+	// armed is the read deadline in force (unix ns); 0 when unknown (a
+	// Drain or a timeout moved it), so that the next wait sets it.
+	armed int64
+	// last is when the connection last brought something (unix ns): a
+	// message's first byte or its last, a keep-alive.
+	last int64
+}
+
+// armIdle makes the deadline the connection's idle end: lifetime after the
+// last message read or written. One already set up to a second (or an
+// eighth of the lifetime) earlier stays: it fires early, and the wait,
+// finding the connection not idle, sets it again. Called under rmu.
+func (rc *readClock) armIdle(tc *tcpConn, lifetime time.Duration) {
+	due := max(rc.last, tc.lastWrite.Load()) + int64(lifetime)
+	if rc.armed != 0 && rc.armed <= due && due-rc.armed < int64(min(time.Second, lifetime/8)) {
+		return
+	}
+	rc.armed = due
+	tc.c.SetReadDeadline(time.Unix(0, due))
+}
+
+// armMessage bounds the rest of a message that needs more reads by the
+// message timeout. Set under rmu: a Drain that interrupted the wait after
+// it returned loses to this deadline, so no message is cut.
+func (rc *readClock) armMessage(tc *tcpConn, msgTimeout time.Duration) {
+	tc.rmu.Lock()
+	rc.armed = time.Now().Add(msgTimeout).UnixNano()
+	tc.c.SetReadDeadline(time.Unix(0, rc.armed))
+	tc.rmu.Unlock()
 }
 
 // awaitMessage waits between messages until a byte comes: idle, unless
@@ -350,10 +397,10 @@ func (w *Worker) readConn(tc *tcpConn) {
 // reader is to stop: the connection was closed (for being idle, or by the
 // peer), or parked for a hand-off, with what was read past the last
 // message.
-func (w *Worker) awaitMessage(tc *tcpConn, r *bufio.Reader, lifetime time.Duration) bool {
+func (w *Worker) awaitMessage(tc *tcpConn, r *bufio.Reader, rc *readClock, lifetime time.Duration) bool {
 	for {
 		tc.rmu.Lock()
-		tc.c.SetReadDeadline(time.Now().Add(lifetime))
+		rc.armIdle(tc, lifetime)
 		if tc.handoff.Load() {
 			tc.rmu.Unlock()
 			prefix, _ := r.Peek(r.Buffered())
@@ -367,7 +414,7 @@ func (w *Worker) awaitMessage(tc *tcpConn, r *bufio.Reader, lifetime time.Durati
 				}
 				tc.moveRead, prefix = st, append(prefix, plain...)
 			}
-			w.opt.Submit(func() { w.park(tc, prefix) })
+			w.opt.Run(func() { w.park(tc, prefix) })
 			return false
 		}
 		tc.waiting = true
@@ -377,16 +424,22 @@ func (w *Worker) awaitMessage(tc *tcpConn, r *bufio.Reader, lifetime time.Durati
 		tc.waiting = false
 		tc.rmu.Unlock()
 		if err == nil {
+			// A byte came: a keep-alive, a ping or a message's first.
+			rc.last = time.Now().UnixNano()
 			return true
+		}
+		if isTimeout(err) {
+			// Whoever moved the deadline, the next wait sets it again.
+			rc.armed = 0
 		}
 		if isTimeout(err) && tc.handoff.Load() {
 			continue
 		}
 		if isTimeout(err) {
-			if last := tc.lastWrite.Load(); time.Since(time.Unix(0, last)) < lifetime {
+			if last := max(rc.last, tc.lastWrite.Load()); time.Since(time.Unix(0, last)) < lifetime {
 				continue
 			}
-			w.opt.Submit(func() {
+			w.opt.Run(func() {
 				if tc.ws && !tc.closed {
 					tc.writeRaw(wsCloseFrame(wsStatusGoingAway))
 				}
@@ -394,7 +447,7 @@ func (w *Worker) awaitMessage(tc *tcpConn, r *bufio.Reader, lifetime time.Durati
 			})
 			return false
 		}
-		w.opt.Submit(func() { w.closeConn(tc, closedByPeer) })
+		w.opt.Run(func() { w.closeConn(tc, closedByPeer) })
 		return false
 	}
 }
@@ -411,7 +464,7 @@ func (w *Worker) readFailed(tc *tcpConn, err error) {
 		reason = closedByPeer
 	}
 	errors.As(err, &wsErr)
-	w.opt.Submit(func() {
+	w.opt.Run(func() {
 		if reason != closedByPeer {
 			w.log.Info(tc.proto()+" connection closed", "peer", tc.remote.String(), "reason", reason, "error", err)
 		}
@@ -453,7 +506,7 @@ func (w *Worker) upgradeWS(tc *tcpConn, r *bufio.Reader) bool {
 	if err == nil {
 		return true
 	}
-	w.opt.Submit(func() {
+	w.opt.Run(func() {
 		w.Stats.WSRefused++
 		w.log.Info("websocket upgrade failed", "peer", tc.remote.String(), "reason", reason, "error", err)
 		w.closeConn(tc, reason)
@@ -469,17 +522,16 @@ func (w *Worker) upgradeWS(tc *tcpConn, r *bufio.Reader) bool {
 // message boundary.
 func (w *Worker) readWS(tc *tcpConn, r *bufio.Reader, lifetime, msgTimeout time.Duration) {
 	wr := &wsReader{r: r, max: maxTCPMessage}
+	rc := &readClock{last: time.Now().UnixNano()}
 	for {
 		// A control frame may come between the fragments of a message,
 		// which is then still under way: no idle wait, no hand-off, and
 		// the message's deadline stands (pings do not stretch it).
 		if !wr.midMessage() {
-			if !w.awaitMessage(tc, r, lifetime) {
+			if !w.awaitMessage(tc, r, rc, lifetime) {
 				return
 			}
-			tc.rmu.Lock()
-			tc.c.SetReadDeadline(time.Now().Add(msgTimeout))
-			tc.rmu.Unlock()
+			rc.armMessage(tc, msgTimeout)
 		}
 		f, err := wr.read()
 		if err != nil {
@@ -489,15 +541,16 @@ func (w *Worker) readWS(tc *tcpConn, r *bufio.Reader, lifetime, msgTimeout time.
 		switch {
 		case f.isPing:
 			pong := appendWSFrame(nil, wsPong, f.ping)
-			w.opt.Submit(func() {
+			w.opt.Run(func() {
 				if !tc.closed {
 					tc.writeRaw(pong)
 				}
 			})
 		case f.data != nil && !blank(f.data):
 			at := time.Now().UnixNano()
+			rc.last = at
 			msg := f.data
-			w.opt.Submit(func() {
+			w.opt.Run(func() {
 				w.handle(msg, source{proto: tc.proto(), addr: tc.remote, sock: -1, conn: tc, readAt: at})
 			})
 		}
@@ -537,6 +590,12 @@ func (w *Worker) closeConn(tc *tcpConn, reason string) {
 // framed where the reader buffers it and copied out once, whole; one that
 // outgrows the buffer is gathered beside it.
 func readStreamMessage(r *bufio.Reader) ([]byte, error) {
+	return readStreamMessageMore(r, nil)
+}
+
+// readStreamMessageMore is readStreamMessage calling more, when not nil,
+// once before the message needs a read beyond what r buffers.
+func readStreamMessageMore(r *bufio.Reader, more func()) ([]byte, error) {
 	f := sipstream.Framer{MaxHeader: maxTCPMessage, MaxBody: maxTCPMessage}
 	// big holds the message's first bytes once it outgrows r's buffer.
 	var big []byte
@@ -564,6 +623,10 @@ func readStreamMessage(r *bufio.Reader) ([]byte, error) {
 			msg := append([]byte(nil), b[:n]...)
 			r.Discard(n)
 			return msg, nil
+		}
+		if more != nil {
+			more()
+			more = nil
 		}
 		if big == nil && len(b) < r.Size() {
 			// More of it, in the buffer.
