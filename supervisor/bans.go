@@ -29,20 +29,31 @@ type banAuthority struct {
 	// workers lists the workers that read sockets or connections.
 	workers func() []*pool.Worker
 
-	mu     sync.Mutex
-	t      *pike.Table
-	reply  bool
-	gen    uint64 // bumped at each change the workers must learn
-	frame  []byte // the bans frame of gen, built once
-	logSec int64  // the second of the last ban logged, unix
-	logged int    // bans logged in that second
-	quiet  int    // bans not logged since the last one logged
+	mu    sync.Mutex
+	t     *pike.Table
+	reply bool
+	gen   uint64 // bumped at each change the workers must learn
+	frame []byte // the bans frame of gen, built once
+	banLogRate
 
 	list pike.List
 	poke chan struct{}
 	// sent is, by worker, the gen it last learned; the loop's own.
 	sent map[*pool.Worker]uint64
 
+	banMetrics
+}
+
+// banLogRate bounds the bans logged to a few a second (guarded by
+// banAuthority.mu).
+type banLogRate struct {
+	logSec int64 // the second of the last ban logged, unix
+	logged int   // bans logged in that second
+	quiet  int   // bans not logged since the last one logged
+}
+
+// banMetrics are the ban table's metrics.
+type banMetrics struct {
 	imposed  *prometheus.CounterVec
 	active   prometheus.GaugeFunc
 	failures prometheus.Counter

@@ -46,18 +46,24 @@ type dsRun struct {
 	unresolved []string
 	// tcp holds the host:port of each destination probed over TCP, a
 	// connection a probe, "" for the others.
-	tcp     []string
+	tcp   []string
+	shown []dispatcher.Status // the states as last sent to workers
+	gen   uint64
+	sent  map[*pool.Worker]uint64 // the generation each worker has
+	// kick wakes the loop at once after a change by hand or by a script.
+	kick chan struct{}
+
+	dsProber
+}
+
+// dsProber is what the probes of dsRun are sent and matched with.
+type dsProber struct {
 	probe   dispatcher.Probe
 	from    string
-	shown   []dispatcher.Status // the states as last sent to workers
-	gen     uint64
-	sent    map[*pool.Worker]uint64 // the generation each worker has
-	pending map[string]int          // probe branch → destination
+	pending map[string]int // probe branch → destination
 	seq     uint64
 	tag     string
 	conn    *net.UDPConn
-	// kick wakes the loop at once after a change by hand or by a script.
-	kick chan struct{}
 }
 
 // dsLoad counts what the workers sent a destination.
@@ -81,7 +87,8 @@ const (
 func newDSRun(s *Supervisor) *dsRun {
 	var tag [6]byte
 	rand.Read(tag[:])
-	return &dsRun{s: s, sent: map[*pool.Worker]uint64{}, pending: map[string]int{}, tag: hex.EncodeToString(tag[:]), kick: make(chan struct{}, 1)}
+	return &dsRun{s: s, sent: map[*pool.Worker]uint64{}, kick: make(chan struct{}, 1),
+		dsProber: dsProber{pending: map[string]int{}, tag: hex.EncodeToString(tag[:])}}
 }
 
 // probeAddr is the local address probes leave from: the first UDP SIP

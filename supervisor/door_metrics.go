@@ -12,13 +12,21 @@ import (
 // doorCollector exports the front doors' counters. The doors count with
 // atomics on their hot path; the collector reads them only when scraped.
 type doorCollector struct {
-	s                                                     *Supervisor
-	received, forwarded, keepalives, replied              *prometheus.Desc
-	ownAcks                                               *prometheus.Desc
-	malformed, refused, admitted, dropped, aff            *prometheus.Desc
-	sessions, absorbed, stale, staleRefused               *prometheus.Desc
-	probesRefused, direct, directWorkers, passed, refresh *prometheus.Desc
-	banned                                                *prometheus.Desc
+	s *Supervisor
+	doorDatagramDescs
+	doorSessionDescs
+}
+
+// doorDatagramDescs describe what became of the datagrams a group read.
+type doorDatagramDescs struct {
+	received, forwarded, keepalives, replied, ownAcks *prometheus.Desc
+	malformed, dropped, absorbed, stale, banned       *prometheus.Desc
+	direct, directWorkers, passed, refresh            *prometheus.Desc
+}
+
+// doorSessionDescs describe the sessions a group admitted, refused and holds.
+type doorSessionDescs struct {
+	refused, admitted, aff, sessions, staleRefused, probesRefused *prometheus.Desc
 }
 
 func newDoorCollector(s *Supervisor) *doorCollector {
@@ -26,28 +34,32 @@ func newDoorCollector(s *Supervisor) *doorCollector {
 		return prometheus.NewDesc(prometheus.BuildFQName("sipvisor", "frontdoor", name), help, append([]string{"group"}, labels...), nil)
 	}
 	return &doorCollector{s: s,
-		received:   d("datagrams_received_total", "Datagrams read from the socket."),
-		forwarded:  d("datagrams_forwarded_total", "Datagrams handed to a worker."),
-		keepalives: d("keepalives_total", "Keepalive datagrams (bare CRLF)."),
-		replied:    d("stateless_replies_total", "Replies sent by the front door itself (400, 503)."),
-		ownAcks:    d("own_acks_total", "ACKs of the front door's own replies, absorbed there."),
-		malformed:  d("malformed_total", "Datagrams that could not be scanned, by reason.", "reason"),
-		refused:    d("refused_sessions_total", "New sessions refused with 503, by reason.", "reason"),
-		admitted:   d("admitted_sessions_total", "New sessions admitted, by kind.", "kind"),
-		dropped:    d("datagrams_dropped_total", "Datagrams no worker could take, and stateless replies the socket would not send, by reason.", "reason"),
-		aff:        d("affinity_callids", "Call-IDs currently bound to a worker."),
-		sessions:   d("sessions", "Calls and subscriptions in progress that came in through this socket (for the TCP group, over connections), by kind.", "kind"),
-		absorbed:   d("retransmissions_absorbed_total", "Retransmitted requests dropped because the original still waited in a worker's queue."),
-		stale: prometheus.NewDesc("sipvisor_pool_stale_requests_dropped_total",
-			"Requests a worker dropped unhandled for having waited longer than max_queue_wait.", []string{"group"}, nil),
-		staleRefused: prometheus.NewDesc("sipvisor_pool_stale_requests_refused_total",
-			"Requests read from a connection that a worker refused with 503 for having waited longer than max_queue_wait.", []string{"group"}, nil),
-		passed:        d("datagrams_passed_total", "Datagrams the group's workers read from their own sockets (udp_direct_reads) and passed to this door to decide: calls whose worker may be another."),
-		refresh:       d("direct_refresh_seconds", "How often the supervisor writes admission into the workers' pages when nothing asks sooner (udp_direct_reads): 0.1 while a limit is set, admission is closed or something just changed, 1 while nothing can change but by an event that refreshes at once."),
-		directWorkers: d("direct_workers", "Workers the kernel program places the socket's datagrams on (udp_direct_reads); 0 while every datagram comes through this door."),
-		direct:        d("direct_datagrams_total", "Datagrams the group's workers read from their own sockets of the port (udp_direct_reads), past this door."),
-		banned:        d("banned_datagrams_total", "Datagrams from banned sources, dropped or answered 403 (ban_action) as they were read, by this door or a worker reading its socket (udp_direct_reads)."),
-		probesRefused: d("probes_refused_total", "OPTIONS probes of the server itself answered 503 while it refused every new session (suspended or stopping)."),
+		doorDatagramDescs: doorDatagramDescs{
+			received:   d("datagrams_received_total", "Datagrams read from the socket."),
+			forwarded:  d("datagrams_forwarded_total", "Datagrams handed to a worker."),
+			keepalives: d("keepalives_total", "Keepalive datagrams (bare CRLF)."),
+			replied:    d("stateless_replies_total", "Replies sent by the front door itself (400, 503)."),
+			ownAcks:    d("own_acks_total", "ACKs of the front door's own replies, absorbed there."),
+			malformed:  d("malformed_total", "Datagrams that could not be scanned, by reason.", "reason"),
+			dropped:    d("datagrams_dropped_total", "Datagrams no worker could take, and stateless replies the socket would not send, by reason.", "reason"),
+			absorbed:   d("retransmissions_absorbed_total", "Retransmitted requests dropped because the original still waited in a worker's queue."),
+			stale: prometheus.NewDesc("sipvisor_pool_stale_requests_dropped_total",
+				"Requests a worker dropped unhandled for having waited longer than max_queue_wait.", []string{"group"}, nil),
+			passed:        d("datagrams_passed_total", "Datagrams the group's workers read from their own sockets (udp_direct_reads) and passed to this door to decide: calls whose worker may be another."),
+			refresh:       d("direct_refresh_seconds", "How often the supervisor writes admission into the workers' pages when nothing asks sooner (udp_direct_reads): 0.1 while a limit is set, admission is closed or something just changed, 1 while nothing can change but by an event that refreshes at once."),
+			directWorkers: d("direct_workers", "Workers the kernel program places the socket's datagrams on (udp_direct_reads); 0 while every datagram comes through this door."),
+			direct:        d("direct_datagrams_total", "Datagrams the group's workers read from their own sockets of the port (udp_direct_reads), past this door."),
+			banned:        d("banned_datagrams_total", "Datagrams from banned sources, dropped or answered 403 (ban_action) as they were read, by this door or a worker reading its socket (udp_direct_reads)."),
+		},
+		doorSessionDescs: doorSessionDescs{
+			refused:  d("refused_sessions_total", "New sessions refused with 503, by reason.", "reason"),
+			admitted: d("admitted_sessions_total", "New sessions admitted, by kind.", "kind"),
+			aff:      d("affinity_callids", "Call-IDs currently bound to a worker."),
+			sessions: d("sessions", "Calls and subscriptions in progress that came in through this socket (for the TCP group, over connections), by kind.", "kind"),
+			staleRefused: prometheus.NewDesc("sipvisor_pool_stale_requests_refused_total",
+				"Requests read from a connection that a worker refused with 503 for having waited longer than max_queue_wait.", []string{"group"}, nil),
+			probesRefused: d("probes_refused_total", "OPTIONS probes of the server itself answered 503 while it refused every new session (suspended or stopping)."),
+		},
 	}
 }
 

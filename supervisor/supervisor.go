@@ -59,7 +59,10 @@ type Options struct {
 }
 
 // Supervisor owns the SIP sockets, the worker groups, the cycle loop and the
-// control HTTP server of one sipvisor.
+// control HTTP server of one sipvisor. Its state is in parts, each holding
+// the fields that the same code uses together (doc.go lists them): the
+// parts are embedded so that the loops read s.groups or s.ov as before,
+// and each part's type says which fields belong to it.
 type Supervisor struct {
 	opts Options
 	log  *slog.Logger
@@ -67,21 +70,40 @@ type Supervisor struct {
 	m    *metrics
 	pm   *pool.Metrics
 
-	// snapshot is the file workers load their config from: the text of the
-	// last config that loaded, so that a file broken since cannot reach a
-	// new worker. snapDir holds it and goes when Run returns.
-	snapshot, snapDir string
+	cfg     atomic.Pointer[config.Config]
+	started time.Time
 
-	// tickets are the TLS session ticket keys the TCP workers share.
-	tickets *ticketkey.Keeper
+	sockParts
+	scaling
+	admission
+	store
+	control
 
+	// up is this supervisor's part in upgrades (upgrade.go).
+	up upgradeState
+}
+
+// sockParts is what the supervisor reads and writes the network through:
+// the SIP sockets and their front doors, the control listener, and the
+// connections the workers hold.
+type sockParts struct {
 	sockets []*listeners.Socket
 	files   []*os.File // the UDP sockets' descriptors, passed to every worker
 	names   []string
 	httpLn  net.Listener
 	doors   []*udpDoor
 
-	cfg    atomic.Pointer[config.Config]
+	// tickets are the TLS session ticket keys the TCP workers share.
+	tickets *ticketkey.Keeper
+
+	// conns counts the connections the workers hold; passCounts the
+	// requests passed to the worker holding a connection.
+	conns      *connCounts
+	passCounts *passCounts
+}
+
+// scaling is the worker groups and what the cycle loop keeps to size them.
+type scaling struct {
 	mu     sync.Mutex // guards each groupRun's scaling state
 	groups []*groupRun
 	byName map[string]*groupRun
@@ -90,21 +112,24 @@ type Supervisor struct {
 	timer  *groupRun
 	cycle  int64
 
-	reload chan chan reloadReply
-	hup    chan os.Signal
+	// snapshot is the file workers load their config from: the text of the
+	// last config that loaded, so that a file broken since cannot reach a
+	// new worker. snapDir holds it and goes when Run returns.
+	snapshot, snapDir string
+
 	// timersChanged tells the timer loop that a reload changed the
-	// timer_route schedule; cycleChanged and echoChanged tell the cycle and
-	// echo loops that their interval changed.
-	timersChanged, cycleChanged, echoChanged chan struct{}
+	// timer_route schedule; cycleChanged tells the cycle loop that its
+	// interval changed.
+	timersChanged, cycleChanged chan struct{}
 	// timerPlans counts the schedules the timer loop has taken, the first
 	// and one per reload that changed it, so that a test knows when a
 	// reload has reached the loop.
 	timerPlans atomic.Int64
+}
 
-	// ds probes the destination sets and tells the workers their states.
-	ds *dsRun
-	oc *ocRun
-
+// admission is the state the decision which new sessions are taken weighs
+// (the decisions themselves are package overload's).
+type admission struct {
 	// ov decides which new sessions are taken; thr is the RTT throttle's
 	// settings in force, as the file writes them (thrMu).
 	ov    *overload.Admission
@@ -112,38 +137,46 @@ type Supervisor struct {
 	thr   config.Throttle
 	ss    *overload.SlowStartMetrics
 	ssCfg atomic.Pointer[slowstart.Config] // set by ctl; nil: the config's
+	oc    *ocRun
+	// connSess counts the sessions that come in over connections.
+	connSess *connSessions
+	// echoChanged tells the echo loop that its interval changed.
+	echoChanged chan struct{}
+}
+
+// store is the registrations, held outside every worker.
+type store struct {
+	// locations holds the registrations, outside every worker, so that
+	// scaling down or a crash never loses one: the shared store the
+	// workers open too, or the memory one they reach through answerCall.
+	locations location.Store
+	storeSpec location.Spec
+	// storeDown is set while the supervisor's calls to the store fail.
+	storeDown atomic.Bool
 	// regCount is the bindings in the location store, counted each cycle.
 	regCount atomic.Int64
 	// regIDs holds the Call-ID hashes of the live bindings' REGISTERs, so
 	// that a refresh of an existing registration is never refused: it is
 	// an existing session, not a new one.
-	regIDs  atomic.Pointer[map[uint64]struct{}]
-	started time.Time
-	params  *ctl.Params
-	// locations holds the registrations, outside every worker, so that
-	// scaling down or a crash never loses one: the shared store the
-	// workers open too, or the memory one they reach through answerCall.
-	locations location.Store
-	// connSess counts the sessions that come in over connections, conns
-	// the connections themselves.
-	connSess *connSessions
-	conns    *connCounts
+	regIDs atomic.Pointer[map[uint64]struct{}]
+}
+
+// control is what the control server and the signals act on.
+type control struct {
+	params *ctl.Params
 	// bans is the table of banned sources (package overload/pike).
 	bans *banAuthority
-	// passCounts counts requests passed to the worker holding a connection.
-	passCounts *passCounts
-	storeSpec  location.Spec
-	// storeDown is set while the supervisor's calls to the store fail.
-	storeDown atomic.Bool
+	// ds probes the destination sets and tells the workers their states.
+	ds *dsRun
+
+	reload chan chan reloadReply
+	hup    chan os.Signal
 
 	// cpuProfiling is set while the supervisor's own CPU profile is taken;
 	// profileWait bounds the wait for a worker's profile (nanoseconds; tests
 	// shorten it).
 	cpuProfiling atomic.Bool
 	profileWait  atomic.Int64
-
-	// up is this supervisor's part in upgrades (upgrade.go).
-	up upgradeState
 }
 
 // groupRun is a worker group and the scaling state the cycle loop keeps for it.
@@ -163,6 +196,20 @@ type groupRun struct {
 	// the per-worker metrics; a worker is in it once it has reported.
 	mem  map[int]pool.WorkerSample
 	door *frontdoor.Door // nil for TCP and timer groups
+	// steer is the group's direct reads, nil without them.
+	steer *steering.Port
+
+	groupAdmission
+}
+
+// groupAdmission is a group's admission state and the counts of what was
+// decided for the workers that read their own connections.
+type groupAdmission struct {
+	// gate is the group's admission state (its RTT throttle); ramps are
+	// its workers in slow start.
+	gate  *overload.Gate
+	ramps *overload.Ramps[*pool.Worker]
+
 	// refusedConn counts the new sessions refused to workers that read
 	// their own connections (TCP), by reason, as the door counts its own.
 	refusedConn [overload.NumRefusals]atomic.Uint64
@@ -171,13 +218,6 @@ type groupRun struct {
 	probesRefusedConn atomic.Uint64
 	// admittedConn counts those admitted there, for RFC 7339's loss.
 	admittedConn atomic.Uint64
-
-	// gate is the group's admission state (its RTT throttle); ramps are
-	// its workers in slow start.
-	gate  *overload.Gate
-	ramps *overload.Ramps[*pool.Worker]
-	// steer is the group's direct reads, nil without them.
-	steer *steering.Port
 }
 
 // New binds every SIP socket and the control address, so that an address in
@@ -204,9 +244,10 @@ func New(o Options) (*Supervisor, error) {
 	}
 	// A copy: the caller's Command may be shared.
 	o.Worker.Env = append(slices.Clip(o.Worker.Env), wire.EnvLogFormat+"="+o.LogFormat)
-	s := &Supervisor{opts: o, log: o.Logger.With("component", "supervisor"), reg: o.Registry,
-		byName: map[string]*groupRun{}, reload: make(chan chan reloadReply), hup: make(chan os.Signal, 1),
-		timersChanged: make(chan struct{}, 1), cycleChanged: make(chan struct{}, 1), echoChanged: make(chan struct{}, 1)}
+	s := &Supervisor{opts: o, log: o.Logger.With("component", "supervisor"), reg: o.Registry}
+	s.byName = map[string]*groupRun{}
+	s.reload, s.hup = make(chan chan reloadReply), make(chan os.Signal, 1)
+	s.timersChanged, s.cycleChanged, s.echoChanged = make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
 	// Caught from the start: a SIGHUP before the reload loop runs must not
 	// kill the process (its default action).
 	signal.Notify(s.hup, syscall.SIGHUP)
@@ -574,8 +615,8 @@ func (s *Supervisor) makeGroups() {
 			p = &pp
 			ceiling = max(workers, pp.UpTo)
 		}
-		gr := &groupRun{profile: p, workers: map[int]*profile.Views{}, mem: map[int]pool.WorkerSample{},
-			ramps: overload.NewRamps[*pool.Worker](name, s.ss)}
+		gr := &groupRun{profile: p, workers: map[int]*profile.Views{}, mem: map[int]pool.WorkerSample{}}
+		gr.ramps = overload.NewRamps[*pool.Worker](name, s.ss)
 		if p != nil {
 			// From the start, not from the first sample: the alerts that
 			// compare the workers with it see the group at once.
