@@ -25,7 +25,7 @@ func (s *Supervisor) newAdmission(cfg *config.Config) *overload.Admission {
 	s.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "sipvisor", Subsystem: "location", Name: "bindings",
 			Help: "Live bindings in the location store, as last counted (every 5 s or longer for a shared store)."},
-			func() float64 { return float64(s.regCount.Load()) }),
+			func() float64 { return float64(s.store.regCount.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "sipvisor", Subsystem: "location", Name: "max_bindings",
 			Help: "max_registrations in force: the most bindings the store takes before a new registration is refused; 0 for no bound."},
 			func() float64 { return float64(a.Limits().MaxByKind[sipscan.KindRegistration].Load()) }))
@@ -52,7 +52,7 @@ type sessionCount struct{ s *Supervisor }
 func (c sessionCount) Sessions(k sipscan.Kind) int64 {
 	s := c.s
 	if k == sipscan.KindRegistration {
-		return s.regCount.Load()
+		return s.store.regCount.Load()
 	}
 	var n int64
 	for _, gr := range s.udp {
@@ -63,7 +63,7 @@ func (c sessionCount) Sessions(k sipscan.Kind) int64 {
 
 type registrations struct{ s *Supervisor }
 
-func (r registrations) Refreshes(callID []byte) bool { return r.s.refreshesBinding(callID) }
+func (r registrations) Refreshes(callID []byte) bool { return r.s.store.refreshesBinding(callID) }
 
 // groupLoad is a group as admission weighs it.
 type groupLoad struct {

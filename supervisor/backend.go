@@ -150,7 +150,7 @@ func (b backend) Reload() (ctl.ReloadResult, error) {
 }
 
 func (b backend) Locations(aor string) ([]ctl.Binding, error) {
-	bs, err := b.s.findBindings(aor)
+	bs, err := b.s.store.findBindings(aor)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +166,7 @@ func (b backend) RemoveLocation(aor, contact string) (int, error) {
 }
 
 func (b backend) Users() ([]ctl.User, error) {
-	us, err := b.s.users()
+	us, err := b.s.store.users()
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +182,7 @@ func (b backend) Users() ([]ctl.User, error) {
 }
 
 func (b backend) AddUser(u ctl.User) error {
-	us, err := b.s.users()
+	us, err := b.s.store.users()
 	if err != nil {
 		return err
 	}
@@ -194,7 +194,7 @@ func (b backend) AddUser(u ctl.User) error {
 }
 
 func (b backend) RemoveUser(name, realm string) error {
-	us, err := b.s.users()
+	us, err := b.s.store.users()
 	if err != nil {
 		return err
 	}

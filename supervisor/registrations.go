@@ -10,6 +10,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/ctl"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/location"
 )
 
@@ -33,7 +34,7 @@ func (s *Supervisor) openStore(cfg *config.Config) error {
 	if err != nil {
 		return fmt.Errorf("%w (location_store in %s)", err, cfg.File)
 	}
-	s.locations, s.storeSpec = st, sp
+	s.store.locations, s.store.spec = st, sp
 	s.m.storeUp.Set(1)
 	return nil
 }
@@ -49,7 +50,7 @@ func (s *Supervisor) fileWithoutPorts(cfg *config.Config) {
 		return
 	}
 	start := time.Now()
-	n, err := moveToPortless(s.locations)
+	n, err := moveToPortless(s.store.locations)
 	if err != nil {
 		s.log.Warn("bindings filed with a port not moved to their AOR without it", "moved", n, "error", err)
 		return
@@ -126,7 +127,7 @@ const countEveryMost = 2 * time.Minute
 // longer (countEvery) for a shared one.
 func (s *Supervisor) registrationsLoop(ctx context.Context) error {
 	base := s.config().AutoScalingCycle
-	if s.storeSpec.Shared() {
+	if s.store.spec.Shared() {
 		base = max(base, sharedCountEvery)
 	}
 	every := base
@@ -139,16 +140,16 @@ func (s *Supervisor) registrationsLoop(ctx context.Context) error {
 			return ctx.Err()
 		case now := <-t.C:
 			start := time.Now()
-			err := s.refreshRegistrations()
+			err := s.store.refresh()
 			// A count that failed (the store unreachable, waiting out its
 			// timeout) says nothing of the store's size: the next comes at
 			// the base pace, so that its return is seen as soon as before.
-			if every = base; err == nil && s.storeSpec.Shared() {
+			if every = base; err == nil && s.store.spec.Shared() {
 				every = max(base, countEvery(time.Since(start)))
 			}
 			t.arm(every, true)
-			if err == nil && (!s.storeSpec.Shared() || now.Sub(lastSweep) >= sweepEvery) {
-				_, err = s.locations.Expire(now)
+			if err == nil && (!s.store.spec.Shared() || now.Sub(lastSweep) >= sweepEvery) {
+				_, err = s.store.locations.Expire(now)
 				lastSweep = now
 			}
 			s.noteStore(err)
@@ -162,27 +163,27 @@ func (s *Supervisor) noteStore(err error) {
 	if err != nil {
 		s.m.storeErrors.WithLabelValues("supervisor").Inc()
 		s.m.storeUp.Set(0)
-		if !s.storeDown.Swap(true) {
-			s.log.Error("location store out of reach: REGISTERs and lookups are answered 503 until it is back", "store", s.storeSpec.String(), "error", err)
+		if !s.store.down.Swap(true) {
+			s.log.Error("location store out of reach: REGISTERs and lookups are answered 503 until it is back", "store", s.store.spec.String(), "error", err)
 		}
 		return
 	}
 	s.m.storeUp.Set(1)
-	if s.storeDown.Swap(false) {
-		s.log.Info("location store reachable again", "store", s.storeSpec.String())
+	if s.store.down.Swap(false) {
+		s.log.Info("location store reachable again", "store", s.store.spec.String())
 	}
 }
 
 // findBindings is `ul show`: every binding, those of one AOR (normalised
 // as the registrar files it), or those of one user name in any domain.
-func (s *Supervisor) findBindings(aor string) ([]location.Binding, error) {
+func (st *store) findBindings(aor string) ([]location.Binding, error) {
 	switch {
 	case aor == "":
-		return s.locations.List()
+		return st.locations.List()
 	case strings.Contains(aor, "@"):
-		return s.bindingsOf(aor)
+		return st.bindingsOf(aor)
 	}
-	all, err := s.locations.List()
+	all, err := st.locations.List()
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +199,7 @@ func (s *Supervisor) findBindings(aor string) ([]location.Binding, error) {
 // removeBindings is `ul rm`: contact matches a binding's contact as `ul
 // show` prints it, with or without its angle brackets.
 func (s *Supervisor) removeBindings(aor, contact string) (int, error) {
-	bs, err := s.bindingsOf(aor)
+	bs, err := s.store.bindingsOf(aor)
 	if err != nil {
 		return 0, err
 	}
@@ -207,7 +208,7 @@ func (s *Supervisor) removeBindings(aor, contact string) (int, error) {
 		if contact != "" && b.Contact != contact && b.Contact != strings.Trim(contact, "<>") {
 			continue
 		}
-		if err := s.locations.Remove(b.AOR, b.Contact); err != nil {
+		if err := s.store.locations.Remove(b.AOR, b.Contact); err != nil {
 			return n, err
 		}
 		n++
@@ -224,15 +225,15 @@ func (s *Supervisor) removeBindings(aor, contact string) (int, error) {
 // the default the other); when neither holds any, those filed with any
 // port under its bare form, as a server with aor_keep_port filed its own
 // address with its port (sip:carol@127.0.0.1:5070 for sip:carol@127.0.0.1).
-func (s *Supervisor) bindingsOf(aor string) ([]location.Binding, error) {
+func (st *store) bindingsOf(aor string) ([]location.Binding, error) {
 	key := location.Key(aor)
 	bare := location.DropPort(key)
-	out, err := s.locations.Lookup(bare)
+	out, err := st.locations.Lookup(bare)
 	if err != nil {
 		return nil, err
 	}
 	if key != bare {
-		bs, err := s.locations.Lookup(key)
+		bs, err := st.locations.Lookup(key)
 		if err != nil {
 			return nil, err
 		}
@@ -241,7 +242,7 @@ func (s *Supervisor) bindingsOf(aor string) ([]location.Binding, error) {
 	if len(out) > 0 {
 		return out, nil
 	}
-	all, err := s.locations.List()
+	all, err := st.locations.List()
 	if err != nil {
 		return nil, err
 	}
@@ -254,4 +255,34 @@ func (s *Supervisor) bindingsOf(aor string) ([]location.Binding, error) {
 }
 
 // users is the credentials side of the location store.
-func (s *Supervisor) users() (location.Users, error) { return location.UsersOf(s.locations) }
+func (st *store) users() (location.Users, error) { return location.UsersOf(st.locations) }
+
+// refresh recounts the bindings and their REGISTER Call-IDs.
+// A store out of reach keeps the last counts.
+func (st *store) refresh() error {
+	ids := make(map[uint64]struct{}, st.regCount.Load())
+	n, err := location.EachCallID(st.locations, func(id []byte) {
+		if len(id) > 0 {
+			ids[sipscan.CallIDHash(id)] = struct{}{}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	st.regIDs.Store(&ids)
+	st.regCount.Store(int64(n))
+	return nil
+}
+
+// refreshesBinding reports whether a REGISTER refreshes a live binding.
+func (st *store) refreshesBinding(callID []byte) bool {
+	ids := st.regIDs.Load()
+	if ids == nil {
+		return false
+	}
+	_, ok := (*ids)[sipscan.CallIDHash(callID)]
+	return ok
+}
+
+// close closes the location store.
+func (st *store) close() error { return st.locations.Close() }

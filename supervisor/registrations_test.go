@@ -52,7 +52,7 @@ route { exit; }
 		{"sip:alice@example.org", "sip:alice@10.0.0.3:5062"},
 		{"sip:bob@example.com", "sip:bob@10.0.0.4"},
 	} {
-		if err := st.s.locations.Save(c.aor, location.Binding{Contact: c.contact, Expires: exp}); err != nil {
+		if err := st.s.store.locations.Save(c.aor, location.Binding{Contact: c.contact, Expires: exp}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,5 +168,51 @@ func TestMoveToPortless(t *testing.T) {
 	}
 	if n, err := moveToPortless(st); n != 0 || err != nil {
 		t.Fatalf("again: want nothing moved, have %d (%v)", n, err)
+	}
+}
+
+// TestStorePart runs the store part alone, over the memory store: the count
+// and the Call-IDs that tell a refresh from a new REGISTER, and the lookups
+// of ul show with and without a port.
+func TestStorePart(t *testing.T) {
+	st := &store{locations: location.NewMemory()}
+	defer st.close()
+	if st.refreshesBinding([]byte("a@x")) {
+		t.Fatal("a refresh before any count")
+	}
+	exp := time.Now().Add(time.Hour)
+	for _, b := range []location.Binding{
+		{AOR: "sip:alice@127.0.0.1", Contact: "sip:alice@127.0.0.1:5091", Expires: exp, CallID: "a@x"},
+		{AOR: "sip:bob@127.0.0.1:5070", Contact: "sip:bob@127.0.0.1:5092", Expires: exp, CallID: "b@x"},
+	} {
+		if err := st.locations.Save(b.AOR, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.regCount.Load(); n != 2 {
+		t.Errorf("counted %d bindings, want 2", n)
+	}
+	for id, want := range map[string]bool{"a@x": true, "b@x": true, "c@x": false} {
+		if got := st.refreshesBinding([]byte(id)); got != want {
+			t.Errorf("refreshesBinding(%s) = %v, want %v", id, got, want)
+		}
+	}
+	for aor, want := range map[string]int{
+		"sip:alice@127.0.0.1":      1,
+		"sip:alice@127.0.0.1:5070": 1, // filed without its port
+		"sip:bob@127.0.0.1":        1, // filed with a port by aor_keep_port
+		"bob":                      1,
+		"carol":                    0,
+	} {
+		bs, err := st.findBindings(aor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bs) != want {
+			t.Errorf("findBindings(%s): %d bindings, want %d", aor, len(bs), want)
+		}
 	}
 }

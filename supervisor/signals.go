@@ -103,8 +103,8 @@ func (s *Supervisor) doReload() (reloadPlan, error) {
 	if err == nil {
 		// New workers would open the new store and old ones keep the old:
 		// registrations would split between them.
-		if sp, _ := cfg.Store(); sp != s.storeSpec {
-			err = fmt.Errorf("location_store changed from %s to %s: it changes only on a restart; the running config stays", s.storeSpec, sp)
+		if sp, _ := cfg.Store(); sp != s.store.spec {
+			err = fmt.Errorf("location_store changed from %s to %s: it changes only on a restart; the running config stays", s.store.spec, sp)
 		}
 	}
 	if err != nil {

@@ -76,8 +76,10 @@ type Supervisor struct {
 	sockParts
 	scaling
 	admission
-	store
 	control
+
+	// store is the registrations (registrations.go).
+	store store
 
 	// up is this supervisor's part in upgrades (upgrade.go).
 	up upgradeState
@@ -144,15 +146,16 @@ type admission struct {
 	echoChanged chan struct{}
 }
 
-// store is the registrations, held outside every worker.
+// store is the registrations, held outside every worker, and what the
+// supervisor counts of them.
 type store struct {
 	// locations holds the registrations, outside every worker, so that
 	// scaling down or a crash never loses one: the shared store the
 	// workers open too, or the memory one they reach through answerCall.
 	locations location.Store
-	storeSpec location.Spec
-	// storeDown is set while the supervisor's calls to the store fail.
-	storeDown atomic.Bool
+	spec      location.Spec
+	// down is set while the supervisor's calls to the store fail.
+	down atomic.Bool
 	// regCount is the bindings in the location store, counted each cycle.
 	regCount atomic.Int64
 	// regIDs holds the Call-ID hashes of the live bindings' REGISTERs, so
@@ -261,7 +264,7 @@ func New(o Options) (*Supervisor, error) {
 	s.profileWait.Store(int64(defaultProfileWait))
 	s.params = ctl.NewParams()
 	s.params.Changed = func(string) { s.steerNow() }
-	s.locations = location.NewMemory()
+	s.store.locations = location.NewMemory()
 	s.connSess = newConnSessions(s.frontDoors)
 	s.connSess.t.MaxCallDuration.Store(int64(o.Config.Limits.MaxCallDuration))
 	s.m = newMetrics(s.reg)
@@ -415,7 +418,7 @@ func (s *Supervisor) Groups() []*pool.Group {
 //	  | control HTTP              |                     +---------+
 //	  +---------------------------+
 func (s *Supervisor) Run(ctx context.Context) error {
-	defer s.locations.Close()
+	defer s.store.close()
 	defer listeners.Close(s.sockets)
 	defer os.RemoveAll(s.snapDir)
 	defer func() {
@@ -907,7 +910,7 @@ func (s *Supervisor) answerCall(w *pool.Worker, req []byte) []byte {
 		return nil
 	}
 	if location.IsRequest(req) {
-		return location.Serve(s.locations, req)
+		return location.Serve(s.store.locations, req)
 	}
 	if method, callID, ok := wire.ParseAdmitRequest(req); ok {
 		return s.answerAdmit(w, sipscan.Method(method), callID)
@@ -993,33 +996,6 @@ func (s *Supervisor) echoLoop(ctx context.Context) error {
 			t.arm(s.config().Throttle.EchoInterval, false)
 		}
 	}
-}
-
-// refreshRegistrations recounts the bindings and their REGISTER Call-IDs.
-// A store out of reach keeps the last counts.
-func (s *Supervisor) refreshRegistrations() error {
-	ids := make(map[uint64]struct{}, s.regCount.Load())
-	n, err := location.EachCallID(s.locations, func(id []byte) {
-		if len(id) > 0 {
-			ids[sipscan.CallIDHash(id)] = struct{}{}
-		}
-	})
-	if err != nil {
-		return err
-	}
-	s.regIDs.Store(&ids)
-	s.regCount.Store(int64(n))
-	return nil
-}
-
-// refreshesBinding reports whether a REGISTER refreshes a live binding.
-func (s *Supervisor) refreshesBinding(callID []byte) bool {
-	ids := s.regIDs.Load()
-	if ids == nil {
-		return false
-	}
-	_, ok := (*ids)[sipscan.CallIDHash(callID)]
-	return ok
 }
 
 // writeSnapshot writes cfg's snapshot to a new file and makes it the one new
