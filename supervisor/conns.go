@@ -216,7 +216,7 @@ func (s *Supervisor) passResponse(note []byte) bool {
 		return false
 	}
 	if !s.passToWorker(pid, from, msg) && !s.passToOtherGeneration(pid, from, msg) {
-		s.conns.passed.WithLabelValues("no_holder").Inc()
+		s.sockets.conns.passed.WithLabelValues("no_holder").Inc()
 	}
 	return true
 }
@@ -234,9 +234,9 @@ func (s *Supervisor) passToWorker(pid int, from string, msg []byte) bool {
 			wire.PutMsgHeader(frame, 0, ap, time.Now().UnixNano())
 			copy(frame[wire.MsgHeaderLen:], msg)
 			if err := w.Send(frame); err != nil {
-				s.conns.passed.WithLabelValues("queue_full").Inc()
+				s.sockets.conns.passed.WithLabelValues("queue_full").Inc()
 			} else {
-				s.conns.passed.WithLabelValues("passed").Inc()
+				s.sockets.conns.passed.WithLabelValues("passed").Inc()
 			}
 			return true
 		}
@@ -267,14 +267,14 @@ func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
 			continue
 		}
 		lim := s.config().Conn
-		if reason := s.conns.admit(ap, lim.Max, lim.MaxPerIP); reason != "" {
+		if reason := s.sockets.conns.admit(ap, lim.Max, lim.MaxPerIP); reason != "" {
 			s.m.dropped.WithLabelValues("tcp", reason).Inc()
 			c.Close()
 			continue
 		}
 		w := s.tcp.g.Pick()
 		if w == nil {
-			s.conns.release(ap)
+			s.sockets.conns.release(ap)
 			s.m.dropped.WithLabelValues("tcp", "no_worker").Inc()
 			c.Close()
 			continue
@@ -285,9 +285,9 @@ func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
 		if ferr != nil {
 			f = nil
 		}
-		s.conns.handed(w, ap, f)
+		s.sockets.conns.handed(w, ap, f)
 		if err := w.SendConn(c); err != nil {
-			s.conns.ended(w, ap, "not_handed")
+			s.sockets.conns.ended(w, ap, "not_handed")
 			s.m.dropped.WithLabelValues("tcp", "queue_full").Inc()
 			c.Close()
 		}

@@ -95,7 +95,7 @@ func newDSRun(s *Supervisor) *dsRun {
 // socket's IP (so that a backend that checks the source sees this
 // server), on a port of their own.
 func (d *dsRun) probeAddr() *net.UDPAddr {
-	for _, sk := range d.s.sockets {
+	for _, sk := range d.s.sockets.list {
 		if sk.UDP != nil {
 			if a, ok := sk.UDP.LocalAddr().(*net.UDPAddr); ok {
 				return &net.UDPAddr{IP: a.IP}

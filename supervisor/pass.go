@@ -50,16 +50,16 @@ func (c *connCounts) holder(ap netip.AddrPort) *pool.Worker {
 // as if that worker had read the request on the UDP socket it came to. A
 // worker never gets back what it asked about: it then connects as before.
 func (s *Supervisor) answerPass(asker *pool.Worker, sock int, to, from netip.AddrPort, msg []byte) []byte {
-	h := s.conns.holder(to)
+	h := s.sockets.conns.holder(to)
 	if h == nil || h == asker {
-		s.passCounts.noHolder.Inc()
+		s.sockets.passCounts.noHolder.Inc()
 		return []byte{0}
 	}
 	if err := h.Send(wire.MessageFrame(sock, from, time.Now().UnixNano(), msg)); err != nil {
-		s.passCounts.refused.Inc()
+		s.sockets.passCounts.refused.Inc()
 		return []byte{0}
 	}
-	s.passCounts.passed.Inc()
+	s.sockets.passCounts.passed.Inc()
 	return []byte{1}
 }
 
@@ -70,15 +70,15 @@ func (s *Supervisor) answerPass(asker *pool.Worker, sock int, to, from netip.Add
 // gone, and the asker answers for it (480 or 430) rather than connect to a
 // phone that accepts none.
 func (s *Supervisor) answerWrite(asker *pool.Worker, flags byte, to netip.AddrPort, msg []byte) []byte {
-	h := s.conns.holder(to)
+	h := s.sockets.conns.holder(to)
 	if h == nil || h == asker {
-		s.passCounts.writeNoHolder.Inc()
+		s.sockets.passCounts.writeNoHolder.Inc()
 		return []byte{0}
 	}
 	if err := h.Send(wire.WriteFrame(flags, to, msg)); err != nil {
-		s.passCounts.writeRefused.Inc()
+		s.sockets.passCounts.writeRefused.Inc()
 		return []byte{0}
 	}
-	s.passCounts.written.Inc()
+	s.sockets.passCounts.written.Inc()
 	return []byte{1}
 }

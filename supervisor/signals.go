@@ -161,7 +161,7 @@ func (s *Supervisor) doReload() (reloadPlan, error) {
 	timers := !sameTimers(old, cfg)
 	s.cfg.Store(cfg)
 	s.bans.apply(cfg.Bans)
-	for _, u := range s.doors {
+	for _, u := range s.sockets.doors {
 		u.mu.Lock()
 		u.pike.Set(cfg.Bans.Policy())
 		u.mu.Unlock()
@@ -219,7 +219,7 @@ func notify(c chan struct{}) {
 // socketInFile finds, in cfg, the socket line of the UDP group called name.
 func (s *Supervisor) socketInFile(name string, cfg *config.Config) (config.Socket, bool) {
 	for i, sk := range s.opts.Config.Sockets {
-		if i >= len(s.sockets) || s.sockets[i].Name() != name {
+		if i >= len(s.sockets.list) || s.sockets.list[i].Name() != name {
 			continue
 		}
 		for _, n := range cfg.Sockets {

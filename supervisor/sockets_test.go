@@ -12,6 +12,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/ctl"
 	"github.com/sipvisor/sipvisor/internal/testkit"
+	"github.com/sipvisor/sipvisor/listeners"
 )
 
 const port0Config = `
@@ -119,4 +120,32 @@ func TestReloadFailureLogged(t *testing.T) {
 			t.Errorf("want %q in the log, have\n%s", want, log)
 		}
 	}
+}
+
+// TestSocketsPartCloses: the sockets part's close lets go of every socket,
+// the descriptors passed to workers included, so that the same ports bind
+// again at once (a UDP port stays taken while any descriptor of it is open).
+func TestSocketsPartCloses(t *testing.T) {
+	addrs := []listeners.Addr{{Proto: "udp", Host: "127.0.0.1"}, {Proto: "tcp", Host: "127.0.0.1"}}
+	list, err := listeners.Bind(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := sockParts{list: list}
+	if k.files, k.names, err = listeners.Files(list); err != nil {
+		t.Fatal(err)
+	}
+	if len(k.files) == 0 {
+		t.Fatal("no descriptor to pass: the test proves nothing")
+	}
+	again := make([]listeners.Addr, len(list))
+	for i, sk := range list {
+		again[i] = sk.Bound
+	}
+	k.close()
+	list, err = listeners.Bind(again)
+	if err != nil {
+		t.Fatalf("ports still taken after close: %v", err)
+	}
+	listeners.Close(list)
 }

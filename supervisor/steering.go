@@ -65,7 +65,7 @@ func (s *Supervisor) steerNow() {
 
 // udpDoorOf is the door of a UDP group's socket.
 func (s *Supervisor) udpDoorOf(gr *groupRun) *udpDoor {
-	for _, u := range s.doors {
+	for _, u := range s.sockets.doors {
 		if u.gr == gr {
 			return u
 		}

@@ -73,7 +73,8 @@ type Supervisor struct {
 	cfg     atomic.Pointer[config.Config]
 	started time.Time
 
-	sockParts
+	// sockets is what it reads and writes the network through.
+	sockets sockParts
 	scaling
 	admission
 	control
@@ -89,11 +90,11 @@ type Supervisor struct {
 // the SIP sockets and their front doors, the control listener, and the
 // connections the workers hold.
 type sockParts struct {
-	sockets []*listeners.Socket
-	files   []*os.File // the UDP sockets' descriptors, passed to every worker
-	names   []string
-	httpLn  net.Listener
-	doors   []*udpDoor
+	list   []*listeners.Socket
+	files  []*os.File // the UDP sockets' descriptors, passed to every worker
+	names  []string
+	httpLn net.Listener
+	doors  []*udpDoor
 
 	// tickets are the TLS session ticket keys the TCP workers share.
 	tickets *ticketkey.Keeper
@@ -102,6 +103,22 @@ type sockParts struct {
 	// requests passed to the worker holding a connection.
 	conns      *connCounts
 	passCounts *passCounts
+}
+
+// closeBound closes the control listener and the SIP sockets, when the
+// start fails after binding them.
+func (k *sockParts) closeBound() {
+	k.httpLn.Close()
+	listeners.Close(k.list)
+}
+
+// close closes the SIP sockets and the descriptors passed to workers, at
+// the end of a run (the control listener is closed when serving stops).
+func (k *sockParts) close() {
+	for _, f := range k.files {
+		f.Close()
+	}
+	listeners.Close(k.list)
 }
 
 // scaling is the worker groups and what the cycle loop keeps to size them.
@@ -260,7 +277,7 @@ func New(o Options) (*Supervisor, error) {
 	if terr != nil {
 		return nil, fmt.Errorf("session ticket keys: %w", terr)
 	}
-	s.tickets = tickets
+	s.sockets.tickets = tickets
 	s.profileWait.Store(int64(defaultProfileWait))
 	s.params = ctl.NewParams()
 	s.params.Changed = func(string) { s.steerNow() }
@@ -269,9 +286,9 @@ func New(o Options) (*Supervisor, error) {
 	s.connSess.t.MaxCallDuration.Store(int64(o.Config.Limits.MaxCallDuration))
 	s.m = newMetrics(s.reg)
 	s.initUpgrade(o.inherited)
-	s.conns = newConnCounts(s.reg)
+	s.sockets.conns = newConnCounts(s.reg)
 	s.bans = newBanAuthority(s.log, s.reg, o.Config.Bans, s.banWorkers)
-	s.passCounts = newPassCounts(s.reg)
+	s.sockets.passCounts = newPassCounts(s.reg)
 	s.pm = pool.NewMetrics(s.reg)
 	s.reg.MustRegister(newDoorCollector(s), newWorkerCollector(s))
 	s.ds = newDSRun(s)
@@ -299,7 +316,7 @@ func New(o Options) (*Supervisor, error) {
 		s.opts.Config = &c
 		s.cfg.Store(&c)
 	}
-	s.sockets, err = listeners.BindFrom(addrs, o.Config.Workers.DirectReads, s.inheritedSocket)
+	s.sockets.list, err = listeners.BindFrom(addrs, o.Config.Workers.DirectReads, s.inheritedSocket)
 	if err != nil {
 		o.inherited.closeRest()
 		return nil, err
@@ -307,36 +324,33 @@ func New(o Options) (*Supervisor, error) {
 	// Workers learn here the ports the kernel picked for a port 0; a
 	// reload keeps the sockets bound, so this holds for every worker. The
 	// host stays as written: a wildcard reads back as [::] once bound.
-	adv := make([]listeners.Addr, len(s.sockets))
-	for i, sk := range s.sockets {
+	adv := make([]listeners.Addr, len(s.sockets.list))
+	for i, sk := range s.sockets.list {
 		adv[i] = listeners.Addr{Proto: sk.Addr.Proto, Host: sk.Addr.Host, Port: sk.Bound.Port}
 	}
 	s.opts.Worker.Env = append(s.opts.Worker.Env, listeners.EnvBound+"="+listeners.FormatAddrs(adv))
 	if f := o.inherited.take("http:" + o.Config.HTTPListen); f != nil {
-		s.httpLn, err = net.FileListener(f)
+		s.sockets.httpLn, err = net.FileListener(f)
 		f.Close()
 	} else {
-		s.httpLn, err = net.Listen("tcp", o.Config.HTTPListen)
+		s.sockets.httpLn, err = net.Listen("tcp", o.Config.HTTPListen)
 	}
 	o.inherited.closeRest()
 	if err != nil {
-		listeners.Close(s.sockets)
+		listeners.Close(s.sockets.list)
 		return nil, fmt.Errorf("control address %s: %w", o.Config.HTTPListen, err)
 	}
-	s.files, s.names, err = listeners.Files(s.sockets)
+	s.sockets.files, s.sockets.names, err = listeners.Files(s.sockets.list)
 	if err != nil {
-		s.httpLn.Close()
-		listeners.Close(s.sockets)
+		s.sockets.closeBound()
 		return nil, err
 	}
 	if err := s.writeSnapshot(o.Config); err != nil {
-		s.httpLn.Close()
-		listeners.Close(s.sockets)
+		s.sockets.closeBound()
 		return nil, err
 	}
 	if err := s.openStore(o.Config); err != nil {
-		s.httpLn.Close()
-		listeners.Close(s.sockets)
+		s.sockets.closeBound()
 		os.RemoveAll(s.snapDir)
 		return nil, err
 	}
@@ -346,14 +360,14 @@ func New(o Options) (*Supervisor, error) {
 		// The bans' series exist from the start, so that a rule on their
 		// increase sees the first.
 		s.m.dropped.WithLabelValues("tcp", "banned")
-		s.conns.closed.WithLabelValues("banned")
+		s.sockets.conns.closed.WithLabelValues("banned")
 	}
 	// The doors exist before Run so that metrics and the control API, which
 	// read their counters, never see one appear.
 	udpIndex := 0
-	for _, sk := range s.sockets {
+	for _, sk := range s.sockets.list {
 		if sk.UDP != nil {
-			s.doors = append(s.doors, s.newUDPDoor(udpIndex, sk))
+			s.sockets.doors = append(s.sockets.doors, s.newUDPDoor(udpIndex, sk))
 			udpIndex++
 		}
 	}
@@ -362,22 +376,22 @@ func New(o Options) (*Supervisor, error) {
 
 // SIPAddrs are the SIP sockets' bound addresses, in config order.
 func (s *Supervisor) SIPAddrs() []listeners.Addr {
-	out := make([]listeners.Addr, len(s.sockets))
-	for i, sk := range s.sockets {
+	out := make([]listeners.Addr, len(s.sockets.list))
+	for i, sk := range s.sockets.list {
 		out[i] = sk.Bound
 	}
 	return out
 }
 
 // HTTPAddr is the control server's bound address.
-func (s *Supervisor) HTTPAddr() string { return s.httpLn.Addr().String() }
+func (s *Supervisor) HTTPAddr() string { return s.sockets.httpLn.Addr().String() }
 
 // servedSockets is every address served, as bound: the SIP sockets in
 // config order, then the control address. A port 0 in the config is the
 // port the kernel gave, which is what peers and tests must be told.
 func (s *Supervisor) servedSockets() []ctl.Socket {
-	out := make([]ctl.Socket, 0, len(s.sockets)+1)
-	for _, sk := range s.sockets {
+	out := make([]ctl.Socket, 0, len(s.sockets.list)+1)
+	for _, sk := range s.sockets.list {
 		out = append(out, ctl.Socket{Proto: sk.Bound.Proto, Address: net.JoinHostPort(sk.Bound.Host, strconv.Itoa(sk.Bound.Port))})
 	}
 	return append(out, ctl.Socket{Proto: "http", Address: s.HTTPAddr()})
@@ -387,8 +401,8 @@ func (s *Supervisor) servedSockets() []ctl.Socket {
 func (s *Supervisor) logSockets() {
 	for i, so := range s.servedSockets() {
 		what, configured := "SIP", ""
-		if i < len(s.sockets) {
-			configured = s.sockets[i].Addr.String()
+		if i < len(s.sockets.list) {
+			configured = s.sockets.list[i].Addr.String()
 		} else {
 			what, configured = "control API (sipvisor ctl, /mi/), /metrics, /healthz, /readyz", s.config().HTTPListen
 		}
@@ -419,15 +433,10 @@ func (s *Supervisor) Groups() []*pool.Group {
 //	  +---------------------------+
 func (s *Supervisor) Run(ctx context.Context) error {
 	defer s.store.close()
-	defer listeners.Close(s.sockets)
+	defer s.sockets.close()
 	defer os.RemoveAll(s.snapDir)
-	defer func() {
-		for _, f := range s.files {
-			f.Close()
-		}
-	}()
 	if err := s.startGroups(); err != nil {
-		s.httpLn.Close()
+		s.sockets.httpLn.Close()
 		s.stopGroups()
 		return err
 	}
@@ -444,7 +453,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 
 	if s.up.in != nil {
 		if err := s.awaitHandOver(ctx, term); err != nil {
-			s.httpLn.Close()
+			s.sockets.httpLn.Close()
 			s.stopGroups()
 			return err
 		}
@@ -460,7 +469,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	// progress to them (refusing new sessions), and the control API stays up
 	// (lame duck), so they stop only after the drain.
 	var serving sync.WaitGroup
-	failed := make(chan error, len(s.sockets)+1)
+	failed := make(chan error, len(s.sockets.list)+1)
 	serve := func(f func() error) {
 		serving.Add(1)
 		go func() {
@@ -471,21 +480,21 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}()
 	}
 	var doors sync.WaitGroup
-	for _, u := range s.doors {
+	for _, u := range s.sockets.doors {
 		doors.Add(1)
 		serve(func() error {
 			defer doors.Done()
 			return u.run()
 		})
 	}
-	for _, sk := range s.sockets {
+	for _, sk := range s.sockets.list {
 		if sk.TCP != nil {
 			serve(func() error { return s.acceptLoop(sk) })
 		}
 	}
 	srv := s.httpServer()
 	serve(func() error {
-		if err := srv.Serve(s.httpLn); !errors.Is(err, errServerClosed) {
+		if err := srv.Serve(s.sockets.httpLn); !errors.Is(err, errServerClosed) {
 			return err
 		}
 		return nil
@@ -554,8 +563,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return s.oc.loop(ctx) }, func(error) { cancel() })
 	}
-	all := make([]string, len(s.sockets))
-	for i, sk := range s.sockets {
+	all := make([]string, len(s.sockets.list))
+	for i, sk := range s.sockets.list {
 		all[i] = sk.Name()
 	}
 	s.logSockets()
@@ -572,7 +581,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		sdNotify("STOPPING=1")
 	}
 	s.ov.Stop()
-	for _, sk := range s.sockets {
+	for _, sk := range s.sockets.list {
 		if sk.TCP != nil {
 			sk.TCP.Close()
 		}
@@ -590,7 +599,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}()
 	s.stopGroups()
 	close(drained)
-	for _, sk := range s.sockets {
+	for _, sk := range s.sockets.list {
 		if sk.UDP != nil {
 			sk.UDP.SetReadDeadline(time.Unix(1, 0))
 		}
@@ -608,7 +617,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 // makeGroups makes one group per UDP socket, one for TCP, one for timers.
 func (s *Supervisor) makeGroups() {
 	cfg := s.config()
-	files, names := s.files, s.names
+	files, names := s.sockets.files, s.sockets.names
 	udpIndex := 0
 	mk := func(name string, kind pool.Kind, workers int, profName string, sock *listeners.Socket) *groupRun {
 		var p *profile.Profile
@@ -637,7 +646,7 @@ func (s *Supervisor) makeGroups() {
 			workerFiles, onRoutable = gr.steer.WorkerFiles, gr.steer.Poke
 		}
 		gr.g = pool.NewGroup(pool.GroupOptions{
-			WorkerFiles: workerFiles, OnRoutable: onRoutable, TicketKeys: func() []byte { return s.tickets.At(time.Now()) },
+			WorkerFiles: workerFiles, OnRoutable: onRoutable, TicketKeys: func() []byte { return s.sockets.tickets.At(time.Now()) },
 			Name: name, Kind: kind, Initial: workers, Ceiling: ceiling,
 			Command: s.opts.Worker, ConfigPath: s.snapshot,
 			Sockets: files, SocketNames: names,
@@ -646,13 +655,13 @@ func (s *Supervisor) makeGroups() {
 			OnExit: func(w *pool.Worker, reason string) { s.workerExited(name, w, reason) },
 			OnCall: s.answerCall,
 			OnNote: func(w *pool.Worker, note []byte) {
-				if s.bans.note(note) || s.conns.closedNote(w, note) || s.passResponse(note) || s.toDoor(w, note) || s.ds.note(note) {
+				if s.bans.note(note) || s.sockets.conns.closedNote(w, note) || s.passResponse(note) || s.toDoor(w, note) || s.ds.note(note) {
 					return
 				}
 				if s.handOffToNext(w, note) {
 					return
 				}
-				if ok, err := s.conns.handOff(w, note, s.pickTCP); ok {
+				if ok, err := s.sockets.conns.handOff(w, note, s.pickTCP); ok {
 					if err != nil {
 						s.log.Warn("connection hand-off failed; the connection is closed", "group", name, "error", err)
 					}
@@ -688,7 +697,7 @@ func (s *Supervisor) makeGroups() {
 		if prof == "" {
 			prof = cfg.UDPWorkers.Profile
 		}
-		gr := mk(s.sockets[i].Name(), pool.KindUDP, max(workers, 1), prof, s.sockets[i])
+		gr := mk(s.sockets.list[i].Name(), pool.KindUDP, max(workers, 1), prof, s.sockets.list[i])
 		s.udp = append(s.udp, gr)
 		udpIndex++
 	}
@@ -746,7 +755,7 @@ func (s *Supervisor) workerExited(group string, w *pool.Worker, reason string) {
 	if reason == pool.ExitCrash || reason == pool.ExitReadyTimeout {
 		s.ov.WorkerCrashed(group, time.Now())
 	}
-	s.conns.workerGone(w)
+	s.sockets.conns.workerGone(w)
 	s.mu.Lock()
 	gr := s.byName[group]
 	s.mu.Unlock()

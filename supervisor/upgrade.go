@@ -342,14 +342,14 @@ func (s *Supervisor) upgrade(ctx context.Context) (UpgradeResult, error) {
 			f.Close()
 		}
 	}()
-	for _, sk := range s.sockets {
+	for _, sk := range s.sockets.list {
 		f, err := sk.File()
 		if err != nil {
 			return res, fmt.Errorf("pass %s: %w", sk.Name(), err)
 		}
 		files, names = append(files, f), append(names, "sip:"+sk.Addr.String())
 	}
-	hf, err := s.httpLn.(*net.TCPListener).File()
+	hf, err := s.sockets.httpLn.(*net.TCPListener).File()
 	if err != nil {
 		return res, fmt.Errorf("pass the control address: %w", err)
 	}
@@ -614,7 +614,7 @@ func (s *Supervisor) handOverSockets(h *handover, doors *sync.WaitGroup, srv *ht
 		if gr.steer == nil {
 			continue
 		}
-		for _, sk := range s.sockets {
+		for _, sk := range s.sockets.list {
 			if sk.Name() != gr.g.Name() {
 				continue
 			}
@@ -627,7 +627,7 @@ func (s *Supervisor) handOverSockets(h *handover, doors *sync.WaitGroup, srv *ht
 			}
 		}
 	}
-	for _, sk := range s.sockets {
+	for _, sk := range s.sockets.list {
 		if sk.UDP != nil {
 			sk.UDP.SetReadDeadline(time.Unix(1, 0))
 		}
@@ -636,7 +636,7 @@ func (s *Supervisor) handOverSockets(h *handover, doors *sync.WaitGroup, srv *ht
 		}
 	}
 	s.stopDoors(doors)
-	s.httpLn.Close()
+	s.sockets.httpLn.Close()
 	// A client's kept-alive connection would still reach this side: each
 	// is closed once idle, and the next request connects to the new one.
 	srv.SetKeepAlivesEnabled(false)
@@ -686,7 +686,7 @@ func (s *Supervisor) stopDoors(doors *sync.WaitGroup) {
 			return
 		case <-time.After(50 * time.Millisecond):
 		}
-		for _, sk := range s.sockets {
+		for _, sk := range s.sockets.list {
 			if sk.UDP == nil {
 				continue
 			}
@@ -752,14 +752,14 @@ func (s *Supervisor) linkLoop(l *upLink) {
 				continue
 			}
 			if !s.passToWorker(pid, from, msg) {
-				s.conns.passed.WithLabelValues("no_holder").Inc()
+				s.sockets.conns.passed.WithLabelValues("no_holder").Inc()
 			}
 		case linkForward, linkBounce:
 			sock, from, dgram, ok := parseLinked(b[1:])
 			if !ok {
 				continue
 			}
-			for _, u := range s.doors {
+			for _, u := range s.sockets.doors {
 				if u.sock.Name() == sock {
 					u.handleLinked(dgram, from, b[0] == linkForward)
 					break
@@ -798,7 +798,7 @@ func (s *Supervisor) handOffToNext(from *pool.Worker, note []byte) bool {
 		return false
 	}
 	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	c := s.conns
+	c := s.sockets.conns
 	c.mu.Lock()
 	f, held := c.byWorker[from][ap]
 	if !held || f == nil {
@@ -832,7 +832,7 @@ func (s *Supervisor) passToOtherGeneration(pid int, from string, msg []byte) boo
 	if err := l.send(append([]byte{linkPass}, wire.ForwardNote(pid, from, msg)...)); err != nil {
 		return false
 	}
-	s.conns.passed.WithLabelValues("passed").Inc()
+	s.sockets.conns.passed.WithLabelValues("passed").Inc()
 	return true
 }
 
@@ -842,7 +842,7 @@ func (s *Supervisor) takeConn(tls bool, b []byte, f *os.File) {
 		if f != nil {
 			f.Close()
 		}
-		s.conns.closed.WithLabelValues("handoff_failed").Inc()
+		s.sockets.conns.closed.WithLabelValues("handoff_failed").Inc()
 		s.log.Warn("upgrade: a connection of the previous generation is closed", "reason", why)
 	}
 	if f == nil || len(b) < 1 || len(b) < 1+int(b[0]) {
@@ -862,19 +862,19 @@ func (s *Supervisor) takeConn(tls bool, b []byte, f *os.File) {
 		return
 	}
 	// Counted, never refused: it was admitted once already.
-	s.conns.admit(ap, 0, 0)
+	s.sockets.conns.admit(ap, 0, 0)
 	if tls {
 		err = w.SendTLSConnFile(f, rest)
 	} else {
 		err = w.SendConnFile(f, rest)
 	}
 	if err != nil {
-		s.conns.release(ap)
+		s.sockets.conns.release(ap)
 		fail(err.Error())
 		return
 	}
-	s.conns.handed(w, ap, f)
-	s.conns.handedOff.Inc()
+	s.sockets.conns.handed(w, ap, f)
+	s.sockets.conns.handedOff.Inc()
 }
 
 // handleLinked passes a datagram from the other side through the door. A
