@@ -38,21 +38,26 @@
 // The Supervisor's state is in parts, each a struct of the fields the same
 // code uses together (supervisor.go), so that no struct of the package
 // holds more than about fifteen fields (shape_test.go keeps it so):
-//   - sockParts: the SIP sockets, their descriptors and front doors, the
-//     control listener, the TLS ticket keys, the connections the workers
-//     hold and the requests passed to them (udpdoors.go, conns.go, pass.go);
+//   - sockets (s.sockets): the SIP sockets, their descriptors and front
+//     doors, the control listener, the TLS ticket keys, the connections the
+//     workers hold and the requests passed to them (udpdoors.go, conns.go,
+//     pass.go); it closes them all at the end;
 //   - scaling: the worker groups (each a groupRun, its admission state in
 //     groupAdmission), the cycle count, the config snapshot workers load,
 //     and the wake-ups of the cycle and timer loops;
 //   - admission: what the admission decision weighs (overload.Admission,
 //     the throttle in force, slow start, the overload control of
 //     oc.go, the sessions over connections) and the echo loop's wake-up;
-//   - store: the location store, its spec and state, and the count and
-//     Call-IDs of the live registrations (registrations.go);
+//   - store (s.store): the location store, its spec and state, and the
+//     count and Call-IDs of the live registrations; it counts them, tells a
+//     refresh from a new REGISTER, and answers ul show (registrations.go);
 //   - control: ctl's parameters, the ban authority (bans.go), the
 //     destination sets (dispatch.go), the reload and SIGHUP channels, and
 //     the profiling state (pprof.go);
-//   - upgradeState: this process's part in an upgrade (upgrade.go).
+//   - upgrade (s.up): this process's part in an upgrade (upgrade.go).
+//
+// scaling, admission and control are embedded, their fields read as
+// s.groups, s.ov or s.bans by loops that span several parts.
 //
 // The invariant the package keeps: every message of a transaction reaches
 // the worker that holds it, and no call or connection that is up is lost to

@@ -60,9 +60,10 @@ type Options struct {
 
 // Supervisor owns the SIP sockets, the worker groups, the cycle loop and the
 // control HTTP server of one sipvisor. Its state is in parts, each holding
-// the fields that the same code uses together (doc.go lists them): the
-// parts are embedded so that the loops read s.groups or s.ov as before,
-// and each part's type says which fields belong to it.
+// the fields that the same code uses together (doc.go lists them). A part
+// with methods of its own is a named field (s.sockets, s.store, s.up); the
+// others are embedded, read by the loops as s.groups or s.ov, their type
+// saying which fields belong together.
 type Supervisor struct {
 	opts Options
 	log  *slog.Logger
