@@ -333,12 +333,13 @@ func (s *Server) Wait(within time.Duration) error {
 
 // Stop sends SIGTERM and waits for a clean exit.
 func (s *Server) Stop() {
-	if s.Cmd.ProcessState != nil {
+	// Asked of done, not of Cmd.ProcessState, which Wait writes in its own
+	// goroutine: a process that exited on its own (an upgrade's old
+	// generation) is not stopped again.
+	if _, exited := s.Exited(); exited {
 		return
 	}
-	if _, exited := s.Exited(); !exited {
-		s.Cmd.Process.Signal(syscall.SIGTERM)
-	}
+	s.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-s.done:
 		s.done <- err
