@@ -73,9 +73,11 @@ sampling:
 		t.Errorf("heap monitor peak: want under 75 %% of worker_memory_limit, have %.0f %%", peak)
 	}
 	// A zero-length call is in progress for a few milliseconds: at 200 calls
-	// a second, a handful. Counted by Call-ID affinity, which lapses 32 s
-	// after a call's last message, it read about 6,400.
-	if sessions > rate/2 {
+	// a second, a handful, and a few hundred while the one worker waits a
+	// second for the CPU beside the other test packages (267 seen). Counted
+	// by Call-ID affinity, which lapses 32 s after a call's last message, it
+	// read about 6,400.
+	if sessions > 2*rate {
 		t.Errorf("number_of_sessions peak: want near the calls in progress (a handful), have %.0f", sessions)
 	}
 	t.Logf("%d calls at %d/s through one worker: heap monitor peak %.0f %% of 24 MiB, number_of_sessions peak %.0f",
