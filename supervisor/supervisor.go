@@ -460,7 +460,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 	}
 	defer func() {
-		if l := s.up.link.Load(); l != nil && s.up.old.Load() {
+		if l := s.up.link.Load(); l != nil && l.old {
 			l.close()
 		}
 	}()
@@ -599,6 +599,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 	}()
 	s.stopGroups()
+	s.leaveOverlap()
 	close(drained)
 	for _, sk := range s.sockets.list {
 		if sk.UDP != nil {

@@ -59,11 +59,25 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 			}
 			return nil
 		},
-		func(m *sipscan.Msg, now int64) (overload.Refusal, int) { return s.ov.Decide(gr.gate, m) },
+		func(m *sipscan.Msg, now int64) (overload.Refusal, int) {
+			if s.up.old.Load() {
+				// Handed over: what an old worker passes back, or left
+				// in its socket, goes to the new side (upgradePick), whose
+				// door admits it. Admission here is stopping and would
+				// refuse it.
+				return overload.RefuseNone, 0
+			}
+			return s.ov.Decide(gr.gate, m)
+		},
 		u.reply)
 	door.Sessions.MaxCallDuration.Store(int64(s.config().Limits.MaxCallDuration))
 	door.OnUnknownEnd = s.connSess.end
-	door.Probe = func(int64) (bool, int) { return s.ov.ProbeRefused() }
+	door.Probe = func(int64) (bool, int) {
+		if s.up.old.Load() {
+			return false, 0 // the new side answers it, as admission above
+		}
+		return s.ov.ProbeRefused()
+	}
 	door.RetryAfter = s.retryAfter
 	where := "door " + sk.UDP.LocalAddr().String()
 	door.OnRefused = func(r overload.Refusal, c overload.Class, k sipscan.Kind) { s.ov.Refused(where, r, c, k) }

@@ -80,7 +80,15 @@ const (
 	linkConn    = 'C' // old → new: a TCP connection (its descriptor), remote, bytes read past its last message
 	linkConnTLS = 'T' // old → new: a TLS connection, remote, its record layer's state
 	linkPass    = 'W' // either way: a response for a branch of a worker of the other side (pid, source, message)
+	// linkDone old → new: the old workers are gone, forward no more; new →
+	// old, the answer: nothing forwarded follows it.
+	linkDone = 'D'
 )
+
+// linkDoneWait bounds how long an old side whose workers are gone waits for
+// the new side's linkDone (a new binary that does not know it never
+// answers) before it closes the link.
+const linkDoneWait = 2 * time.Second
 
 // linkTail is how many of the new process's last lines a failed upgrade
 // reports.
@@ -239,6 +247,8 @@ type upgradeState struct {
 	old  atomic.Bool
 	// oldPS is what the old side last said of its workers.
 	oldPS atomic.Pointer[[]ctl.Group]
+	// lost counts, on the old side, datagrams it could not send back.
+	lost atomic.Uint64
 
 	upgrades *prometheus.CounterVec
 }
@@ -364,7 +374,7 @@ func (s *Supervisor) upgrade(ctx context.Context) (UpgradeResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("upgrade link: %w", err)
 	}
-	link := &upLink{c: lc}
+	link := &upLink{c: lc, old: true, done: make(chan struct{})}
 	logR, logW, err := os.Pipe()
 	if err != nil {
 		link.close()
@@ -641,10 +651,13 @@ func (s *Supervisor) handOverSockets(h *handover, doors *sync.WaitGroup, srv *ht
 	// is closed once idle, and the next request connects to the new one.
 	srv.SetKeepAlivesEnabled(false)
 	s.up.old.Store(true)
-	s.up.link.Store(h.link)
+	// Go first: until the new side has read it, it drops anything else
+	// the link carries, so the door sends nothing back before (it places
+	// on the old workers, still ready, meanwhile).
 	if err := h.link.send([]byte{linkGo}); err != nil {
 		s.log.Error("upgrade: the new supervisor is gone at the hand-over", "error", err)
 	}
+	s.up.link.Store(h.link)
 	go s.linkLoop(h.link)
 	go s.sendPS(h.link)
 	s.log.Info("upgrade: handed over; draining the calls in progress", "new_pid", h.pid, "new_generation", s.up.gen+1)
@@ -725,7 +738,11 @@ func (s *Supervisor) sendPS(l *upLink) {
 // link closes (the old side has exited, or the new one has).
 func (s *Supervisor) linkLoop(l *upLink) {
 	defer func() {
-		s.up.link.CompareAndSwap(l, nil)
+		// The old side keeps its ended link: its door then drops what it
+		// would have sent back rather than place or refuse it (upgradePick).
+		if !l.old {
+			s.up.link.CompareAndSwap(l, nil)
+		}
 		s.up.oldPS.Store(nil)
 		l.close()
 		if !s.up.old.Load() {
@@ -765,6 +782,12 @@ func (s *Supervisor) linkLoop(l *upLink) {
 					break
 				}
 			}
+		case linkDone:
+			if l.old {
+				l.doneOnce.Do(func() { close(l.done) })
+			} else if err := l.stopForwarding(); err != nil {
+				return
+			}
 		case linkPS:
 			var gs []ctl.Group
 			if json.Unmarshal(b[1:], &gs) == nil {
@@ -782,7 +805,7 @@ func (s *Supervisor) linkLoop(l *upLink) {
 // hand-off's.
 func (s *Supervisor) handOffToNext(from *pool.Worker, note []byte) bool {
 	l := s.up.link.Load()
-	if l == nil || !s.up.old.Load() {
+	if l == nil || !l.old || l.dead.Load() {
 		return false
 	}
 	kind := byte(linkConn)
@@ -905,17 +928,20 @@ func (u *udpDoor) handleLinked(dgram []byte, from netip.AddrPort, forwarded bool
 
 // upgradePick is the door's choice while two generations overlap, nil
 // outside one: on the new side, a datagram the door holds no affinity for
-// (and that has not come back already) goes to the old side first; on the
-// old side, one it holds no affinity for goes back.
+// (and that has not come back already) goes to the old side first, until
+// the old side says its workers are gone; on the old side, from the
+// hand-over to its exit, one it holds no affinity for goes back, whatever
+// it is and whether or not an old worker is left: the new side decides
+// about it. The old side never places new work nor refuses it.
 func (s *Supervisor) upgradePick(u *udpDoor) frontdoor.Target {
 	l := s.up.link.Load()
-	if l == nil || l.dead.Load() {
+	if l == nil {
 		return nil
 	}
-	if s.up.old.Load() {
-		return &linkTarget{l: l, kind: linkBounce, sock: u.sock.Name()}
+	if l.old {
+		return &linkTarget{l: l, kind: linkBounce, sock: u.sock.Name(), lost: &s.up.lost}
 	}
-	if u.linked {
+	if l.dead.Load() || l.noForward.Load() || u.linked {
 		return nil
 	}
 	return &linkTarget{l: l, kind: linkForward, sock: u.sock.Name()}
@@ -926,11 +952,22 @@ type linkTarget struct {
 	l    *upLink
 	kind byte
 	sock string
+	// lost, on the old side, counts what could not be sent back.
+	lost *atomic.Uint64
 }
 
 func (t *linkTarget) SendSeq(frame []byte, now int64) (uint64, error) {
 	_, from, _ := wire.ParseMsgHeader(frame)
-	return 0, t.l.sendDatagram(t.kind, t.sock, from, frame[wire.MsgHeaderLen:])
+	err := t.l.sendDatagram(t.kind, t.sock, from, frame[wire.MsgHeaderLen:])
+	if err != nil && t.kind == linkBounce {
+		// The new side is gone or stalls. A refusal from here would be
+		// final for its sender (a 503 to a REGISTER); dropped, the
+		// datagram comes again, and the new side, which reads the socket,
+		// takes it then.
+		t.lost.Add(1)
+		return 0, nil
+	}
+	return 0, err
 }
 
 func (t *linkTarget) Waiting(uint64) bool { return false }
@@ -945,6 +982,14 @@ type upLink struct {
 	rbuf []byte
 	oob  []byte
 	dead atomic.Bool
+	// old says this end is the old side's; done is closed when the new
+	// side answers linkDone: nothing it forwarded is still on its way.
+	old      bool
+	done     chan struct{}
+	doneOnce sync.Once
+	// noForward is set on the new side's end once the old side said
+	// linkDone.
+	noForward atomic.Bool
 }
 
 // errLinkDown is a send on a closed link: the door then places the
@@ -978,6 +1023,11 @@ func (l *upLink) write(b []byte) error {
 func (l *upLink) sendDatagram(kind byte, sock string, from netip.AddrPort, dgram []byte) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
+	if kind == linkForward && l.noForward.Load() {
+		// A door that chose the old side just before it said linkDone:
+		// the door places the datagram here (Door.handle picks again).
+		return errLinkDown
+	}
 	fs := from.String()
 	b := append(l.wbuf[:0], kind, byte(len(sock)))
 	b = append(b, sock...)
@@ -1052,6 +1102,39 @@ func (l *upLink) sendFile(b []byte, f *os.File) error {
 		return err
 	}
 	return werr
+}
+
+// stopForwarding is the new side's answer to linkDone. Set and answered
+// under the write lock, so that every forward is either written before the
+// answer, and read by the old side before it, or not written at all.
+func (l *upLink) stopForwarding() error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	l.noForward.Store(true)
+	return l.write([]byte{linkDone})
+}
+
+// leave is the old side's end of an overlap, once its workers are gone: it
+// asks the new side to forward no more and reads what it forwarded until
+// then, sending each back, before it closes the link. Closed at once, the
+// link would lose the datagrams still in it, and a door handling one as it
+// closes would have nowhere to send it.
+func (s *Supervisor) leaveOverlap() {
+	l := s.up.link.Load()
+	if l == nil || !l.old {
+		return
+	}
+	if l.send([]byte{linkDone}) == nil {
+		select {
+		case <-l.done:
+		case <-time.After(linkDoneWait):
+			s.log.Warn("upgrade: the new generation did not confirm it forwards no more; closing the link", "waited", linkDoneWait)
+		}
+	}
+	l.close()
+	if n := s.up.lost.Load(); n > 0 {
+		s.log.Warn("upgrade: datagrams the new generation forwarded could not be sent back and were dropped; their senders retransmit", "dropped", n)
+	}
 }
 
 func (l *upLink) close() {
