@@ -39,6 +39,28 @@ func (l *lockedBuffer) String() string {
 // It has no certificate: over TLS it is a client only, as phones are.
 func startBaresip(t *testing.T, account string) *lockedBuffer {
 	t.Helper()
+	// baresip listens on the port it is given and, for TLS, on the next
+	// one, which FreePort did not check: another test's process may hold
+	// it. baresip says so at once and gives up; it is then started again
+	// on another port, as the SIPp peers are.
+	for try := 1; ; try++ {
+		out, cmd := startBaresipOnce(t, account)
+		// It says "baresip is ready." once its transports are up.
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) && !strings.Contains(out.String(), "Address already in use") &&
+			!strings.Contains(out.String(), "baresip is ready") {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !strings.Contains(out.String(), "Address already in use") || try == 5 {
+			return out
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+}
+
+func startBaresipOnce(t *testing.T, account string) (*lockedBuffer, *exec.Cmd) {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := fmt.Sprintf(`poll_method		epoll
 sip_listen		127.0.0.1:%d
@@ -77,7 +99,7 @@ module_app		menu.so
 			t.Logf("baresip (%s):\n%s", account, harness.Tail(out.String(), 40))
 		}
 	})
-	return out
+	return out, cmd
 }
 
 // baresip (Debian's baresip-core, as a phone with no certificate of its
