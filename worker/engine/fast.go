@@ -380,7 +380,7 @@ func (c *msgCtx) splice(dst []byte, d *dest, rr [2][]byte) []byte {
 	var bb [64]byte
 	branch := strconv.AppendUint(append(bb[:0], w.branchPrefix...), w.branchSeq, 36)
 	var vb [256]byte
-	via := appendViaBytes(vb[:0], proto, local, branch)
+	via := appendVia(vb[:0], proto, local, branch)
 	if w.ocOffer(d) {
 		// RFC 7339 toward a destination of the sets, as withVia offers it.
 		via = append(oc.AppendOffer(via[:len(via)-2]), "\r\n"...)
@@ -472,27 +472,6 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 		c.stx = nil
 	}
 	return false, true
-}
-
-// appendViaBytes is appendVia with the branch as bytes.
-func appendViaBytes(via []byte, proto string, local netip.AddrPort, branch []byte) []byte {
-	via = append(via, "Via: SIP/2.0/"...)
-	via = append(via, proto...)
-	via = append(via, ' ')
-	if a := local.Addr(); a.Is6() {
-		via = append(via, '[')
-		via = a.AppendTo(via)
-		via = append(via, ']')
-	} else {
-		via = a.AppendTo(via)
-	}
-	if p := local.Port(); p > 0 {
-		via = append(via, ':')
-		via = strconv.AppendUint(via, uint64(p), 10)
-	}
-	via = append(via, ";branch="...)
-	via = append(via, branch...)
-	return append(via, "\r\n"...)
 }
 
 // txRequest is the request of t as its own replies need it: for one

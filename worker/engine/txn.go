@@ -535,8 +535,9 @@ func (w *Worker) withVia(req *sip.Request, d *dest) ([]byte, string) {
 }
 
 // appendVia appends the Via line (CRLF included) of a request relayed from
-// local over proto, as sipgo would write it.
-func appendVia(via []byte, proto string, local netip.AddrPort, branch string) []byte {
+// local over proto, as sipgo would write it; the branch is a string on the
+// decoded path and bytes on the bytes path.
+func appendVia[B string | []byte](via []byte, proto string, local netip.AddrPort, branch B) []byte {
 	via = append(via, "Via: SIP/2.0/"...)
 	via = append(via, proto...)
 	via = append(via, ' ')
