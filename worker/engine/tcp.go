@@ -424,13 +424,12 @@ func (w *Worker) readConn(tc *tcpConn) {
 	if tc.secure {
 		src = &fullTracker{r: tc.c, tc: tc}
 	}
-	sr := &stampedReader{r: src}
-	r := bufio.NewReaderSize(sr, 8<<10)
+	r := bufio.NewReaderSize(src, 8<<10)
 	if tc.ws {
 		if !tc.handed && !w.upgradeWS(tc, r) {
 			return
 		}
-		w.readWS(tc, r, sr, lifetime, msgTimeout)
+		w.readWS(tc, r, lifetime, msgTimeout)
 		return
 	}
 	crlf := 0
@@ -465,30 +464,12 @@ func (w *Worker) readConn(tc *tcpConn) {
 			w.readFailed(tc, err)
 			return
 		}
-		rc.last = time.Now().UnixNano()
-		at := sr.at
+		at := time.Now().UnixNano()
+		rc.last = at
 		w.opt.Run(func() {
 			w.handle(msg, source{proto: tc.proto(), addr: tc.remote, sock: -1, conn: tc, readAt: at})
 		})
 	}
-}
-
-// stampedReader notes when the connection last gave its reader bytes. The
-// reader handles each message before it frames the next, so a message
-// framed from bytes an earlier read buffered has waited since that read,
-// behind the messages before it: max_queue_wait and queue-delay admission
-// count from then, not from when the reader came to it.
-type stampedReader struct {
-	r  io.Reader
-	at int64
-}
-
-func (s *stampedReader) Read(p []byte) (int, error) {
-	n, err := s.r.Read(p)
-	if n > 0 {
-		s.at = time.Now().UnixNano()
-	}
-	return n, err
 }
 
 // readClock is a reader's view of its connection's read deadline, so that
@@ -659,7 +640,7 @@ func (w *Worker) upgradeWS(tc *tcpConn, r *bufio.Reader) bool {
 // TCP path hold: idle between messages, message_timeout from a message's
 // first byte to its last, the size of a message, and the hand-off at a
 // message boundary.
-func (w *Worker) readWS(tc *tcpConn, r *bufio.Reader, sr *stampedReader, lifetime, msgTimeout time.Duration) {
+func (w *Worker) readWS(tc *tcpConn, r *bufio.Reader, lifetime, msgTimeout time.Duration) {
 	wr := &wsReader{r: r, max: maxTCPMessage}
 	rc := &readClock{last: time.Now().UnixNano()}
 	for {
@@ -686,8 +667,8 @@ func (w *Worker) readWS(tc *tcpConn, r *bufio.Reader, sr *stampedReader, lifetim
 				}
 			})
 		case f.data != nil && !blank(f.data):
-			rc.last = time.Now().UnixNano()
-			at := sr.at
+			at := time.Now().UnixNano()
+			rc.last = at
 			msg := f.data
 			w.opt.Run(func() {
 				w.handle(msg, source{proto: tc.proto(), addr: tc.remote, sock: -1, conn: tc, readAt: at})
