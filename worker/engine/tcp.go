@@ -615,13 +615,10 @@ func (w *Worker) upgradeWS(tc *tcpConn, r *bufio.Reader) bool {
 		}
 	}
 	if resp != nil {
-		tc.c.SetWriteDeadline(time.Now().Add(writeTimeout))
+		tc.c.SetWriteDeadline(time.Now().Add(2 * time.Second))
 		if _, werr := tc.c.Write(resp); werr != nil && err == nil {
 			err = werr
 		}
-		// The loop's writes set their own (writeRaw): this one, once
-		// past, would fail them before they are tried.
-		tc.c.SetWriteDeadline(time.Time{})
 	}
 	if err == nil {
 		return true
