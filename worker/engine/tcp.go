@@ -14,11 +14,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/emiago/sipgo/sip"
-	"golang.org/x/sys/unix"
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
@@ -57,16 +55,6 @@ type tcpConn struct {
 	// wdl is the write deadline in force, moved by the loop's writes only
 	// when less than a second of it is left (see writeRaw).
 	wdl time.Time
-	// raw is a plain TCP connection's descriptor, written without blocking
-	// the loop: what the kernel does not take at once waits in pend,
-	// written by a goroutine of its own (flush), and whatever the loop
-	// writes meanwhile goes behind it. wmu guards pend, flushing and
-	// wfailed.
-	raw      syscall.RawConn
-	wmu      sync.Mutex
-	pend     []byte
-	flushing bool
-	wfailed  error
 	// The bounds in force when the connection came (config.ConnLimits).
 	limits config.ConnLimits
 
@@ -143,14 +131,6 @@ func (c *tcpConn) write(b []byte) error {
 	return c.writeRaw(b)
 }
 
-// writeTimeout is how long a peer may take to take what was written to it
-// before its connection is given up.
-const writeTimeout = 2 * time.Second
-
-// maxPending bounds what waits for a slow peer: one that takes nothing
-// while this much piles up is cut off.
-const maxPending = 1 << 20
-
 // writeRaw sends b as it is.
 func (c *tcpConn) writeRaw(b []byte) error {
 	if c.closed {
@@ -158,15 +138,12 @@ func (c *tcpConn) writeRaw(b []byte) error {
 	}
 	now := time.Now()
 	c.lastWrite.Store(now.UnixNano())
-	if c.raw != nil {
-		return c.writeNow(b)
-	}
 	// A write the peer does not take within 1 to 2 s fails. The deadline
 	// moves about once a second, not at every write: each move changes a
 	// runtime timer, which a connection carrying a trunk's calls paid per
 	// message.
 	if c.wdl.Sub(now) < time.Second {
-		c.wdl = now.Add(writeTimeout)
+		c.wdl = now.Add(2 * time.Second)
 		c.c.SetWriteDeadline(c.wdl)
 	}
 	if c.rec != nil {
@@ -174,97 +151,6 @@ func (c *tcpConn) writeRaw(b []byte) error {
 	}
 	_, err := c.c.Write(b)
 	return err
-}
-
-// writeNow writes b to a plain TCP connection without waiting: what the
-// kernel takes at once, which is all of it unless the peer is slow, needs
-// no deadline; the rest goes to pend, flushed by a goroutine within
-// writeTimeout, so that a peer that stops reading stalls neither the loop
-// nor the requests of every other connection behind it (they would wait
-// past max_queue_wait and be refused).
-func (c *tcpConn) writeNow(b []byte) error {
-	c.wmu.Lock()
-	if c.wfailed != nil {
-		err := c.wfailed
-		c.wmu.Unlock()
-		return err
-	}
-	if c.flushing {
-		if len(c.pend)+len(b) > maxPending {
-			c.wfailed = errors.New("peer takes nothing: too much waiting to be written")
-			err := c.wfailed
-			c.wmu.Unlock()
-			c.c.Close()
-			return err
-		}
-		c.pend = append(c.pend, b...)
-		c.wmu.Unlock()
-		return nil
-	}
-	c.wmu.Unlock()
-	n, werr := 0, error(nil)
-	err := c.raw.Write(func(fd uintptr) bool {
-		for {
-			n, werr = unix.Write(int(fd), b)
-			if werr != unix.EINTR {
-				return true
-			}
-		}
-	})
-	if err != nil {
-		return err
-	}
-	if werr == unix.EAGAIN {
-		n, werr = 0, nil
-	}
-	if werr != nil {
-		return werr
-	}
-	if n == len(b) {
-		return nil
-	}
-	c.wmu.Lock()
-	c.pend = append([]byte(nil), b[n:]...)
-	c.flushing = true
-	c.wmu.Unlock()
-	go c.flush()
-	return nil
-}
-
-// flush writes what waits in pend, and what the loop adds meanwhile, each
-// batch within writeTimeout; a peer that does not take it has its
-// connection closed, which its reader reports.
-func (c *tcpConn) flush() {
-	for {
-		c.wmu.Lock()
-		b := c.pend
-		c.pend = nil
-		if len(b) == 0 {
-			// Else the deadline, once past, fails the loop's next write
-			// before it is tried.
-			c.c.SetWriteDeadline(time.Time{})
-			c.flushing = false
-			c.wmu.Unlock()
-			return
-		}
-		c.wmu.Unlock()
-		c.c.SetWriteDeadline(time.Now().Add(writeTimeout))
-		if _, err := c.c.Write(b); err != nil {
-			c.wmu.Lock()
-			c.wfailed, c.pend = fmt.Errorf("write: %w", err), nil
-			c.wmu.Unlock()
-			c.c.Close()
-			return
-		}
-	}
-}
-
-// writesPending reports whether bytes written on the connection still wait
-// for the peer to take them.
-func (c *tcpConn) writesPending() bool {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return c.flushing
 }
 
 func addrPortOf(a net.Addr) netip.AddrPort {
@@ -363,9 +249,6 @@ func (w *Worker) adoptWith(c net.Conn, inbound, secure, ws, handed bool, set fun
 		ws: ws, handed: handed, origins: w.opt.WSAllowedOrigins, limits: w.opt.Conn}
 	if set != nil {
 		set(tc)
-	}
-	if t, ok := c.(*net.TCPConn); ok && !secure {
-		tc.raw, _ = t.SyscallConn()
 	}
 	if inbound {
 		w.self = appendUnique(w.self, tc.local)
@@ -1050,9 +933,7 @@ func (w *Worker) handOffParked() {
 				break
 			}
 		}
-		// What the peer has not taken yet goes before anything the next
-		// worker writes.
-		if waiting || tc.writesPending() {
+		if waiting {
 			continue
 		}
 		var state []byte
