@@ -239,14 +239,12 @@ func (g *Group) spawnLocked() (*Worker, error) {
 	t0 := time.Now()
 	cmd := o.Command
 	cmd.Env = append(cmd.Env[:len(cmd.Env):len(cmd.Env)], wire.EnvKind+"="+string(o.Kind))
-	if (o.Kind == KindUDP || o.Kind == KindTCP) && !setInEnv("GOMAXPROCS", cmd.Env) {
-		// A UDP worker handles its messages on one loop, a TCP worker
-		// on one goroutine at a time (its loop's lock): a second P only
+	if o.Kind == KindUDP && !setInEnv("GOMAXPROCS", cmd.Env) {
+		// A UDP worker handles its messages on one loop: a second P only
 		// brings the runtime's wake-ups of idle threads, a futex and a
-		// context switch each time a datagram or a segment readies the
-		// loop (bench/perproc.sh: 7 % fewer switches and 5-15 % less CPU
-		// per call over UDP; bench/ctxsw.sh --transport t1: see
-		// docs/PERFORMANCE.md). The operator's GOMAXPROCS wins.
+		// context switch each time a datagram readies the loop (bench/
+		// perproc.sh: 7 % fewer switches and 5-15 % less CPU per call).
+		// The operator's GOMAXPROCS wins.
 		cmd.Env = append(cmd.Env, "GOMAXPROCS=1")
 	}
 	files := o.Sockets
