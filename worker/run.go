@@ -14,7 +14,6 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -50,13 +49,6 @@ type Env struct {
 	// message. Handlers use it for work that arrives outside the data channel
 	// (TCP connections they were handed).
 	Submit func(fn func())
-	// Run runs fn now, on the caller's goroutine, as the loop would: while
-	// the loop does not run (it waits for its next frame), and counted as
-	// busy time. A TCP reader handles each message it reads with it: handed
-	// to the loop, a message cost a channel send, a timer moved to wake the
-	// loop and moved back, and the wake-ups of two goroutines. Held work a
-	// TurnEnder batched is done before Run returns.
-	Run func(fn func())
 
 	// Call sends a request to the supervisor and waits for its answer (see
 	// pool.GroupOptions.OnCall): how workers reach state kept outside them,
@@ -286,7 +278,6 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 		env.Sockets[sock] = own
 	}
 	env.Submit = w.submitFn
-	env.Run = w.runFn
 	env.Banned = w.banned
 	env.CountRequest = w.countRequest
 	env.OpenReplySockets = w.openReplySockets
@@ -339,13 +330,6 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 }
 
 type workerLoop struct {
-	// mu is held by the loop while it runs (all but its wait for the next
-	// frame) and by Run: the handler runs on one goroutine at a time.
-	mu sync.Mutex
-	// wakeAt is when the loop's wait ends by itself (unix ns): Run wakes it
-	// sooner when its work started a timer due before.
-	wakeAt   atomic.Int64
-	ender    TurnEnder
 	env      *Env
 	data     atomic.Pointer[os.File] // the data channel, once run has started
 	h        Handler
@@ -480,10 +464,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 	w.data.Store(wait)
 	var setFD uintptr
 	rc.Control(func(fd uintptr) { setFD = fd })
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	ender, _ := w.h.(TurnEnder)
-	w.ender = ender
 	if ender != nil {
 		defer func() {
 			if held, _, _ := ender.Batched(); held {
@@ -657,7 +638,6 @@ func (w *workerLoop) run(ctx context.Context) error {
 		if !wake.Equal(armed) {
 			wait.SetReadDeadline(wake)
 			armed = wake
-			w.wakeAt.Store(wake.UnixNano())
 		}
 		// Work submitted after runSubmitted set its own deadline to now
 		// after ours, so it cannot wait for the tick.
@@ -683,19 +663,9 @@ func (w *workerLoop) run(ctx context.Context) error {
 			// or for the deadline at idle.
 		}
 		if !read {
-			w.mu.Unlock()
-			err := rc.Read(recv)
-			w.mu.Lock()
-			if err != nil {
+			if err := rc.Read(recv); err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					armed = time.Time{}
-					// Run's work may have started a timer due before the
-					// wake-up armed.
-					if t, ok := w.timed.NextTimer(); ok && t.Before(next) {
-						if t = later(t, time.Now().Add(tickEvery)); t.Before(next) {
-							next = t
-						}
-					}
 					continue
 				}
 				return fmt.Errorf("data channel: %w", err)
@@ -851,27 +821,6 @@ func (w *workerLoop) runSubmitted() {
 			w.busy(fn)
 		default:
 			return
-		}
-	}
-}
-
-// runFn runs fn as the loop would, while the loop waits (Env.Run).
-func (w *workerLoop) runFn(fn func()) {
-	w.mu.Lock()
-	w.busy(fn)
-	if w.ender != nil {
-		if held, _, _ := w.ender.Batched(); held {
-			w.busy(w.ender.EndTurn)
-		}
-	}
-	wake := false
-	if t, ok := w.timed.NextTimer(); ok {
-		wake = later(t, time.Now().Add(tickEvery)).UnixNano() < w.wakeAt.Load()
-	}
-	w.mu.Unlock()
-	if wake {
-		if d := w.data.Load(); d != nil {
-			d.SetReadDeadline(time.Now())
 		}
 	}
 }

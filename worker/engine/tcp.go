@@ -52,9 +52,6 @@ type tcpConn struct {
 	// lastWrite is when the loop last wrote (unix ns): a connection we only
 	// write to is not idle.
 	lastWrite atomic.Int64
-	// wdl is the write deadline in force, moved by the loop's writes only
-	// when less than a second of it is left (see writeRaw).
-	wdl time.Time
 	// The bounds in force when the connection came (config.ConnLimits).
 	limits config.ConnLimits
 
@@ -138,14 +135,7 @@ func (c *tcpConn) writeRaw(b []byte) error {
 	}
 	now := time.Now()
 	c.lastWrite.Store(now.UnixNano())
-	// A write the peer does not take within 1 to 2 s fails. The deadline
-	// moves about once a second, not at every write: each move changes a
-	// runtime timer, which a connection carrying a trunk's calls paid per
-	// message.
-	if c.wdl.Sub(now) < time.Second {
-		c.wdl = now.Add(2 * time.Second)
-		c.c.SetWriteDeadline(c.wdl)
-	}
+	c.c.SetWriteDeadline(now.Add(2 * time.Second))
 	if c.rec != nil {
 		c.expectW += uint64((len(b) + maxPlaintext - 1) / maxPlaintext)
 	}
@@ -291,7 +281,7 @@ func (w *Worker) readConn(tc *tcpConn) {
 		err := t.HandshakeContext(ctx)
 		cancel()
 		if err != nil {
-			w.opt.Run(func() {
+			w.opt.Submit(func() {
 				w.Stats.TLSHandshakeFailures++
 				w.log.Info("tls handshake failed", "peer", tc.remote.String(), "error", err)
 				w.closeConn(tc, closedHandshake)
@@ -316,10 +306,8 @@ func (w *Worker) readConn(tc *tcpConn) {
 		return
 	}
 	crlf := 0
-	rc := &readClock{last: time.Now().UnixNano()}
-	more := func() { rc.armMessage(tc, msgTimeout) }
 	for {
-		if !w.awaitMessage(tc, r, rc, lifetime) {
+		if !w.awaitMessage(tc, r, lifetime) {
 			return
 		}
 		b, _ := r.Peek(1)
@@ -330,7 +318,7 @@ func (w *Worker) readConn(tc *tcpConn) {
 			if b[0] == '\n' {
 				if crlf++; crlf == 2 {
 					crlf = 0
-					w.opt.Run(func() {
+					w.opt.Submit(func() {
 						if !tc.closed {
 							tc.write([]byte("\r\n"))
 						}
@@ -340,56 +328,21 @@ func (w *Worker) readConn(tc *tcpConn) {
 			continue
 		}
 		crlf = 0
-		// A message whole in the buffer needs no deadline of its own: one
-		// that needs more reads has message_timeout set before them (more).
-		msg, err := readStreamMessageMore(r, more)
+		// Set under rmu: a Drain that interrupted the wait after Peek
+		// returned loses to this deadline, so no message is cut.
+		tc.rmu.Lock()
+		tc.c.SetReadDeadline(time.Now().Add(msgTimeout))
+		tc.rmu.Unlock()
+		msg, err := readStreamMessage(r)
 		if err != nil {
 			w.readFailed(tc, err)
 			return
 		}
 		at := time.Now().UnixNano()
-		rc.last = at
-		w.opt.Run(func() {
+		w.opt.Submit(func() {
 			w.handle(msg, source{proto: tc.proto(), addr: tc.remote, sock: -1, conn: tc, readAt: at})
 		})
 	}
-}
-
-// readClock is a reader's view of its connection's read deadline, so that
-// the deadline moves about once a second under steady traffic rather than
-// twice per message: each move changes a runtime timer, and the wait and
-// the wake-ups around it were most of what a message over a busy
-// connection cost.
-type readClock struct {
-	// armed is the read deadline in force (unix ns); 0 when unknown (a
-	// Drain or a timeout moved it), so that the next wait sets it.
-	armed int64
-	// last is when the connection last brought something (unix ns): a
-	// message's first byte or its last, a keep-alive.
-	last int64
-}
-
-// armIdle makes the deadline the connection's idle end: lifetime after the
-// last message read or written. One already set up to a second (or an
-// eighth of the lifetime) earlier stays: it fires early, and the wait,
-// finding the connection not idle, sets it again. Called under rmu.
-func (rc *readClock) armIdle(tc *tcpConn, lifetime time.Duration) {
-	due := max(rc.last, tc.lastWrite.Load()) + int64(lifetime)
-	if rc.armed != 0 && rc.armed <= due && due-rc.armed < int64(min(time.Second, lifetime/8)) {
-		return
-	}
-	rc.armed = due
-	tc.c.SetReadDeadline(time.Unix(0, due))
-}
-
-// armMessage bounds the rest of a message that needs more reads by the
-// message timeout. Set under rmu: a Drain that interrupted the wait after
-// it returned loses to this deadline, so no message is cut.
-func (rc *readClock) armMessage(tc *tcpConn, msgTimeout time.Duration) {
-	tc.rmu.Lock()
-	rc.armed = time.Now().Add(msgTimeout).UnixNano()
-	tc.c.SetReadDeadline(time.Unix(0, rc.armed))
-	tc.rmu.Unlock()
 }
 
 // awaitMessage waits between messages until a byte comes: idle, unless
@@ -397,10 +350,10 @@ func (rc *readClock) armMessage(tc *tcpConn, msgTimeout time.Duration) {
 // reader is to stop: the connection was closed (for being idle, or by the
 // peer), or parked for a hand-off, with what was read past the last
 // message.
-func (w *Worker) awaitMessage(tc *tcpConn, r *bufio.Reader, rc *readClock, lifetime time.Duration) bool {
+func (w *Worker) awaitMessage(tc *tcpConn, r *bufio.Reader, lifetime time.Duration) bool {
 	for {
 		tc.rmu.Lock()
-		rc.armIdle(tc, lifetime)
+		tc.c.SetReadDeadline(time.Now().Add(lifetime))
 		if tc.handoff.Load() {
 			tc.rmu.Unlock()
 			prefix, _ := r.Peek(r.Buffered())
@@ -414,7 +367,7 @@ func (w *Worker) awaitMessage(tc *tcpConn, r *bufio.Reader, rc *readClock, lifet
 				}
 				tc.moveRead, prefix = st, append(prefix, plain...)
 			}
-			w.opt.Run(func() { w.park(tc, prefix) })
+			w.opt.Submit(func() { w.park(tc, prefix) })
 			return false
 		}
 		tc.waiting = true
@@ -424,22 +377,16 @@ func (w *Worker) awaitMessage(tc *tcpConn, r *bufio.Reader, rc *readClock, lifet
 		tc.waiting = false
 		tc.rmu.Unlock()
 		if err == nil {
-			// A byte came: a keep-alive, a ping or a message's first.
-			rc.last = time.Now().UnixNano()
 			return true
-		}
-		if isTimeout(err) {
-			// Whoever moved the deadline, the next wait sets it again.
-			rc.armed = 0
 		}
 		if isTimeout(err) && tc.handoff.Load() {
 			continue
 		}
 		if isTimeout(err) {
-			if last := max(rc.last, tc.lastWrite.Load()); time.Since(time.Unix(0, last)) < lifetime {
+			if last := tc.lastWrite.Load(); time.Since(time.Unix(0, last)) < lifetime {
 				continue
 			}
-			w.opt.Run(func() {
+			w.opt.Submit(func() {
 				if tc.ws && !tc.closed {
 					tc.writeRaw(wsCloseFrame(wsStatusGoingAway))
 				}
@@ -447,7 +394,7 @@ func (w *Worker) awaitMessage(tc *tcpConn, r *bufio.Reader, rc *readClock, lifet
 			})
 			return false
 		}
-		w.opt.Run(func() { w.closeConn(tc, closedByPeer) })
+		w.opt.Submit(func() { w.closeConn(tc, closedByPeer) })
 		return false
 	}
 }
@@ -464,7 +411,7 @@ func (w *Worker) readFailed(tc *tcpConn, err error) {
 		reason = closedByPeer
 	}
 	errors.As(err, &wsErr)
-	w.opt.Run(func() {
+	w.opt.Submit(func() {
 		if reason != closedByPeer {
 			w.log.Info(tc.proto()+" connection closed", "peer", tc.remote.String(), "reason", reason, "error", err)
 		}
@@ -506,7 +453,7 @@ func (w *Worker) upgradeWS(tc *tcpConn, r *bufio.Reader) bool {
 	if err == nil {
 		return true
 	}
-	w.opt.Run(func() {
+	w.opt.Submit(func() {
 		w.Stats.WSRefused++
 		w.log.Info("websocket upgrade failed", "peer", tc.remote.String(), "reason", reason, "error", err)
 		w.closeConn(tc, reason)
@@ -522,16 +469,17 @@ func (w *Worker) upgradeWS(tc *tcpConn, r *bufio.Reader) bool {
 // message boundary.
 func (w *Worker) readWS(tc *tcpConn, r *bufio.Reader, lifetime, msgTimeout time.Duration) {
 	wr := &wsReader{r: r, max: maxTCPMessage}
-	rc := &readClock{last: time.Now().UnixNano()}
 	for {
 		// A control frame may come between the fragments of a message,
 		// which is then still under way: no idle wait, no hand-off, and
 		// the message's deadline stands (pings do not stretch it).
 		if !wr.midMessage() {
-			if !w.awaitMessage(tc, r, rc, lifetime) {
+			if !w.awaitMessage(tc, r, lifetime) {
 				return
 			}
-			rc.armMessage(tc, msgTimeout)
+			tc.rmu.Lock()
+			tc.c.SetReadDeadline(time.Now().Add(msgTimeout))
+			tc.rmu.Unlock()
 		}
 		f, err := wr.read()
 		if err != nil {
@@ -541,16 +489,15 @@ func (w *Worker) readWS(tc *tcpConn, r *bufio.Reader, lifetime, msgTimeout time.
 		switch {
 		case f.isPing:
 			pong := appendWSFrame(nil, wsPong, f.ping)
-			w.opt.Run(func() {
+			w.opt.Submit(func() {
 				if !tc.closed {
 					tc.writeRaw(pong)
 				}
 			})
 		case f.data != nil && !blank(f.data):
 			at := time.Now().UnixNano()
-			rc.last = at
 			msg := f.data
-			w.opt.Run(func() {
+			w.opt.Submit(func() {
 				w.handle(msg, source{proto: tc.proto(), addr: tc.remote, sock: -1, conn: tc, readAt: at})
 			})
 		}
@@ -590,12 +537,6 @@ func (w *Worker) closeConn(tc *tcpConn, reason string) {
 // framed where the reader buffers it and copied out once, whole; one that
 // outgrows the buffer is gathered beside it.
 func readStreamMessage(r *bufio.Reader) ([]byte, error) {
-	return readStreamMessageMore(r, nil)
-}
-
-// readStreamMessageMore is readStreamMessage calling more, when not nil,
-// once before the message needs a read beyond what r buffers.
-func readStreamMessageMore(r *bufio.Reader, more func()) ([]byte, error) {
 	f := sipstream.Framer{MaxHeader: maxTCPMessage, MaxBody: maxTCPMessage}
 	// big holds the message's first bytes once it outgrows r's buffer.
 	var big []byte
@@ -623,10 +564,6 @@ func readStreamMessageMore(r *bufio.Reader, more func()) ([]byte, error) {
 			msg := append([]byte(nil), b[:n]...)
 			r.Discard(n)
 			return msg, nil
-		}
-		if more != nil {
-			more()
-			more = nil
 		}
 		if big == nil && len(b) < r.Size() {
 			// More of it, in the buffer.

@@ -81,9 +81,6 @@ type Options struct {
 	// Submit runs fn on the worker's loop; TCP readers hand messages over
 	// with it.
 	Submit func(fn func())
-	// Run, when set, runs fn now as the loop would (worker.Env.Run): TCP
-	// readers handle what they read with it rather than handing it over.
-	Run func(fn func())
 	// Admit, when set, asks the front door's admission control about a new
 	// session that came over a connection this worker reads itself (TCP),
 	// which no front door saw: a refusal gets the 503 with Retry-After the
@@ -325,7 +322,6 @@ func New(env *worker.Env) (worker.Handler, error) {
 		Store:   store,
 		Logger:  logger,
 		Submit:  env.Submit,
-		Run:     env.Run,
 		Admit:   admitFor(env),
 		Late:    env.Late,
 
@@ -415,9 +411,6 @@ func NewWorker(opt Options) (*Worker, error) {
 	}
 	if opt.Submit == nil {
 		opt.Submit = func(fn func()) { fn() }
-	}
-	if opt.Run == nil {
-		opt.Run = opt.Submit
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
