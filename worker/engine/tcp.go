@@ -144,6 +144,13 @@ func (c *tcpConn) writeRaw(b []byte) error {
 }
 
 func addrPortOf(a net.Addr) netip.AddrPort {
+	// A connection whose peer left between the supervisor's accept and
+	// this worker taking its descriptor has no remote address (getpeername
+	// fails): it is taken with none, and its reader, finding it closed,
+	// closes it, rather than the worker failing on it.
+	if a == nil {
+		return netip.AddrPort{}
+	}
 	if t, ok := a.(*net.TCPAddr); ok {
 		ap := t.AddrPort()
 		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
