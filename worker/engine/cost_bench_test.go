@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"strconv"
 	"testing"
 	"time"
 )
@@ -14,26 +13,8 @@ import (
 func BenchmarkCallHandled(b *testing.B) {
 	d := newCallDriver(b)
 	defer d.close()
-	type call struct{ inv, ringing, ok, ack, bye, byeOK []byte }
-	calls := make([]call, b.N)
-	// Each call takes three branches of the worker's: the INVITE's, the
-	// ACK's (relayed statelessly) and the BYE's.
-	seq := d.w.branchSeq
-	branch := func(n uint64) string { return d.w.branchPrefix + strconv.FormatUint(n, 36) }
-	for i := range calls {
-		callID := "handled-" + strconv.Itoa(i)
-		inv := branch(seq + 1)
-		bye := branch(seq + 3)
-		seq += 3
-		calls[i] = call{
-			inv:     d.invite(callID),
-			ringing: d.reply(180, "Ringing", inv, callID, 1, "INVITE"),
-			ok:      d.reply(200, "OK", inv, callID, 1, "INVITE"),
-			ack:     crlf(inDialog("ACK", d.ruri, d.uac, "z9hG4bK-a"+callID, callID, 1, "bob-tag", []string{d.rr})),
-			bye:     crlf(inDialog("BYE", d.ruri, d.uac, "z9hG4bK-"+callID, callID, 2, "bob-tag", []string{d.rr})),
-			byeOK:   d.reply(200, "OK", bye, callID, 2, "BYE"),
-		}
-	}
+	seq := d.w.branchSeq + 3*uint64(b.N)
+	calls := d.calls(b.N)
 	later := time.Now().Add(time.Hour)
 	b.ReportAllocs()
 	b.ResetTimer()
