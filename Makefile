@@ -15,9 +15,9 @@ build:
 
 # The test command README.md names and CI runs. The end-to-end tests are
 # packages of their own under e2e/, which go test runs side by side with the
-# others. The longest, e2e/load, runs its tests one at a time, as they
-# measure load: about 5 minutes with the scale-down and transition stress
-# tests (307 s alone, on a 2-core machine); the whole run about 7 minutes.
+# others. The longest, e2e/load and e2e/scaledown, run their tests one at a
+# time, as they measure load or wait for a group's drains: about 3 minutes
+# each on a 2-core machine; the whole run about 7 minutes.
 # The timeout applies to each package's test binary.
 test:
 	$(GO) test -race -count=1 -timeout 480s $(PKGS)

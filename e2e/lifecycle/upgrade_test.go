@@ -54,12 +54,12 @@ func buildVersions(t *testing.T, dir string, versions ...string) map[string]stri
 func install(t *testing.T, bin, path string) {
 	t.Helper()
 	tmp := path + ".new"
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(tmp, b, 0o755); err != nil {
-		t.Fatal(err)
+	// cp writes the copy, not this process: a file this process held open
+	// for writing would be inherited by a process another test forks at
+	// that moment, and exec of the copy would fail "text file busy" until
+	// that child execs (golang.org/issue/22315).
+	if out, err := exec.Command("cp", bin, tmp).CombinedOutput(); err != nil {
+		t.Fatalf("cp %s: %v: %s", bin, err, out)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
