@@ -3,7 +3,9 @@ package supervisor
 import (
 	"bytes"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +33,8 @@ func TestGroupScalesUpAndDownLosingNothing(t *testing.T) {
 }
 
 func scaleLosingNothing(t *testing.T, direct string) {
+	logs := &testkit.SyncBuffer{}
+	udpBefore := udpCounters(t)
 	st := startSupervisor(t, cfgf(`
 socket = udp:127.0.0.1:0
 http_listen = 127.0.0.1:0
@@ -40,7 +44,7 @@ auto_scaling_cooldown = 5
 auto_scaling_profile = P scale up to 4 on 60%% for 2 cycles within 3 scale down to 2 on 20%% for 3 cycles
 udp_workers = 2 use_auto_scaling_profile P
 route { exit; }
-`, direct), costWorker(2*time.Millisecond), nil)
+`, direct), costWorker(2*time.Millisecond), logs)
 	g := st.s.Groups()[0]
 	testkit.WaitFor(t, patience, "2 ready workers", func() bool { return len(g.Routable()) == 2 })
 
@@ -69,7 +73,7 @@ route { exit; }
 			}
 		}
 	}()
-	seq := 0
+	seq, sendErrs := 0, 0
 	var sentAt []time.Time
 	// send paces datagrams at rate per second until stop says so.
 	send := func(rate int, stop func() bool, limit time.Duration) {
@@ -82,7 +86,9 @@ route { exit; }
 			<-tick.C
 			due := int(time.Since(start).Seconds() * float64(rate))
 			for ; sentHere < due; sentHere++ {
-				client.WriteTo(numbered("OPTIONS", seq), dst)
+				if _, err := client.WriteTo(numbered("OPTIONS", seq), dst); err != nil {
+					sendErrs++
+				}
 				sentAt = append(sentAt, time.Now())
 				seq++
 			}
@@ -106,13 +112,24 @@ route { exit; }
 		if !t.Failed() {
 			return
 		}
-		// When each lost message was sent, to set beside the log's events.
+		// When each lost message was sent, to set beside the log's events;
+		// the kernel's UDP counters tell a datagram dropped by a full
+		// socket buffer (anyone's, on this machine) from one a worker lost.
 		mu.Lock()
 		defer mu.Unlock()
+		first, last, lost := -1, -1, 0
 		for i := 0; i < sent; i++ {
 			if !got[i] {
-				t.Logf("message %d of %d, sent at %s, was not answered", i, sent, sentAt[i].UTC().Format("15:04:05.000"))
+				if first < 0 {
+					first = i
+				}
+				last, lost = i, lost+1
 			}
+		}
+		if lost > 0 {
+			t.Logf("%d of %d messages not answered, the first (%d) sent at %s, the last (%d) at %s; %d sends failed; kernel UDP counters before and after: %v, %v\nsupervisor's log:\n%s",
+				lost, sent, first, sentAt[first].UTC().Format("15:04:05.000"), last, sentAt[last].UTC().Format("15:04:05.000"),
+				sendErrs, udpBefore, udpCounters(t), logs.String())
 		}
 	}()
 	testkit.WaitFor(t, patience, "every message answered", func() bool {
@@ -155,4 +172,31 @@ func seqOf(b []byte) (int, bool) {
 	}
 	v, err := strconv.Atoi(string(rest[:end]))
 	return v, err == nil
+}
+
+// udpCounters is the kernel's UDP error counters (/proc/net/snmp), by name.
+func udpCounters(t *testing.T) map[string]string {
+	b, err := os.ReadFile("/proc/net/snmp")
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] != "Udp:" {
+			continue
+		}
+		if names == nil {
+			names = f[1:]
+			continue
+		}
+		out := map[string]string{}
+		for i, v := range f[1:] {
+			if i < len(names) && strings.Contains(names[i], "Err") {
+				out[names[i]] = v
+			}
+		}
+		return out
+	}
+	return nil
 }
