@@ -15,6 +15,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/script"
+	"github.com/sipvisor/sipvisor/worker/engine/txn"
 )
 
 // Digest authentication (RFC 3261 section 22, RFC 8760), as OpenSIPS's and
@@ -267,7 +268,7 @@ func (c *msgCtx) challenge(a []*script.Literal, proxy bool) bool {
 		ch := digest.Challenge{Realm: realm, Nonce: nonce, Algorithm: alg, QOP: []string{"auth"}, Stale: c.auth.stale}
 		extra = append(extra, name+": "+ch.String())
 	}
-	if c.stx != nil && c.stx.state == stTrying {
+	if c.stx != nil && c.stx.State == txn.Trying {
 		w.replyTx(c.stx, code, reason, extra)
 	} else {
 		w.replyStateless(c.req, c.src, code, reason, extra)

@@ -223,9 +223,9 @@ func TestCallMemory(t *testing.T) {
 		}
 		d.w.Tick(after())
 		end := heapInUse()
-		if d.w.Held() != 0 || len(d.w.ackIdx) != 0 || len(d.w.timers) != 0 {
+		if d.w.Held() != 0 || d.w.txns.Dialogs() != 0 || d.w.txns.Pending() != 0 {
 			t.Fatalf("%s: after the timers: want nothing held, have %d transactions, %d ACK index entries, %d timers",
-				name, d.w.Held(), len(d.w.ackIdx), len(d.w.timers))
+				name, d.w.Held(), d.w.txns.Dialogs(), d.w.txns.Pending())
 		}
 		return float64(up-base) / n, float64(end-base) / n
 	}

@@ -16,8 +16,11 @@
 // from the start. Responses are matched by the scanner's branch and relayed
 // without a parse (relayResponse) unless an onreply_route or a final reply
 // of 300 and up needs them decoded. A transaction keeps the bytes it
-// resends and the keys it is matched by (package txn writes the keys and
-// holds the heap of deadlines). docs/DESIGN.md, "The message path", tells
+// resends and the keys it is matched by. The transaction layer (their
+// states, table, heap of deadlines and timer rules, the keys) is package
+// txn; the engine embeds its transactions in its own (txn.go), with what
+// depends on the worker: where a request came from and its replies go,
+// sending, the script's routes. docs/DESIGN.md, "The message path", tells
 // the whole of it; TestAllocs holds what each exchange allocates. It is the worker's Handler (package
 // worker): everything it does runs on the worker's one loop, so it holds no
 // locks, and what it holds is what Held reports to a draining worker.

@@ -308,7 +308,7 @@ func (w *Worker) ackOfStatelessReplyBytes(m *sipmsg.Msg, f *viaFix) bool {
 		return false
 	}
 	w.keyBuf = appendServerKeyBytes(w.keyBuf[:0], m, f, true)
-	return w.stx[string(w.keyBuf)] == nil
+	return w.txns.Server(w.keyBuf) == nil
 }
 
 // absorbBytes is absorb on the bytes.
@@ -316,7 +316,7 @@ func (c *msgCtx) absorbBytes() bool {
 	w := c.w
 	ack := c.m.Method == sipscan.Ack
 	w.keyBuf = appendServerKeyBytes(w.keyBuf[:0], c.m, &c.bs.via, ack)
-	t := w.stx[string(w.keyBuf)]
+	t := w.txns.Server(w.keyBuf)
 	if t == nil {
 		return false
 	}
@@ -324,9 +324,9 @@ func (c *msgCtx) absorbBytes() bool {
 		return w.ackTx(t)
 	}
 	w.Stats.Retransmissions++
-	if t.last != nil {
+	if t.Last != nil {
 		d := c.bs.via.dest
-		w.send(&d, t.last)
+		w.send(&d, t.Last)
 	}
 	return true
 }
@@ -444,7 +444,7 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 		trying = m.AppendReply(tb[:0], 100, "Trying", &s, nil)
 	}
 	// The spare room takes a reply about the size of the request's
-	// headers: a 180, a BYE's 200 (serverTx.keep); one with a body, such
+	// headers: a 180, a BYE's 200 (txn.Server.Keep); one with a body, such
 	// as a 183 with SDP, is copied on its own.
 	n0, n1 := len(out), len(out)+len(trying)
 	buf := make([]byte, n1+len(out)-len(m.Body)+spareSlack)
@@ -452,18 +452,19 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 	copy(buf[n0:], trying)
 	p := &txPair{}
 	t := &p.s
-	*t = serverTx{key: keys[:sk], invite: invite, src: c.src, vdest: c.bs.via.dest}
-	w.stx[t.key] = t
+	*t = serverTx{Server: txn.Server{Key: keys[:sk], Invite: invite}, src: c.src, vdest: c.bs.via.dest}
+	if invite {
+		t.DialogKey = keys[sk:dk]
+	}
+	w.txns.AddServer(t)
 	c.stx = t
 	if invite {
-		t.dlgKey = keys[sk:dk]
-		w.ackIdx[t.dlgKey] = t
 		// Stops the upstream's timer A at once (RFC 3261 16.2).
-		t.last, t.lastCode = buf[n0:n1:n1], 100
+		t.Last, t.LastCode = buf[n0:n1:n1], 100
 		vd := t.vdest
-		w.send(&vd, t.last)
+		w.send(&vd, t.Last)
 	}
-	t.spare = buf[n1:n1:len(buf)]
+	t.Spare = buf[n1:n1:len(buf)]
 	if w.startBranchTx(&p.c, t, buf[:n0:n0], keys[dk:bk], keys[dk:], d) {
 		return true, true
 	}
@@ -489,8 +490,8 @@ func (w *Worker) txRequest(t *serverTx) *sip.Request {
 			}
 		}
 	}
-	if t.req != nil && t.toTag == "" {
-		t.toTag = localTag(t.req)
+	if t.req != nil && t.ToTag == "" {
+		t.ToTag = localTag(t.req)
 	}
 	return t.req
 }
@@ -498,7 +499,7 @@ func (w *Worker) txRequest(t *serverTx) *sip.Request {
 // txReply builds a reply of this server's to t's request.
 func (w *Worker) txReply(t *serverTx, code int, reason string, extra []string) []byte {
 	req := w.txRequest(t)
-	return buildReply(req, code, reason, t.toTag, extra)
+	return buildReply(req, code, reason, t.ToTag, extra)
 }
 
 // replyDest is where t's replies go.

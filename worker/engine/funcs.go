@@ -19,6 +19,7 @@ import (
 	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/script"
 	"github.com/sipvisor/sipvisor/worker"
+	"github.com/sipvisor/sipvisor/worker/engine/txn"
 )
 
 // storeFor picks where registrations live. A shared store (an SQLite file,
@@ -215,14 +216,14 @@ func fnSlSendReply(c *msgCtx, a []*script.Literal) bool {
 		return false
 	}
 	reason := c.expand(a[1])
-	if c.m != nil && (c.stx == nil || c.stx.state != stTrying) {
+	if c.m != nil && (c.stx == nil || c.stx.State != txn.Trying) {
 		c.replyBytes(int(code), reason)
 		return true
 	}
 	if !c.decode() {
 		return false
 	}
-	if c.stx != nil && c.stx.state == stTrying {
+	if c.stx != nil && c.stx.State == txn.Trying {
 		c.w.reply(c.stx, int(code), reason)
 		return true
 	}
@@ -383,7 +384,7 @@ func fnTRelay(c *msgCtx, _ []*script.Literal) bool {
 	if t == nil {
 		t = w.newServerTx(req, c.src)
 		c.stx = t
-		if t.invite {
+		if t.Invite {
 			// Stops the upstream's timer A at once (RFC 3261 16.2).
 			w.reply(t, 100, "Trying")
 		}
@@ -480,8 +481,8 @@ func fnTCheckTrans(c *msgCtx, _ []*script.Literal) bool {
 			return false
 		}
 		c.w.keyBuf = appendDialogKey(c.w.keyBuf[:0], c.m)
-		t := c.w.ackIdx[string(c.w.keyBuf)]
-		return t != nil && t.state == stAccepted
+		t := c.w.txns.Dialog(c.w.keyBuf)
+		return t != nil && t.State == txn.Accepted
 	}
 	if !c.decode() {
 		return false
@@ -498,8 +499,9 @@ func fnTCheckTrans(c *msgCtx, _ []*script.Literal) bool {
 			c.stopped = true // the ACK of a non-2xx ends here (hop by hop)
 			return true
 		}
-		t := w.ackIdx[dialogKey(req)]
-		return t != nil && t.state == stAccepted
+		w.keyBuf = appendDialogKeyOf(w.keyBuf[:0], req)
+		t := w.txns.Dialog(w.keyBuf)
+		return t != nil && t.State == txn.Accepted
 	}
 	if w.absorb(req) {
 		c.stopped = true

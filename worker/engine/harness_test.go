@@ -145,7 +145,7 @@ func (p *proxy) waitHeld0() {
 	p.t.Helper()
 	testkit.WaitFor(p.t, wait, "no transaction held", func() bool { return p.held() == 0 })
 	var acks, timers int
-	p.do(func() { acks, timers = len(p.w.ackIdx), len(p.w.timers) })
+	p.do(func() { acks, timers = p.w.txns.Dialogs(), p.w.txns.Pending() })
 	if acks != 0 || timers != 0 {
 		p.t.Fatalf("with no transaction held: want no ACK index entry and no timer, have %d and %d", acks, timers)
 	}

@@ -190,7 +190,7 @@ func (c *msgCtx) dsRefuseShed() {
 		c.stx = t
 	}
 	retry := "Retry-After: " + strconv.Itoa(max(w.opt.RetryAfter.Draw(), 1))
-	w.sendFinal(t, buildReply(t.req, 503, "Service Unavailable", t.toTag, []string{retry}), 503)
+	w.sendFinal(t, buildReply(t.req, 503, "Service Unavailable", t.ToTag, []string{retry}), 503)
 	c.stopped = true
 	w.dsReport(nil)
 }

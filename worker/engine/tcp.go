@@ -24,6 +24,7 @@ import (
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/worker"
+	"github.com/sipvisor/sipvisor/worker/engine/txn"
 )
 
 // maxTCPMessage bounds one framed message: a peer that sends more without a
@@ -871,8 +872,8 @@ func (w *Worker) handOffParked() {
 			continue
 		}
 		waiting := false
-		for _, st := range w.stx {
-			if st.src.conn == tc && st.state == stTrying {
+		for st := range w.txns.Servers() {
+			if st.src.conn == tc && st.State == txn.Trying {
 				waiting = true
 				break
 			}

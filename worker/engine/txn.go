@@ -17,39 +17,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// txState is where a transaction is in its RFC 3261 17 life.
-type txState uint8
-
-const (
-	// stTrying: a server transaction waits for a final reply; a client
-	// transaction waits for any reply (Calling / Trying).
-	stTrying txState = iota
-	// stProceeding: a client transaction got a provisional reply.
-	stProceeding
-	// stCompleted: a final non-2xx reply was sent (server) or received
-	// (client); retransmissions are absorbed until the transaction ends.
-	stCompleted
-	// stConfirmed: an INVITE server transaction got the ACK of its non-2xx.
-	stConfirmed
-	// stAccepted: a 2xx passed (RFC 6026); kept to match the end-to-end ACK
-	// and to pass on the UAS's 2xx retransmissions.
-	stAccepted
-	stTerminated
-)
-
-// timed is a transaction with at most one pending deadline in the
-// worker's heap (package txn).
-type timed interface {
-	txn.Timed
-	fire(w *Worker, now time.Time)
-}
-
-func (w *Worker) schedule(t timed, at time.Time) { w.timers.Set(t, at) }
-
-// serverTx is the upstream side of a relayed request.
+// serverTx is the upstream side of a relayed request: its transaction
+// (package txn) and what the proxy keeps beside it.
 type serverTx struct {
-	key, dlgKey string
-	invite      bool
+	txn.Server
 	// req is the request as the script left it; a request relayed on its
 	// bytes (fast.go) has none until a reply of this server's needs it,
 	// when it is read back from firstRelay (txRequest), and vdest is
@@ -57,11 +28,6 @@ type serverTx struct {
 	req   *sip.Request
 	vdest dest
 	src   source
-	state txState
-	toTag string
-
-	last     []byte // the last reply sent upstream, resent on retransmissions
-	lastCode int
 
 	branches   []*clientTx
 	branch0    [1]*clientTx // branches' first backing array: one branch is the rule
@@ -79,55 +45,19 @@ type serverTx struct {
 	// frInv the timeouts t_set_fr set, 0 for the defaults.
 	ds        *dsRoute
 	fr, frInv time.Duration
-
-	timer    txn.Deadline
-	interval time.Duration // timer G
-	endAt    time.Time     // timer H
-
-	// spare is room made with a transaction relayed on its bytes for the
-	// replies it keeps to resend: its provisional replies and a
-	// non-INVITE's final one (keep).
-	spare []byte
-}
-
-func (t *serverTx) Deadline() *txn.Deadline { return &t.timer }
-
-// keep is the response data (scanned into m) less its top Via, as t sends
-// it upstream: written into t's spare room when it fits and t may still
-// overwrite it (a provisional reply replaces the last one), or when final
-// is set (a non-INVITE's final reply, after which the room is t's last
-// reply for good); else a copy of its own.
-func (t *serverTx) keep(m *sipscan.Msg, data []byte, final bool) []byte {
-	c0, c1 := m.TopVia[0], m.TopVia[1]
-	if c1 <= c0 || t.spare == nil || len(data)-(c1-c0) > cap(t.spare) || m.StatusCode >= 200 && !final {
-		return m.WithoutTopVia(data)
-	}
-	b := append(append(t.spare[:0], data[:c0]...), data[c1:]...)
-	if final {
-		t.spare = nil
-	}
-	return b
 }
 
 // clientTx is one branch: the request relayed downstream.
 type clientTx struct {
-	key    string
-	branch string
-	stx    *serverTx // nil for a CANCEL this server originates
-	invite bool
-	bytes  []byte
-	dst    dest
-	state  txState
+	txn.Client
+	stx *serverTx // nil for a CANCEL this server originates
+	dst dest
 
 	cancelPending, cancelSent bool
-
-	timer     txn.Deadline
-	interval  time.Duration // timers A / E
-	retransAt time.Time
-	timeoutAt time.Time // timers B / F, or fr_inv after a provisional reply
 }
 
-func (t *clientTx) Deadline() *txn.Deadline { return &t.timer }
+// txTable is a worker's transactions.
+type txTable = txn.Table[*serverTx, *clientTx]
 
 func methodOf(m sip.Message) string {
 	if cs := m.CSeq(); cs != nil {
@@ -161,7 +91,7 @@ func appendServerKey(b []byte, req *sip.Request, method string) []byte {
 // do are looked up more than once.
 func (w *Worker) findServerTx(req *sip.Request, method string) *serverTx {
 	w.keyBuf = appendServerKey(w.keyBuf[:0], req, method)
-	return w.stx[string(w.keyBuf)]
+	return w.txns.Server(w.keyBuf)
 }
 
 // param is a header parameter's value as the front door reads it: names
@@ -181,9 +111,13 @@ func param(hp sip.HeaderParams, name string) (string, bool) {
 // dialogKey matches the ACK of a 2xx, which carries a new branch, to its
 // INVITE.
 func dialogKey(req *sip.Request) string {
-	ftag, _ := param(req.From().Params, "tag")
 	var b [128]byte
-	return string(txn.AppendDialogKey(b[:0], string(*req.CallID()), ftag, req.CSeq().SeqNo))
+	return string(appendDialogKeyOf(b[:0], req))
+}
+
+func appendDialogKeyOf(b []byte, req *sip.Request) []byte {
+	ftag, _ := param(req.From().Params, "tag")
+	return txn.AppendDialogKey(b, string(*req.CallID()), ftag, req.CSeq().SeqNo)
 }
 
 // localTag is the To-tag of replies this server makes: derived from the
@@ -310,13 +244,12 @@ func (w *Worker) replyStateless(req *sip.Request, src source, code int, reason s
 }
 
 func (w *Worker) newServerTx(req *sip.Request, src source) *serverTx {
-	t := &serverTx{key: serverKey(req, string(req.Method)), invite: req.Method == sip.INVITE, req: req, src: src}
-	t.toTag = localTag(req)
-	w.stx[t.key] = t
-	if t.invite {
-		t.dlgKey = dialogKey(req)
-		w.ackIdx[t.dlgKey] = t
+	t := &serverTx{Server: txn.Server{Key: serverKey(req, string(req.Method)), Invite: req.Method == sip.INVITE}, req: req, src: src}
+	t.ToTag = localTag(req)
+	if t.Invite {
+		t.DialogKey = dialogKey(req)
 	}
+	w.txns.AddServer(t)
 	return t
 }
 
@@ -325,7 +258,7 @@ func (w *Worker) newServerTx(req *sip.Request, src source) *serverTx {
 func (w *Worker) reply(t *serverTx, code int, reason string) {
 	b := w.txReply(t, code, reason, nil)
 	if code < 200 {
-		t.last, t.lastCode = b, code
+		t.Last, t.LastCode = b, code
 		d := w.replyDest(t)
 		w.send(&d, b)
 		return
@@ -336,68 +269,28 @@ func (w *Worker) reply(t *serverTx, code int, reason string) {
 // sendFinal sends the final reply upstream and starts the wait for the ACK
 // or for retransmissions to stop.
 func (w *Worker) sendFinal(t *serverTx, b []byte, code int) {
-	if t.state != stTrying {
+	if t.State != txn.Trying {
 		return
 	}
-	t.last, t.lastCode = b, code
+	t.Last, t.LastCode = b, code
 	d := w.replyDest(t)
 	w.send(&d, b)
-	now := time.Now()
-	switch {
-	case t.invite && code >= 300:
-		t.state = stCompleted
-		t.endAt = now.Add(64 * w.opt.T1) // timer H
-		if t.src.conn == nil {
-			t.interval = w.opt.T1 // timer G
-			w.schedule(t, now.Add(t.interval))
-		} else {
-			w.schedule(t, t.endAt)
-		}
-	case t.invite:
-		t.state = stAccepted
-		w.schedule(t, now.Add(w.opt.Linger))
-	default:
-		t.state = stCompleted
-		linger := w.opt.Linger
-		if t.src.conn != nil {
-			linger = 0 // timer J is 0 on reliable transports
-		}
-		w.schedule(t, now.Add(linger))
-	}
+	w.txns.Final(t, code, t.src.conn != nil, time.Now())
 }
 
-func (t *serverTx) fire(w *Worker, now time.Time) {
-	if t.state == stCompleted && t.invite && now.Before(t.endAt) {
+// fireServer runs t's due deadline.
+func (w *Worker) fireServer(t *serverTx, now time.Time) {
+	switch w.txns.FireServer(t, now) {
+	case txn.Resend:
 		// Timer G: the ACK has not come; say it again.
 		d := w.replyDest(t)
-		w.send(&d, t.last)
+		w.send(&d, t.Last)
 		w.Stats.Retransmissions++
-		t.interval = min(2*t.interval, w.opt.T2)
-		w.schedule(t, minTime(now.Add(t.interval), t.endAt))
-		return
 	}
-	if t.state == stTrying {
-		return // waits on its branches, whose timers end it
-	}
-	w.endServerTx(t)
 }
 
 func (w *Worker) endServerTx(t *serverTx) {
-	t.state = stTerminated
-	w.timers.Remove(t)
-	if w.stx[t.key] == t {
-		delete(w.stx, t.key)
-	}
-	if t.dlgKey != "" && w.ackIdx[t.dlgKey] == t {
-		delete(w.ackIdx, t.dlgKey)
-	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
+	w.txns.EndServer(t)
 }
 
 // absorb handles a request that belongs to a known server transaction: a
@@ -412,9 +305,9 @@ func (w *Worker) absorb(req *sip.Request) bool {
 		return w.ackTx(t)
 	}
 	w.Stats.Retransmissions++
-	if t.last != nil {
+	if t.Last != nil {
 		d := w.viaDest(req.Via(), t.src)
-		w.send(&d, t.last)
+		w.send(&d, t.Last)
 	}
 	return true
 }
@@ -423,18 +316,7 @@ func (w *Worker) absorb(req *sip.Request) bool {
 // it. It reports false for an ACK t cannot have (that of a 2xx reuses no
 // branch).
 func (w *Worker) ackTx(t *serverTx) bool {
-	if t.state != stCompleted && t.state != stConfirmed {
-		return false
-	}
-	if t.state == stCompleted {
-		t.state = stConfirmed
-		linger := w.opt.T4 // timer I
-		if t.src.conn != nil {
-			linger = 0
-		}
-		w.schedule(t, time.Now().Add(linger))
-	}
-	return true
+	return w.txns.Ack(t, t.src.conn != nil, time.Now())
 }
 
 // relayBranch sends req downstream to d as a new branch of t.
@@ -451,13 +333,13 @@ func (w *Worker) startBranch(t *serverTx, b []byte, branch, key string, d dest) 
 
 // startBranchTx is startBranch into ct.
 func (w *Worker) startBranchTx(ct *clientTx, t *serverTx, b []byte, branch, key string, d dest) bool {
-	*ct = clientTx{branch: branch, stx: t, invite: t.invite, bytes: b, dst: d, key: key}
+	*ct = clientTx{Client: txn.Client{Branch: branch, Invite: t.Invite, Bytes: b, Key: key}, stx: t, dst: d}
 	err := w.send(&ct.dst, b)
 	if err != nil && !errors.Is(err, errFlowGone) {
 		w.log.Warn("relay failed", "to", d.addr.String(), "proto", d.proto, "error", err)
 		return false
 	}
-	w.ctx[ct.key] = ct
+	w.txns.AddClient(ct)
 	if t.branches == nil {
 		t.branches = t.branch0[:0]
 	}
@@ -481,7 +363,7 @@ func (w *Worker) flowGone(ct *clientTx) {
 	w.Stats.FlowsGone++
 	code, reason := flowCode(ct.dst.ob)
 	w.log.Info("the connection the callee registered on is gone", "flow", ct.dst.addr.String(), "proto", ct.dst.proto, "answer", code)
-	w.linger(ct, stCompleted)
+	w.linger(ct, txn.Completed)
 	t := ct.stx
 	w.branchFinal(ct, code, reason, w.txReply(t, code, reason, nil), nil)
 }
@@ -570,64 +452,30 @@ func (w *Worker) localFor(d dest) (netip.AddrPort, string) {
 }
 
 func (w *Worker) startClient(ct *clientTx) {
-	now := time.Now()
-	ct.timeoutAt = now.Add(64 * w.opt.T1) // timers B and F
-	if ct.stx != nil && ct.stx.fr > 0 && ct.stx.fr < 64*w.opt.T1 {
-		ct.timeoutAt = now.Add(ct.stx.fr)
+	var fr time.Duration
+	if ct.stx != nil {
+		fr = ct.stx.fr
 	}
-	ct.retransAt = ct.timeoutAt
-	if ct.dst.proto == "udp" {
-		ct.interval = w.opt.T1 // timers A and E
-		ct.retransAt = now.Add(ct.interval)
-	}
-	w.schedule(ct, minTime(ct.retransAt, ct.timeoutAt))
+	w.txns.StartClient(ct, ct.dst.proto == "udp", fr, time.Now())
 }
 
-func (ct *clientTx) fire(w *Worker, now time.Time) {
-	switch ct.state {
-	case stTrying, stProceeding:
-		if !now.Before(ct.timeoutAt) {
-			w.timeout(ct)
-			return
-		}
-		if ct.dst.proto == "udp" && !now.Before(ct.retransAt) {
-			if ct.state == stTrying || !ct.invite {
-				w.send(&ct.dst, ct.bytes)
-				w.Stats.Retransmissions++
-			}
-			if ct.invite {
-				ct.interval *= 2
-			} else if ct.state == stProceeding {
-				ct.interval = w.opt.T2
-			} else {
-				ct.interval = min(2*ct.interval, w.opt.T2)
-			}
-			ct.retransAt = now.Add(ct.interval)
-			if ct.invite && ct.state == stProceeding {
-				ct.retransAt = ct.timeoutAt
-			}
-		}
-		w.schedule(ct, minTime(ct.retransAt, ct.timeoutAt))
-	default:
-		w.endClientTx(ct)
+// fireClient runs ct's due deadline.
+func (w *Worker) fireClient(ct *clientTx, now time.Time) {
+	switch w.txns.FireClient(ct, ct.dst.proto == "udp", now) {
+	case txn.Resend:
+		w.send(&ct.dst, ct.Bytes)
+		w.Stats.Retransmissions++
+	case txn.TimedOut:
+		w.timeout(ct)
 	}
 }
 
 func (w *Worker) endClientTx(ct *clientTx) {
-	ct.state = stTerminated
-	w.timers.Remove(ct)
-	if w.ctx[ct.key] == ct {
-		delete(w.ctx, ct.key)
-	}
+	w.txns.EndClient(ct)
 }
 
-func (w *Worker) linger(ct *clientTx, state txState) {
-	ct.state = state
-	d := w.opt.Linger
-	if stream(ct.dst.proto) {
-		d = 0
-	}
-	w.schedule(ct, time.Now().Add(d))
+func (w *Worker) linger(ct *clientTx, state txn.State) {
+	w.txns.Linger(ct, state, stream(ct.dst.proto), time.Now())
 }
 
 // timeout ends a branch that got no final reply in time: an INVITE that was
@@ -639,10 +487,10 @@ func (w *Worker) timeout(ct *clientTx) {
 		w.endClientTx(ct)
 		return
 	}
-	if ct.invite && ct.state == stProceeding {
+	if ct.Invite && ct.State == txn.Proceeding {
 		w.sendCancel(ct)
 	}
-	w.linger(ct, stCompleted)
+	w.linger(ct, txn.Completed)
 	t := ct.stx
 	b := w.txReply(t, 408, "Request Timeout", nil)
 	w.branchFinal(ct, 408, "Request Timeout", b, nil)
@@ -650,8 +498,8 @@ func (w *Worker) timeout(ct *clientTx) {
 
 // onResponse handles a reply from downstream.
 func (w *Worker) onResponse(res *sip.Response, src source) {
-	key := branchOf(res.Via()) + "|" + methodOf(res)
-	ct := w.ctx[key]
+	w.keyBuf = append(append(append(w.keyBuf[:0], branchOf(res.Via())...), '|'), methodOf(res)...)
+	ct := w.txns.Client(w.keyBuf)
 	if ct == nil {
 		w.forwardResponse(res)
 		return
@@ -659,31 +507,31 @@ func (w *Worker) onResponse(res *sip.Response, src source) {
 	code := res.StatusCode
 	t := ct.stx
 	if t == nil { // the reply to a CANCEL of ours
-		if code >= 200 && ct.state < stCompleted {
-			w.linger(ct, stCompleted)
+		if code >= 200 && ct.State < txn.Completed {
+			w.linger(ct, txn.Completed)
 		}
 		return
 	}
 	switch {
 	case code < 200:
 		w.provisional(ct)
-		if !w.runReply(t, res, src) || code == 100 || t.state != stTrying {
+		if !w.runReply(t, res, src) || code == 100 || t.State != txn.Trying {
 			return
 		}
 		res.RemoveHeader("Via")
 		b := serialize(res)
-		t.last, t.lastCode = b, code
+		t.Last, t.LastCode = b, code
 		d := w.replyDest(t)
 		w.send(&d, b)
 	case code < 300:
-		again := ct.state == stAccepted
+		again := ct.State == txn.Accepted
 		if !again {
-			w.linger(ct, stAccepted)
+			w.linger(ct, txn.Accepted)
 			w.runReply(t, res, src)
 		}
 		res.RemoveHeader("Via")
 		b := serialize(res)
-		if again || t.state != stTrying {
+		if again || t.State != txn.Trying {
 			// The UAS says its 2xx again; the UAC's ACK stops it. A proxy
 			// passes every 2xx on (RFC 3261 16.7).
 			d := w.replyDest(t)
@@ -692,16 +540,16 @@ func (w *Worker) onResponse(res *sip.Response, src source) {
 		}
 		w.branchFinal(ct, code, res.Reason, b, res)
 	default:
-		if ct.state >= stCompleted {
-			if ct.invite {
+		if ct.State >= txn.Completed {
+			if ct.Invite {
 				w.sendAck(ct, res)
 			}
 			return
 		}
-		if ct.invite {
+		if ct.Invite {
 			w.sendAck(ct, res)
 		}
-		w.linger(ct, stCompleted)
+		w.linger(ct, txn.Completed)
 		w.runReply(t, res, src)
 		res.RemoveHeader("Via")
 		w.branchFinal(ct, code, res.Reason, serialize(res), res)
@@ -712,22 +560,11 @@ func (w *Worker) onResponse(res *sip.Response, src source) {
 // Proceeding, with fr_inv for an INVITE and T2 retransmissions for others,
 // and sends the CANCEL that waited for it.
 func (w *Worker) provisional(ct *clientTx) {
-	if ct.state == stTrying {
-		ct.state = stProceeding
-		if ct.invite {
-			inv := w.opt.InviteTimeout
-			if ct.stx != nil && ct.stx.frInv > 0 {
-				inv = ct.stx.frInv
-			}
-			ct.timeoutAt = time.Now().Add(inv)
-			ct.retransAt = ct.timeoutAt
-		}
-		if ct.dst.proto == "udp" && !ct.invite {
-			ct.interval = w.opt.T2
-			ct.retransAt = time.Now().Add(ct.interval)
-		}
-		w.schedule(ct, minTime(ct.retransAt, ct.timeoutAt))
+	var frInv time.Duration
+	if ct.stx != nil {
+		frInv = ct.stx.frInv
 	}
+	w.txns.Provisional(ct, ct.dst.proto == "udp", frInv, time.Now())
 	if ct.cancelPending {
 		w.sendCancel(ct)
 	}
@@ -752,28 +589,28 @@ func (w *Worker) relayResponse(data []byte) bool {
 		return false
 	}
 	w.keyBuf = append(append(append(w.keyBuf[:0], m.Branch...), '|'), m.CSeqMethodBytes...)
-	ct := w.ctx[string(w.keyBuf)]
+	ct := w.txns.Client(w.keyBuf)
 	if ct == nil || ct.stx == nil || ct.stx.onReply != "" {
 		return false
 	}
 	t, code := ct.stx, m.StatusCode
 	if code < 200 {
 		w.provisional(ct)
-		if code == 100 || t.state != stTrying {
+		if code == 100 || t.State != txn.Trying {
 			return true
 		}
-		b := t.keep(m, data, false)
-		t.last, t.lastCode = b, code
+		b := t.Keep(m, data, false)
+		t.Last, t.LastCode = b, code
 		d := w.replyDest(t)
 		w.send(&d, b)
 		return true
 	}
-	again := ct.state == stAccepted
+	again := ct.State == txn.Accepted
 	if !again {
-		w.linger(ct, stAccepted)
+		w.linger(ct, txn.Accepted)
 	}
-	b := t.keep(m, data, !again && t.state == stTrying && !t.invite)
-	if again || t.state != stTrying {
+	b := t.Keep(m, data, !again && t.State == txn.Trying && !t.Invite)
+	if again || t.State != txn.Trying {
 		// As in onResponse: every 2xx goes on (RFC 3261 16.7).
 		d := w.replyDest(t)
 		w.send(&d, b)
@@ -793,7 +630,7 @@ func (w *Worker) branchFinal(ct *clientTx, code int, reason string, b []byte, re
 			break
 		}
 	}
-	if t.state != stTrying {
+	if t.State != txn.Trying {
 		return
 	}
 	if code < 300 {
@@ -814,7 +651,7 @@ func (w *Worker) branchFinal(ct *clientTx, code int, reason string, b []byte, re
 		t.onFailure = "" // failure_route must be armed again for the next branch
 		if blk := w.opt.Script.OnFailure[name]; blk != nil {
 			w.runFailure(t, blk)
-			if len(t.branches) > 0 || t.state != stTrying {
+			if len(t.branches) > 0 || t.State != txn.Trying {
 				return
 			}
 		}
@@ -842,10 +679,10 @@ func (w *Worker) sendAck(ct *clientTx, res *sip.Response) {
 // sendCancel cancels a branch; before any provisional reply it only marks it
 // (RFC 3261 9.1) and the first provisional reply triggers it.
 func (w *Worker) sendCancel(ct *clientTx) {
-	if ct.cancelSent || ct.state >= stCompleted || !ct.invite {
+	if ct.cancelSent || ct.State >= txn.Completed || !ct.Invite {
 		return
 	}
-	if ct.state == stTrying {
+	if ct.State == txn.Trying {
 		ct.cancelPending = true
 		return
 	}
@@ -854,11 +691,14 @@ func (w *Worker) sendCancel(ct *clientTx) {
 	if b == nil {
 		return
 	}
-	cc := &clientTx{key: ct.branch + "|CANCEL", branch: ct.branch, bytes: b, dst: ct.dst}
+	// The branch is copied: ct's may live in a pair that is reused
+	// before cc ends.
+	branch := strings.Clone(ct.Branch)
+	cc := &clientTx{Client: txn.Client{Key: branch + "|CANCEL", Branch: branch, Bytes: b}, dst: ct.dst}
 	if err := w.send(&cc.dst, b); err != nil {
 		return
 	}
-	w.ctx[cc.key] = cc
+	w.txns.AddClient(cc)
 	w.startClient(cc)
 }
 
@@ -866,7 +706,7 @@ func (w *Worker) sendCancel(ct *clientTx) {
 // (so the same branch), Route, From, Call-ID and CSeq number as the request
 // it answers; To from the reply for an ACK.
 func (w *Worker) hopRequest(ct *clientTx, method string, to *sip.ToHeader) []byte {
-	m, err := w.parser.ParseSIP(ct.bytes)
+	m, err := w.parser.ParseSIP(ct.Bytes)
 	if err != nil {
 		return nil
 	}
@@ -909,7 +749,7 @@ func (w *Worker) hopRequest(ct *clientTx, method string, to *sip.ToHeader) []byt
 // cancels its branches.
 func (w *Worker) cancelInvite(t *serverTx, cancel *sip.Request, src source) {
 	w.replyStateless(cancel, src, 200, "OK", nil)
-	if t.state != stTrying {
+	if t.State != txn.Trying {
 		return
 	}
 	t.cancelled = true

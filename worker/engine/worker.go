@@ -206,10 +206,7 @@ type Worker struct {
 	// opt.TicketKeys.
 	ticketsOn *tls.Config
 
-	stx    map[string]*serverTx
-	ackIdx map[string]*serverTx
-	ctx    map[string]*clientTx
-	timers txn.Heap
+	txns *txTable
 
 	conns    map[netip.AddrPort]*tcpConn
 	draining bool
@@ -434,10 +431,9 @@ func NewWorker(opt Options) (*Worker, error) {
 		opt:    opt,
 		log:    opt.Logger,
 		parser: sip.NewParser(),
-		stx:    map[string]*serverTx{},
-		ackIdx: map[string]*serverTx{},
-		ctx:    map[string]*clientTx{},
 		conns:  map[netip.AddrPort]*tcpConn{},
+		txns: txn.NewTable[*serverTx, *clientTx](txn.Timers{T1: opt.T1, T2: opt.T2, T4: opt.T4,
+			InviteTimeout: opt.InviteTimeout, Linger: opt.Linger}),
 		// The pid names the worker that holds the transaction, so that a
 		// response that reaches another worker can be passed to it
 		// (branchOwner).
@@ -516,7 +512,7 @@ func (w *Worker) serverTLS() *tls.Config {
 
 // Held is the number of live transactions, so a draining worker exits only
 // when none is left.
-func (w *Worker) Held() int { return len(w.stx) + len(w.ctx) + w.heldConns() }
+func (w *Worker) Held() int { return w.txns.Len() + w.heldConns() }
 
 // Reload loads the config file at path and runs its script from the next
 // message on (worker.Reloader). Transactions armed with t_on_reply or
@@ -588,11 +584,16 @@ func (w *Worker) Tick(now time.Time) {
 	w.reportStoreErrors(now)
 	w.dsTick(now)
 	for {
-		t, ok := w.timers.Due(now)
+		t, ok := w.txns.Due(now)
 		if !ok {
 			return
 		}
-		t.(timed).fire(w, now)
+		switch t := t.(type) {
+		case *serverTx:
+			w.fireServer(t, now)
+		case *clientTx:
+			w.fireClient(t, now)
+		}
 	}
 }
 
@@ -880,4 +881,4 @@ func netipAddrPort(ip netip.Addr, port int) netip.AddrPort {
 
 // NextTimer is when the earliest pending timer is due, so that an idle
 // worker sleeps instead of ticking.
-func (w *Worker) NextTimer() (time.Time, bool) { return w.timers.Next() }
+func (w *Worker) NextTimer() (time.Time, bool) { return w.txns.Next() }
