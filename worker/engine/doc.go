@@ -47,8 +47,9 @@
 // transaction ends), and a transaction is dropped as soon as its RFC 3261
 // timers allow. BenchmarkCallHandled measures the worker's own cost of a
 // whole proxied call (INVITE, 180, 200, ACK, BYE, 200 in; eight datagrams
-// out; lookup and record-routing): 10 allocations and about 4.8 KB
-// (129 and 13 KB when every request was decoded); sendto takes most of
+// out; lookup and record-routing): 4 allocations and about 580 bytes
+// (129 and 13 KB when every request was decoded; 10 and 4.8 KB before
+// transactions came from a free list, txpool.go); sendto takes most of
 // its time. Decoded requests and the worker's replies to them are written
 // by write.go rather than sipgo's writers, to the same bytes.
 // TestCallMemory measures what a call holds: about 2.6 KB while its

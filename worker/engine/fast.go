@@ -59,13 +59,6 @@ var onBytes = map[string]bool{
 // Contact.
 const spareSlack = 160
 
-// txPair is a request's server transaction and its first branch, made
-// at once.
-type txPair struct {
-	s serverTx
-	c clientTx
-}
-
 // bytesState is what the script changed of a request on the bytes, read
 // by the functions on the bytes, decode and the splice; a worker's one is
 // reused, since one request at a time runs on the bytes.
@@ -421,12 +414,14 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 	out := c.splice(w.wbuf[:0], &d, rr)
 	w.wbuf = out[:0]
 	invite := m.Method == sipscan.Invite
-	// The keys of both transactions are one string (the server's, the
+	// Both transactions are one pair from the worker's free list
+	// (txpool.go): a branch is the rule (serial forking only). Their keys
+	// are written once into the pair's key bytes (the server's, the
 	// dialog's for an INVITE, the branch's, of which the branch is the
-	// head), and what they keep to resend one buffer (the request as
-	// relayed and an INVITE's 100 Trying), the two transactions one
-	// allocation: a branch is the rule (serial forking only).
-	k := appendServerKeyBytes(w.keyBuf[:0], m, &c.bs.via, false)
+	// head), and what they keep to resend into its buffer (the request as
+	// relayed and an INVITE's 100 Trying).
+	p := w.newPair()
+	k := appendServerKeyBytes(p.keys[:0], m, &c.bs.via, false)
 	sk := len(k)
 	if invite {
 		k = appendDialogKey(k, m)
@@ -435,8 +430,8 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 	k = strconv.AppendUint(append(k, w.branchPrefix...), w.branchSeq, 36)
 	bk := len(k)
 	k = append(append(k, '|'), m.MethodBytes...)
-	w.keyBuf = k
-	keys := string(k)
+	p.keys = k
+	keys := p.keyString()
 	var tb [512]byte
 	var trying []byte
 	if invite {
@@ -447,12 +442,11 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 	// headers: a 180, a BYE's 200 (txn.Server.Keep); one with a body, such
 	// as a 183 with SDP, is copied on its own.
 	n0, n1 := len(out), len(out)+len(trying)
-	buf := make([]byte, n1+len(out)-len(m.Body)+spareSlack)
+	buf := p.buffer(n1 + len(out) - len(m.Body) + spareSlack)
 	copy(buf, out)
 	copy(buf[n0:], trying)
-	p := &txPair{}
 	t := &p.s
-	*t = serverTx{Server: txn.Server{Key: keys[:sk], Invite: invite}, src: c.src, vdest: c.bs.via.dest}
+	*t = serverTx{Server: txn.Server{Key: keys[:sk], Invite: invite}, src: c.src, vdest: c.bs.via.dest, pair: p}
 	if invite {
 		t.DialogKey = keys[sk:dk]
 	}

@@ -45,6 +45,12 @@ type serverTx struct {
 	// frInv the timeouts t_set_fr set, 0 for the defaults.
 	ds        *dsRoute
 	fr, frInv time.Duration
+
+	// open is the branches entered in the table and not yet ended, which
+	// refer to t; pair the pair t was made in from the worker's free list
+	// (txpool.go), nil for a transaction of its own.
+	open int
+	pair *txPair
 }
 
 // clientTx is one branch: the request relayed downstream.
@@ -286,11 +292,14 @@ func (w *Worker) fireServer(t *serverTx, now time.Time) {
 		d := w.replyDest(t)
 		w.send(&d, t.Last)
 		w.Stats.Retransmissions++
+	case txn.Ended:
+		w.release(t)
 	}
 }
 
 func (w *Worker) endServerTx(t *serverTx) {
 	w.txns.EndServer(t)
+	w.release(t)
 }
 
 // absorb handles a request that belongs to a known server transaction: a
@@ -340,6 +349,7 @@ func (w *Worker) startBranchTx(ct *clientTx, t *serverTx, b []byte, branch, key 
 		return false
 	}
 	w.txns.AddClient(ct)
+	t.open++
 	if t.branches == nil {
 		t.branches = t.branch0[:0]
 	}
@@ -467,11 +477,14 @@ func (w *Worker) fireClient(ct *clientTx, now time.Time) {
 		w.Stats.Retransmissions++
 	case txn.TimedOut:
 		w.timeout(ct)
+	case txn.Ended:
+		w.clientEnded(ct)
 	}
 }
 
 func (w *Worker) endClientTx(ct *clientTx) {
 	w.txns.EndClient(ct)
+	w.clientEnded(ct)
 }
 
 func (w *Worker) linger(ct *clientTx, state txn.State) {

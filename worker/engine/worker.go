@@ -207,6 +207,8 @@ type Worker struct {
 	ticketsOn *tls.Config
 
 	txns *txTable
+	// pairs are the transaction pairs free to reuse (txpool.go).
+	pairs []*txPair
 
 	conns    map[netip.AddrPort]*tcpConn
 	draining bool
