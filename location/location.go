@@ -95,6 +95,31 @@ func EachCallID(st Store, fn func(callID []byte)) (int, error) {
 	return len(bs), nil
 }
 
+// A Refresher renews a binding in place when a REGISTER changes nothing
+// of it but when it lapses and its CSeq: what a phone's periodic refresh
+// asks, most of a registrar's work. Nothing is made for it, neither the
+// strings of a binding nor the list the 200 OK reads.
+type Refresher interface {
+	// Refresh looks for the binding of b.Contact under aor and, when it
+	// holds b's every field but Expires and CSeq, sets those two from b
+	// and appends the live bindings of aor to dst, newest first, as
+	// Register would return them. ok is false, with nothing changed and
+	// dst as it was, when there is no such binding or b.Expires is not
+	// after now: the caller saves b instead. Refresh keeps no reference
+	// to aor or to b's strings, which may alias a buffer the caller
+	// reuses; the bindings appended hold the store's own strings.
+	Refresh(aor string, b *Binding, dst []Binding) (out []Binding, ok bool, err error)
+}
+
+// RefresherOf is the Refresher side of a store, if it has one.
+func RefresherOf(s Store) (Refresher, bool) {
+	if g, ok := s.(*guarded); ok {
+		s = g.Store
+	}
+	r, ok := s.(Refresher)
+	return r, ok
+}
+
 // ErrEmptyAOR is returned for a save or remove without an AOR.
 var ErrEmptyAOR = errors.New("location: empty address of record")
 
@@ -233,12 +258,53 @@ func (m *Memory) Save(aor string, b Binding) error {
 	return nil
 }
 
+// Refresh implements Refresher.
+func (m *Memory) Refresh(aor string, b *Binding, dst []Binding) ([]Binding, bool, error) {
+	now := m.Now()
+	if aor == "" || !b.Expires.After(now) {
+		return dst, false, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	list := m.aors[aor]
+	i := indexContact(list, b.Contact)
+	if i < 0 {
+		return dst, false, nil
+	}
+	old := &list[i]
+	if old.CallID != b.CallID || old.Received != b.Received || old.Proto != b.Proto || old.UserAgent != b.UserAgent ||
+		old.Instance != b.Instance || old.RegID != b.RegID || old.Path != b.Path {
+		return dst, false, nil
+	}
+	old.Expires, old.CSeq = b.Expires, b.CSeq
+	// Filed under the binding's own strings, not the caller's.
+	m.schedule(old.AOR, *old)
+	n := len(dst)
+	for _, x := range list {
+		if x.Expires.After(now) {
+			dst = append(dst, x)
+		}
+	}
+	// sortNewest's order (stable, newest first) without sort's allocations:
+	// an AOR has a few bindings.
+	out := dst[n:]
+	for j := 1; j < len(out); j++ {
+		for k := j; k > 0 && out[k].Expires.After(out[k-1].Expires); k-- {
+			out[k], out[k-1] = out[k-1], out[k]
+		}
+	}
+	return dst, true, nil
+}
+
 // schedule files b's expiry; m.mu is held.
 func (m *Memory) schedule(aor string, b Binding) {
 	if len(m.due) > 2*m.n+64 {
 		m.compact()
 	}
-	heap.Push(&m.due, expiry{at: b.Expires.UnixNano(), aor: aor, contact: b.Contact})
+	// heap.Push would box the entry in an interface, an allocation per
+	// REGISTER; Fix moves the appended one up as Push does.
+	m.due = append(m.due, expiry{at: b.Expires.UnixNano(), aor: aor, contact: b.Contact})
+	heap.Fix(&m.due, len(m.due)-1)
 }
 
 // compact rebuilds due from the bindings held, dropping the entries that

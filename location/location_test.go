@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sipvisor/sipvisor/location/redistest"
 )
@@ -406,5 +407,110 @@ func TestEachCallID(t *testing.T) {
 				t.Fatalf("want ca, cb and cb2 (3), have %v (%d)", seen, n)
 			}
 		})
+	}
+}
+
+// A refresh renews a binding that changes in nothing but its expiry and
+// CSeq, in place and without allocating, lists the AOR's bindings as
+// Register does, and leaves any other change to Save; the binding lapses
+// at its new time. Not parallel: it counts allocations.
+func TestMemoryRefresh(t *testing.T) {
+	m := NewMemory()
+	now := time.Unix(1_000_000, 0)
+	m.Now = func() time.Time { return now }
+	const aor = "sip:alice@example.com"
+	a := Binding{Contact: "sip:alice@10.0.0.1:5060", Expires: now.Add(time.Minute), CallID: "c1", CSeq: 1,
+		Received: "10.0.0.1:5060", Proto: "udp", UserAgent: "phone/1"}
+	b := a
+	b.Contact, b.Expires = "sip:alice@10.0.0.2:5060", now.Add(2*time.Minute)
+	for _, x := range []Binding{a, b} {
+		if err := m.Save(aor, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, ok := RefresherOf(m)
+	if !ok {
+		t.Fatal("Memory is not a Refresher")
+	}
+	fresh := a
+	fresh.Expires, fresh.CSeq = now.Add(time.Hour), 2
+	out, ok, err := r.Refresh(aor, &fresh, nil)
+	if err != nil || !ok || len(out) != 2 || out[0].Contact != a.Contact || out[0].CSeq != 2 || !out[0].Expires.Equal(fresh.Expires) ||
+		out[1].Contact != b.Contact {
+		t.Fatalf("refresh: want a then b, a with CSeq 2, have %+v, %v, %v", out, ok, err)
+	}
+	want, _ := m.Lookup(aor)
+	if !reflect.DeepEqual(out, want) {
+		t.Fatalf("refresh lists\n%+v\nlookup\n%+v", out, want)
+	}
+	for name, change := range map[string]func(*Binding){
+		"contact":    func(x *Binding) { x.Contact = "sip:alice@10.0.0.3" },
+		"call-id":    func(x *Binding) { x.CallID = "c2" },
+		"received":   func(x *Binding) { x.Received = "10.0.0.9:5060" },
+		"proto":      func(x *Binding) { x.Proto = "tcp" },
+		"user agent": func(x *Binding) { x.UserAgent = "phone/2" },
+		"instance":   func(x *Binding) { x.Instance, x.RegID = "<urn:uuid:1>", "1" },
+		"path":       func(x *Binding) { x.Path = "<sip:edge;lr>" },
+		"removal":    func(x *Binding) { x.Expires = now },
+		"aor":        nil,
+	} {
+		x := fresh
+		x.CSeq = 9
+		k := aor
+		if change == nil {
+			k = "sip:bob@example.com"
+		} else {
+			change(&x)
+		}
+		dst := []Binding{{Contact: "kept"}}
+		if out, ok, err := r.Refresh(k, &x, dst); ok || err != nil || len(out) != 1 {
+			t.Errorf("%s changed: want no refresh and dst as it was, have %v, %v, %+v", name, ok, err, out)
+		}
+	}
+	if bs, _ := m.Lookup(aor); bs[0].CSeq != 2 {
+		t.Fatalf("a refused refresh changed the binding: %+v", bs)
+	}
+	dst := make([]Binding, 0, 4)
+	if n := testing.AllocsPerRun(100, func() {
+		fresh.CSeq++
+		if _, ok, _ := r.Refresh(aor, &fresh, dst); !ok {
+			t.Fatal("refresh refused")
+		}
+	}); n != 0 && !raceEnabled {
+		t.Errorf("allocations per refresh: want 0, have %.1f", n)
+	}
+	// a lapses at its refreshed time, not at the first.
+	now = now.Add(30 * time.Minute)
+	if n, _ := m.Expire(now); n != 1 {
+		t.Fatalf("expired at 30 min: want b only, have %d", n)
+	}
+	if bs, _ := m.Lookup(aor); len(bs) != 1 || bs[0].Contact != a.Contact {
+		t.Fatalf("after 30 min: want a, have %+v", bs)
+	}
+	now = now.Add(31 * time.Minute)
+	if n, _ := m.Expire(now); n != 1 {
+		t.Fatalf("expired at 61 min: want a, have %d", n)
+	}
+}
+
+// A nonce's count is kept under a key of the store's own, not the
+// caller's string, which may be reused.
+func TestUseNonceKeepsNoReference(t *testing.T) {
+	t.Parallel()
+	m := NewMemory()
+	buf := []byte("nonce-1")
+	view := unsafe.String(unsafe.SliceData(buf), len(buf))
+	if ok, _ := m.UseNonce(view, 1, time.Minute); !ok {
+		t.Fatal("first use refused")
+	}
+	copy(buf, "nonce-2")
+	if ok, _ := m.UseNonce("nonce-1", 1, time.Minute); ok {
+		t.Fatal("replay of nonce-1 taken: its key changed with the caller's buffer")
+	}
+	if ok, _ := m.UseNonce("nonce-1", 2, time.Minute); !ok {
+		t.Fatal("next count of nonce-1 refused")
+	}
+	if ok, _ := m.UseNonce("nonce-2", 1, time.Minute); !ok {
+		t.Fatal("nonce-2 refused: never used")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -38,7 +39,9 @@ type Users interface {
 	// PutUser adds or replaces u.
 	PutUser(u User) error
 	// GetUser returns name's credentials in realm; ok is false when there
-	// are none.
+	// are none. It keeps no reference to name or realm once it returns
+	// (the User returned may hold them): they may alias a buffer the
+	// caller reuses.
 	GetUser(name, realm string) (u User, ok bool, err error)
 	// RemoveUser drops name in realm and reports whether it was there.
 	RemoveUser(name, realm string) (bool, error)
@@ -46,7 +49,8 @@ type Users interface {
 	ListUsers() ([]User, error)
 	// UseNonce records nonce-count nc of nonce and reports whether it is
 	// higher than every count seen of it before (a replay is not); the
-	// record lapses after ttl.
+	// record lapses after ttl. It keeps no reference to nonce, which may
+	// alias a buffer the caller reuses.
 	UseNonce(nonce string, nc uint32, ttl time.Duration) (bool, error)
 	// Secret returns the key that signs nonces, made once and shared by
 	// every process using the store.
@@ -84,9 +88,11 @@ func sortUsers(us []User) {
 
 // memUsers is Memory's Users: one process only, for tests.
 type memUsers struct {
-	mu     sync.Mutex
-	users  map[[2]string]User
-	nonces map[string]nonceUse
+	mu    sync.Mutex
+	users map[[2]string]User
+	// nonces are pointers so that a nonce used again is counted in place,
+	// without storing its key again (the caller's string may be a view).
+	nonces map[string]*nonceUse
 	secret []byte
 }
 
@@ -97,7 +103,7 @@ type nonceUse struct {
 
 func (m *Memory) usersInit() *memUsers {
 	m.usersOnce.Do(func() {
-		m.u = &memUsers{users: map[[2]string]User{}, nonces: map[string]nonceUse{}, secret: newSecret()}
+		m.u = &memUsers{users: map[[2]string]User{}, nonces: map[string]*nonceUse{}, secret: newSecret()}
 	})
 	return m.u
 }
@@ -157,10 +163,15 @@ func (m *Memory) UseNonce(nonce string, nc uint32, ttl time.Duration) (bool, err
 			}
 		}
 	}
-	if old, ok := mu.nonces[nonce]; ok && old.expires.After(now) && nc <= old.nc {
+	old, ok := mu.nonces[nonce]
+	if ok && old.expires.After(now) && nc <= old.nc {
 		return false, nil
 	}
-	mu.nonces[nonce] = nonceUse{nc: nc, expires: now.Add(ttl)}
+	if !ok {
+		old = new(nonceUse)
+		mu.nonces[strings.Clone(nonce)] = old
+	}
+	*old = nonceUse{nc: nc, expires: now.Add(ttl)}
 	return true, nil
 }
 

@@ -148,6 +148,19 @@ func (m *Msg) Value(h *Header, from int) (v []byte, next int, ok bool) {
 	return m.Raw[vs:ve], next, true
 }
 
+// Named reports whether h is a header line named name, in any case (a
+// header Parse does not tell apart: Authorization, Expires, Path).
+func (m *Msg) Named(h *Header, name string) bool {
+	return equalFold(m.Raw[h.Start:h.NameEnd], name)
+}
+
+// Val is the whole value of a header line without the whitespace around
+// it, as a parser that does not split it at commas reads it. A folded
+// line keeps its line breaks.
+func (m *Msg) Val(h *Header) []byte {
+	return trim(m.Raw[h.ValStart:h.ValEnd])
+}
+
 // First is the first value of the first header of kind k.
 func (m *Msg) First(k Kind) (v []byte, ok bool) {
 	for i := range m.Headers {

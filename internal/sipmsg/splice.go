@@ -192,6 +192,18 @@ func (m *Msg) Routes(fn func(v []byte) bool) {
 // From, To (with toTag when it has no tag and toTag is set), Call-ID and
 // CSeq as they came, in their order (RFC 3261 8.2.6).
 func (m *Msg) AppendReply(dst []byte, code int, reason string, s *Splice, toTag []byte) []byte {
+	return AppendReplyEnd(m.AppendReplyHead(dst, code, reason, s, toTag))
+}
+
+// AppendReplyEnd ends a reply AppendReplyHead began, after the header
+// lines of its own the caller put in between.
+func AppendReplyEnd(dst []byte) []byte {
+	return append(dst, "Server: sipvisor\r\nContent-Length: 0\r\n\r\n"...)
+}
+
+// AppendReplyHead is AppendReply without its end (AppendReplyEnd), for a
+// reply with more header lines: a challenge, a registrar's Contacts.
+func (m *Msg) AppendReplyHead(dst []byte, code int, reason string, s *Splice, toTag []byte) []byte {
 	b := m.Raw
 	dst = append(dst, "SIP/2.0 "...)
 	dst = strconv.AppendInt(dst, int64(code), 10)
@@ -222,7 +234,7 @@ func (m *Msg) AppendReply(dst []byte, code int, reason string, s *Splice, toTag 
 			dst = appendLine(dst, b[h.Start:h.Next])
 		}
 	}
-	return append(dst, "Server: sipvisor\r\nContent-Length: 0\r\n\r\n"...)
+	return dst
 }
 
 // appendLine appends a header line with a CRLF end, whatever it came with.

@@ -3,7 +3,6 @@ package engine
 import (
 	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/binary"
@@ -58,9 +57,8 @@ func (w *Worker) users() (location.Users, []byte, error) {
 }
 
 func nonceMAC(secret, head []byte) []byte {
-	m := hmac.New(sha256.New, secret)
-	m.Write(head)
-	return m.Sum(nil)[:16]
+	m := hmacSHA256(secret, head)
+	return m[:16]
 }
 
 func newNonce(secret []byte, now time.Time) string {
@@ -104,12 +102,38 @@ func (c *msgCtx) authRealm(a []*script.Literal, proxy bool) string {
 	return strings.ToLower(u.Host)
 }
 
-func fnWWWAuthorize(c *msgCtx, a []*script.Literal) bool   { return c.authorize(a, false) }
+func fnWWWAuthorize(c *msgCtx, a []*script.Literal) bool {
+	if c.m != nil {
+		if ok, done := c.authorizeBytes(a); done {
+			return ok
+		}
+		if !c.decode() {
+			return false
+		}
+	}
+	return c.authorize(a, false)
+}
+
 func fnProxyAuthorize(c *msgCtx, a []*script.Literal) bool { return c.authorize(a, true) }
-func fnWWWChallenge(c *msgCtx, a []*script.Literal) bool   { return c.challenge(a, false) }
+
+func fnWWWChallenge(c *msgCtx, a []*script.Literal) bool {
+	if c.m != nil {
+		if ok, done := c.challengeBytes(a); done {
+			return ok
+		}
+		if !c.decode() {
+			return false
+		}
+	}
+	return c.challenge(a, false)
+}
+
 func fnProxyChallenge(c *msgCtx, a []*script.Literal) bool { return c.challenge(a, true) }
 
 func fnConsumeCredentials(c *msgCtx, _ []*script.Literal) bool {
+	if c.m != nil {
+		return c.consumeBytes()
+	}
 	if c.req == nil || c.auth.header == "" {
 		return false
 	}

@@ -52,6 +52,10 @@ var onBytes = map[string]bool{
 	"loose_route":              true,
 	"t_check_trans":            true,
 	"t_relay":                  true,
+	"www_authorize":            true,
+	"www_challenge":            true,
+	"consume_credentials":      true,
+	"save":                     true,
 }
 
 // spareSlack is how much more than the request a transaction made on its
@@ -68,6 +72,7 @@ type bytesState struct {
 	mf         int        // the Max-Forwards to write, -1 for the one received
 	dropRoutes int        // the Route values loose_route took off
 	via        viaFix     // what the top Via gets, and where replies go
+	consumed   bool       // consume_credentials took the credentials off
 }
 
 // viaFix is what RFC 3261 18.2.1 and RFC 3581 add to the top Via of a
@@ -87,11 +92,15 @@ func (w *Worker) handleBytes(data []byte, src source) bool {
 		return false
 	}
 	// What never takes this path is not scanned twice.
-	if bytes.HasPrefix(data, []byte("REGISTER ")) || bytes.HasPrefix(data, []byte("CANCEL ")) || bytes.HasPrefix(data, []byte("SIP/2.0 ")) {
+	if bytes.HasPrefix(data, []byte("CANCEL ")) || bytes.HasPrefix(data, []byte("SIP/2.0 ")) {
 		return false
 	}
 	m := &w.fmsg
-	if m.Parse(data) != nil || !m.IsRequest || m.HasToTag == (m.Method == sipscan.Invite) {
+	if m.Parse(data) != nil || !m.IsRequest {
+		return false
+	}
+	// A REGISTER is outside a dialog (regbytes.go).
+	if m.Method == sipscan.Register && m.HasToTag || m.Method != sipscan.Register && m.HasToTag == (m.Method == sipscan.Invite) {
 		return false
 	}
 	switch m.Method {
@@ -267,6 +276,9 @@ func (c *msgCtx) decode() bool {
 	for range c.bs.dropRoutes {
 		req.RemoveHeader("Route")
 	}
+	if c.bs.consumed {
+		req.RemoveHeader(c.auth.header)
+	}
 	if c.bs.ruri != "" {
 		var u sip.Uri
 		if sip.ParseUri(c.bs.ruri, &u) == nil {
@@ -387,7 +399,8 @@ func (c *msgCtx) splice(dst []byte, d *dest, rr [2][]byte) []byte {
 // for what the decoded path must handle.
 func (c *msgCtx) relayBytes() (ok, done bool) {
 	w, m := c.w, c.m
-	if c.stx != nil || c.flowDu != "" || c.rrDone || c.ds != nil || c.onReply != "" || c.onFailure != "" {
+	if c.stx != nil || c.flowDu != "" || c.rrDone || c.ds != nil || c.onReply != "" || c.onFailure != "" ||
+		c.bs.consumed || m.Method == sipscan.Register {
 		return false, false
 	}
 	if c.absorbBytes() {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
 	"regexp"
@@ -11,9 +12,12 @@ import (
 	"time"
 
 	"github.com/emiago/sipgo/sip"
+	"github.com/icholy/digest"
 
 	"github.com/sipvisor/sipvisor/config"
 	"github.com/sipvisor/sipvisor/internal/sipmsg"
+	"github.com/sipvisor/sipvisor/internal/testkit"
+	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/script"
 )
 
@@ -130,5 +134,150 @@ func TestBytesPathSendsWhatDecodedSends(t *testing.T) {
 		if uacB[i] != uacD[i] {
 			t.Errorf("to the caller, message %d:\non the bytes %q\ndecoded     %q", i, uacB[i], uacD[i])
 		}
+	}
+	t.Run("REGISTER", testBytesPathRegisters)
+}
+
+// regCase is one REGISTER of TestBytesPathRegisters and whether the bytes
+// path answers it without decoding.
+type regCase struct {
+	name    string
+	msg     func(d *callDriver, nonce, stale string) []byte
+	onBytes bool
+}
+
+// authRegister is a REGISTER of alice's from the UAC with a Contact at
+// contact (a whole value), Expires expires (none when < 0) and, when
+// password is set, her credentials for nonce with nonce-count nc.
+func authRegister(d *callDriver, cseq int, contact string, expires int, password, nonce string, nc int, user string) []byte {
+	const ruri = "sip:example.com"
+	r := testkit.Register("sip:"+user+"@example.com", "", d.uac.String(), "reg-cmp", 0)
+	r.Contact, r.Headers, r.CSeq, r.Rport = contact, nil, cseq, true
+	if expires >= 0 {
+		r.Headers = append(r.Headers, "Expires: "+strconv.Itoa(expires))
+	}
+	r.Headers = append(r.Headers, "User-Agent: bytes-test/1.0")
+	if password != "" {
+		ch := &digest.Challenge{Realm: "example.com", Nonce: nonce, Algorithm: "MD5", QOP: []string{"auth"}}
+		cr, err := digest.Digest(ch, digest.Options{Method: "REGISTER", URI: ruri, Username: "alice", Password: password,
+			Count: nc, Cnonce: "c0ffee"})
+		if err != nil {
+			panic(err)
+		}
+		r.Headers = append(r.Headers, "Authorization: "+cr.String())
+	}
+	return r.Bytes()
+}
+
+// A REGISTER handled on the bytes sends what it sends decoded: the same
+// challenges, refusals and 200 OKs with the same Contacts, header for
+// header, and leaves the same bindings and counts; a refresh of a binding
+// with good credentials is handled without decoding, as are challenges.
+func testBytesPathRegisters(t *testing.T) {
+	ct := func(d *callDriver) string { return "<sip:alice@" + d.uac.String() + ">" }
+	ct2 := func(d *callDriver) string { return "<sip:alice@" + d.uac.String() + ";transport=udp>" }
+	cases := []regCase{
+		{"challenge", func(d *callDriver, n, _ string) []byte { return authRegister(d, 1, ct(d), 3600, "", n, 0, "alice") }, true},
+		{"new binding", func(d *callDriver, n, _ string) []byte {
+			return authRegister(d, 2, ct(d), 3600, "alices", n, 1, "alice")
+		}, false},
+		{"refresh", func(d *callDriver, n, _ string) []byte {
+			return authRegister(d, 3, ct(d), 3600, "alices", n, 2, "alice")
+		}, true},
+		{"refresh, expires param", func(d *callDriver, n, _ string) []byte {
+			return authRegister(d, 4, ct(d)+";expires=1800", 3600, "alices", n, 3, "alice")
+		}, true},
+		{"refresh, default expiry", func(d *callDriver, n, _ string) []byte { return authRegister(d, 5, ct(d), -1, "alices", n, 4, "alice") }, true},
+		{"wrong password", func(d *callDriver, n, _ string) []byte { return authRegister(d, 6, ct(d), 3600, "bobs", n, 5, "alice") }, true},
+		{"replayed count", func(d *callDriver, n, _ string) []byte {
+			return authRegister(d, 7, ct(d), 3600, "alices", n, 4, "alice")
+		}, true},
+		{"stale nonce", func(d *callDriver, _, s string) []byte {
+			return authRegister(d, 8, ct(d), 3600, "alices", s, 1, "alice")
+		}, true},
+		{"another identity", func(d *callDriver, n, _ string) []byte {
+			return authRegister(d, 9, ct(d), 3600, "alices", n, 6, "carol")
+		}, true},
+		{"second contact", func(d *callDriver, n, _ string) []byte {
+			return authRegister(d, 10, ct2(d), 3600, "alices", n, 7, "alice")
+		}, false},
+		{"refresh beside another", func(d *callDriver, n, _ string) []byte {
+			return authRegister(d, 11, ct(d), 3600, "alices", n, 8, "alice")
+		}, true},
+		{"unregister", func(d *callDriver, n, _ string) []byte {
+			return authRegister(d, 12, ct2(d), 0, "alices", n, 9, "alice")
+		}, false},
+		{"bad wildcard", func(d *callDriver, n, _ string) []byte {
+			return authRegister(d, 13, "*", 3600, "alices", n, 10, "alice")
+		}, false},
+		{"wildcard", func(d *callDriver, n, _ string) []byte { return authRegister(d, 14, "*", 0, "alices", n, 11, "alice") }, false},
+		{"after the wildcard", func(d *callDriver, n, _ string) []byte {
+			return authRegister(d, 15, ct(d), 3600, "alices", n, 12, "alice")
+		}, false},
+	}
+	nonceRe := regexp.MustCompile(`nonce="[^"]*"`)
+	run := func(routes string, onBytes bool) (replies []string, bindings string) {
+		var stats Stats
+		d := newCallDriverScript(t, routes)
+		defer d.close()
+		d.store.PutUser(location.NewUser("carol", "example.com", "carols"))
+		_, secret, err := d.w.users()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nonce := newNonce(secret, time.Now())
+		stale := newNonce(secret, time.Now().Add(-time.Hour))
+		buf := make([]byte, 65535)
+		for _, c := range cases {
+			d.w.fastCtx = nil
+			d.msg(d.uac, c.msg(d, nonce, stale))
+			if onBytes {
+				if kept := d.w.fastCtx != nil; kept != c.onBytes {
+					t.Errorf("%s: handled on the bytes: want %v, have %v", c.name, c.onBytes, kept)
+				}
+			}
+			d.socks[1].SetReadDeadline(time.Now().Add(5 * time.Second))
+			k, err := d.socks[1].Read(buf)
+			if err != nil {
+				t.Fatalf("%s: no reply: %v", c.name, err)
+			}
+			raw := nonceRe.ReplaceAll(buf[:k], []byte(`nonce="N"`))
+			for i, p := range []uint16{d.pa.Port(), d.uac.Port(), d.uas.Port()} {
+				raw = bytes.ReplaceAll(raw, []byte(strconv.Itoa(int(p))), []byte(strconv.Itoa(1111*(i+1))))
+			}
+			m, err := sip.ParseMessage(raw)
+			if err != nil {
+				t.Fatalf("%s: %v in %q", c.name, err, raw)
+			}
+			replies = append(replies, m.String())
+			bs, err := d.store.Lookup("sip:alice@example.com")
+			if err != nil {
+				t.Fatal(err)
+			}
+			bindings += c.name + ":"
+			for _, b := range bs {
+				left := time.Until(b.Expires).Round(time.Minute)
+				bindings += fmt.Sprintf(" %s %d %s %s %s %s %v;", b.Contact, b.CSeq, b.CallID, b.Received, b.Proto, b.UserAgent, left)
+			}
+			bindings += "\n"
+		}
+		bindings = strings.ReplaceAll(bindings, strconv.Itoa(int(d.uac.Port())), "2222")
+		stats = d.w.Stats
+		return append(replies, fmt.Sprintf("auth failures %d, replays %d, requests %d, malformed %d",
+			stats.AuthFailures, stats.Replays, stats.Requests, stats.Malformed)), bindings
+	}
+	onB, bindB := run(callScript, true)
+	dec, bindD := run(strings.Replace(callScript, "route {", "route {\n\t$var(decoded) = $ci;", 1), false)
+	for i := range onB {
+		name := "counts"
+		if i < len(cases) {
+			name = cases[i].name
+		}
+		if onB[i] != dec[i] {
+			t.Errorf("%s:\non the bytes %q\ndecoded     %q", name, onB[i], dec[i])
+		}
+	}
+	if bindB != bindD || bindB == "" {
+		t.Errorf("bindings:\non the bytes %q\ndecoded     %q", bindB, bindD)
 	}
 }

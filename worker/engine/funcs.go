@@ -713,6 +713,14 @@ func (c *msgCtx) uriVar(l *script.Literal) *sip.Uri {
 const defaultExpires = 3600
 
 func fnSave(c *msgCtx, _ []*script.Literal) bool {
+	if c.m != nil {
+		if ok, done := c.saveBytes(); done {
+			return ok
+		}
+		if !c.decode() {
+			return false
+		}
+	}
 	req, w := c.req, c.w
 	if req == nil || req.Method != sip.REGISTER {
 		return false

@@ -187,6 +187,10 @@ type Worker struct {
 	keyBuf  []byte
 	// wbuf is where requests are written before they are relayed.
 	wbuf msgBuf
+
+	// reg is what REGISTERs on the bytes reuse (regbytes.go).
+	reg regBytes
+
 	// raw is the request being handled as it was received, while the
 	// script runs for it (msgCtx.raw).
 	raw []byte
