@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -138,29 +139,39 @@ func TestBytesPathSendsWhatDecodedSends(t *testing.T) {
 	t.Run("REGISTER", testBytesPathRegisters)
 }
 
-// regCase is one REGISTER of TestBytesPathRegisters and whether the bytes
-// path answers it without decoding.
+// regCase is one REGISTER of testBytesPathRegisters: its CSeq, Contact
+// (a whole value; alice's at the UAC when empty), Expires (none when < 0),
+// user, password (no credentials when empty), nonce-count and whether it
+// uses a stale nonce; and whether the bytes path answers it without
+// decoding.
 type regCase struct {
-	name    string
-	msg     func(d *callDriver, nonce, stale string) []byte
-	onBytes bool
+	name     string
+	contact  string
+	expires  int
+	user     string
+	password string
+	nc       int
+	stale    bool
+	onBytes  bool
 }
 
-// authRegister is a REGISTER of alice's from the UAC with a Contact at
-// contact (a whole value), Expires expires (none when < 0) and, when
-// password is set, her credentials for nonce with nonce-count nc.
-func authRegister(d *callDriver, cseq int, contact string, expires int, password, nonce string, nc int, user string) []byte {
+// authRegister is the REGISTER c describes, from the UAC, with the
+// credentials for nonce.
+func authRegister(d *callDriver, cseq int, c *regCase, nonce string) []byte {
 	const ruri = "sip:example.com"
-	r := testkit.Register("sip:"+user+"@example.com", "", d.uac.String(), "reg-cmp", 0)
-	r.Contact, r.Headers, r.CSeq, r.Rport = contact, nil, cseq, true
-	if expires >= 0 {
-		r.Headers = append(r.Headers, "Expires: "+strconv.Itoa(expires))
+	r := testkit.Register("sip:"+c.user+"@example.com", "", d.uac.String(), "reg-cmp", 0)
+	r.Contact, r.Headers, r.CSeq, r.Rport = c.contact, nil, cseq, true
+	if r.Contact == "" {
+		r.Contact = "<sip:alice@" + d.uac.String() + ">"
+	}
+	if c.expires >= 0 {
+		r.Headers = append(r.Headers, "Expires: "+strconv.Itoa(c.expires))
 	}
 	r.Headers = append(r.Headers, "User-Agent: bytes-test/1.0")
-	if password != "" {
+	if c.password != "" {
 		ch := &digest.Challenge{Realm: "example.com", Nonce: nonce, Algorithm: "MD5", QOP: []string{"auth"}}
-		cr, err := digest.Digest(ch, digest.Options{Method: "REGISTER", URI: ruri, Username: "alice", Password: password,
-			Count: nc, Cnonce: "c0ffee"})
+		cr, err := digest.Digest(ch, digest.Options{Method: "REGISTER", URI: ruri, Username: "alice", Password: c.password,
+			Count: c.nc, Cnonce: "c0ffee"})
 		if err != nil {
 			panic(err)
 		}
@@ -171,75 +182,93 @@ func authRegister(d *callDriver, cseq int, contact string, expires int, password
 
 // A REGISTER handled on the bytes sends what it sends decoded: the same
 // challenges, refusals and 200 OKs with the same Contacts, header for
-// header, and leaves the same bindings and counts; a refresh of a binding
-// with good credentials is handled without decoding, as are challenges.
+// header, and leaves the same bindings and counts, into the memory store
+// (which refreshes a binding in place) written at once, and into SQLite
+// with group commit (REGISTERs held to the end of the loop's turn).
 func testBytesPathRegisters(t *testing.T) {
-	ct := func(d *callDriver) string { return "<sip:alice@" + d.uac.String() + ">" }
-	ct2 := func(d *callDriver) string { return "<sip:alice@" + d.uac.String() + ";transport=udp>" }
+	const udp = "<sip:alice@@UAC@;transport=udp>"
 	cases := []regCase{
-		{"challenge", func(d *callDriver, n, _ string) []byte { return authRegister(d, 1, ct(d), 3600, "", n, 0, "alice") }, true},
-		{"new binding", func(d *callDriver, n, _ string) []byte {
-			return authRegister(d, 2, ct(d), 3600, "alices", n, 1, "alice")
-		}, false},
-		{"refresh", func(d *callDriver, n, _ string) []byte {
-			return authRegister(d, 3, ct(d), 3600, "alices", n, 2, "alice")
-		}, true},
-		{"refresh, expires param", func(d *callDriver, n, _ string) []byte {
-			return authRegister(d, 4, ct(d)+";expires=1800", 3600, "alices", n, 3, "alice")
-		}, true},
-		{"refresh, default expiry", func(d *callDriver, n, _ string) []byte { return authRegister(d, 5, ct(d), -1, "alices", n, 4, "alice") }, true},
-		{"wrong password", func(d *callDriver, n, _ string) []byte { return authRegister(d, 6, ct(d), 3600, "bobs", n, 5, "alice") }, true},
-		{"replayed count", func(d *callDriver, n, _ string) []byte {
-			return authRegister(d, 7, ct(d), 3600, "alices", n, 4, "alice")
-		}, true},
-		{"stale nonce", func(d *callDriver, _, s string) []byte {
-			return authRegister(d, 8, ct(d), 3600, "alices", s, 1, "alice")
-		}, true},
-		{"another identity", func(d *callDriver, n, _ string) []byte {
-			return authRegister(d, 9, ct(d), 3600, "alices", n, 6, "carol")
-		}, true},
-		{"second contact", func(d *callDriver, n, _ string) []byte {
-			return authRegister(d, 10, ct2(d), 3600, "alices", n, 7, "alice")
-		}, false},
-		{"refresh beside another", func(d *callDriver, n, _ string) []byte {
-			return authRegister(d, 11, ct(d), 3600, "alices", n, 8, "alice")
-		}, true},
-		{"unregister", func(d *callDriver, n, _ string) []byte {
-			return authRegister(d, 12, ct2(d), 0, "alices", n, 9, "alice")
-		}, false},
-		{"bad wildcard", func(d *callDriver, n, _ string) []byte {
-			return authRegister(d, 13, "*", 3600, "alices", n, 10, "alice")
-		}, false},
-		{"wildcard", func(d *callDriver, n, _ string) []byte { return authRegister(d, 14, "*", 0, "alices", n, 11, "alice") }, false},
-		{"after the wildcard", func(d *callDriver, n, _ string) []byte {
-			return authRegister(d, 15, ct(d), 3600, "alices", n, 12, "alice")
-		}, false},
+		{name: "challenge", expires: 3600, user: "alice", onBytes: true},
+		{name: "new binding", expires: 3600, user: "alice", password: "alices", nc: 1, onBytes: true},
+		{name: "refresh", expires: 3600, user: "alice", password: "alices", nc: 2, onBytes: true},
+		{name: "refresh, expires param", contact: "<sip:alice@@UAC@>;expires=1800", expires: 3600, user: "alice", password: "alices", nc: 3, onBytes: true},
+		{name: "refresh, default expiry", expires: -1, user: "alice", password: "alices", nc: 4, onBytes: true},
+		{name: "wrong password", expires: 3600, user: "alice", password: "bobs", nc: 5, onBytes: true},
+		{name: "replayed count", expires: 3600, user: "alice", password: "alices", nc: 4, onBytes: true},
+		{name: "stale nonce", expires: 3600, user: "alice", password: "alices", nc: 1, stale: true, onBytes: true},
+		{name: "another identity", expires: 3600, user: "carol", password: "alices", nc: 6, onBytes: true},
+		{name: "second contact", contact: udp, expires: 3600, user: "alice", password: "alices", nc: 7, onBytes: true},
+		{name: "refresh beside another", expires: 3600, user: "alice", password: "alices", nc: 8, onBytes: true},
+		{name: "unregister", contact: udp, expires: 0, user: "alice", password: "alices", nc: 9, onBytes: true},
+		{name: "bad wildcard", contact: "*", expires: 3600, user: "alice", password: "alices", nc: 10},
+		{name: "wildcard", contact: "*", expires: 0, user: "alice", password: "alices", nc: 11},
+		{name: "display name", contact: `"Alice" <sip:alice@@UAC@>`, expires: 3600, user: "alice", password: "alices", nc: 12, onBytes: true},
+		{name: "not as sipgo writes it", contact: "<SIP:alice@@UAC@>", expires: 3600, user: "alice", password: "alices", nc: 13},
+		{name: "outbound", contact: `<sip:alice@@UAC@>;+sip.instance="<urn:uuid:1>";reg-id=1`, expires: 3600, user: "alice", password: "alices", nc: 14},
+		{name: "two contacts", contact: "<sip:alice@@UAC@>, " + udp, expires: 3600, user: "alice", password: "alices", nc: 15},
+		{name: "the last refresh", expires: 3600, user: "alice", password: "alices", nc: 16, onBytes: true},
 	}
 	nonceRe := regexp.MustCompile(`nonce="[^"]*"`)
-	run := func(routes string, onBytes bool) (replies []string, bindings string) {
-		var stats Stats
+	run := func(routes string, onBytes, sqlite bool) (replies []string, bindings string) {
 		d := newCallDriverScript(t, routes)
 		defer d.close()
-		d.store.PutUser(location.NewUser("carol", "example.com", "carols"))
+		var st location.Store = d.store
+		if sqlite {
+			sq, err := location.Open(location.Spec{Kind: location.KindSQLite, Path: filepath.Join(t.TempDir(), "location.db")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sq.Close()
+			st = sq
+			d.w.opt.Store, d.w.opt.GroupCommit = sq, true
+		}
+		users, err := location.UsersOf(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users.PutUser(location.NewUser("alice", "example.com", "alices"))
+		users.PutUser(location.NewUser("carol", "example.com", "carols"))
 		_, secret, err := d.w.users()
 		if err != nil {
 			t.Fatal(err)
 		}
 		nonce := newNonce(secret, time.Now())
 		stale := newNonce(secret, time.Now().Add(-time.Hour))
-		buf := make([]byte, 65535)
-		for _, c := range cases {
+		for i, c := range cases {
+			c.contact = strings.ReplaceAll(c.contact, "@UAC@", d.uac.String())
+			n := nonce
+			if c.stale {
+				n = stale
+			}
 			d.w.fastCtx = nil
-			d.msg(d.uac, c.msg(d, nonce, stale))
+			d.msg(d.uac, authRegister(d, i+1, &c, n))
 			if onBytes {
 				if kept := d.w.fastCtx != nil; kept != c.onBytes {
 					t.Errorf("%s: handled on the bytes: want %v, have %v", c.name, c.onBytes, kept)
 				}
 			}
+			// Group commit: two REGISTERs of a turn share a write.
+			if i%2 == 1 {
+				d.w.EndTurn()
+			}
+			bs, err := st.Lookup("sip:alice@example.com")
+			if err != nil {
+				t.Fatal(err)
+			}
+			bindings += c.name + ":"
+			for _, b := range bs {
+				left := time.Until(b.Expires).Round(time.Minute)
+				bindings += fmt.Sprintf(" %s %d %s %s %s %s %s %v;", b.Contact, b.CSeq, b.CallID, b.Received, b.Proto, b.UserAgent, b.Instance, left)
+			}
+			bindings += "\n"
+		}
+		d.w.EndTurn()
+		buf := make([]byte, 65535)
+		for range cases {
 			d.socks[1].SetReadDeadline(time.Now().Add(5 * time.Second))
 			k, err := d.socks[1].Read(buf)
 			if err != nil {
-				t.Fatalf("%s: no reply: %v", c.name, err)
+				t.Fatalf("%d replies: %v", len(replies), err)
 			}
 			raw := nonceRe.ReplaceAll(buf[:k], []byte(`nonce="N"`))
 			for i, p := range []uint16{d.pa.Port(), d.uac.Port(), d.uas.Port()} {
@@ -247,37 +276,25 @@ func testBytesPathRegisters(t *testing.T) {
 			}
 			m, err := sip.ParseMessage(raw)
 			if err != nil {
-				t.Fatalf("%s: %v in %q", c.name, err, raw)
+				t.Fatalf("%v in %q", err, raw)
 			}
 			replies = append(replies, m.String())
-			bs, err := d.store.Lookup("sip:alice@example.com")
-			if err != nil {
-				t.Fatal(err)
-			}
-			bindings += c.name + ":"
-			for _, b := range bs {
-				left := time.Until(b.Expires).Round(time.Minute)
-				bindings += fmt.Sprintf(" %s %d %s %s %s %s %v;", b.Contact, b.CSeq, b.CallID, b.Received, b.Proto, b.UserAgent, left)
-			}
-			bindings += "\n"
 		}
 		bindings = strings.ReplaceAll(bindings, strconv.Itoa(int(d.uac.Port())), "2222")
-		stats = d.w.Stats
-		return append(replies, fmt.Sprintf("auth failures %d, replays %d, requests %d, malformed %d",
-			stats.AuthFailures, stats.Replays, stats.Requests, stats.Malformed)), bindings
+		s := d.w.Stats
+		return append(replies, fmt.Sprintf("auth failures %d, replays %d, requests %d, malformed %d, store errors %d",
+			s.AuthFailures, s.Replays, s.Requests, s.Malformed, s.StoreErrors)), bindings
 	}
-	onB, bindB := run(callScript, true)
-	dec, bindD := run(strings.Replace(callScript, "route {", "route {\n\t$var(decoded) = $ci;", 1), false)
-	for i := range onB {
-		name := "counts"
-		if i < len(cases) {
-			name = cases[i].name
+	for _, sqlite := range []bool{false, true} {
+		onB, bindB := run(callScript, true, sqlite)
+		dec, bindD := run(strings.Replace(callScript, "route {", "route {\n\t$var(decoded) = $ci;", 1), false, sqlite)
+		for i := range onB {
+			if onB[i] != dec[i] {
+				t.Errorf("sqlite %v, reply %d:\non the bytes %q\ndecoded     %q", sqlite, i, onB[i], dec[i])
+			}
 		}
-		if onB[i] != dec[i] {
-			t.Errorf("%s:\non the bytes %q\ndecoded     %q", name, onB[i], dec[i])
+		if bindB != bindD {
+			t.Errorf("sqlite %v, bindings:\non the bytes %q\ndecoded     %q", sqlite, bindB, bindD)
 		}
-	}
-	if bindB != bindD || bindB == "" {
-		t.Errorf("bindings:\non the bytes %q\ndecoded     %q", bindB, bindD)
 	}
 }

@@ -45,6 +45,8 @@ type regBytes struct {
 	recv  [64]byte
 	bind  location.Binding
 	nonce [nonceLen]byte
+	// one is the change a REGISTER written at once hands location.Apply.
+	one [1]location.Change
 }
 
 // str is b as a string without a copy, for a call that keeps no reference
@@ -461,8 +463,7 @@ func (c *msgCtx) saveBytes() (ok, done bool) {
 	if m.Method != sipscan.Register {
 		return false, true
 	}
-	r, isR := location.RefresherOf(w.opt.Store)
-	if !isR || len(w.regs.changes) > 0 || c.natReg || !c.src.addr.IsValid() {
+	if c.natReg || !c.src.addr.IsValid() {
 		return false, false
 	}
 	v, found := m.First(sipmsg.To)
@@ -558,29 +559,158 @@ func (c *msgCtx) saveBytes() (ok, done bool) {
 			return false, false
 		}
 	}
-	if exp == 0 || w.served(str(cu.Host)) || w.isOwnAddr(str(cu.Host), cu.Port) {
-		return false, false // a removal, or a loop the decoded path refuses
+	if exp != 0 && (w.served(str(cu.Host)) || w.isOwnAddr(str(cu.Host), cu.Port)) {
+		return false, false // a loop the decoded path refuses and logs
 	}
 	received := c.src.addr.AppendTo(w.reg.recv[:0])
+	now := time.Now()
 	b := &w.reg.bind
 	*b = location.Binding{
 		Contact:   str(uri),
-		Expires:   time.Now().Add(time.Duration(exp) * time.Second),
+		Expires:   now.Add(time.Duration(exp) * time.Second),
 		CallID:    str(m.CallID),
 		CSeq:      m.CSeq,
 		Received:  str(received),
 		Proto:     c.src.proto,
 		UserAgent: str(ua),
 	}
-	out, ok, err := r.Refresh(str(aor), b, w.reg.out[:0])
-	*b = location.Binding{}
-	if err != nil || !ok {
-		return false, false
+	if exp == 0 {
+		b.Expires = now
 	}
-	c.replyRegisteredBytes(out)
-	clear(out)
-	w.reg.out = out[:0]
-	return true, true
+	defer func() { *b = location.Binding{} }()
+	// A refresh, at once: REGISTERs held for group commit go first.
+	if r, isR := location.RefresherOf(w.opt.Store); isR && exp != 0 && len(w.regs.changes) == 0 {
+		out, ok, err := r.Refresh(str(aor), b, w.reg.out[:0])
+		if err == nil && ok {
+			var eb [1024]byte
+			c.replyBytesWith(200, "OK", appendRegistered(eb[:0], out, m.CallID))
+			clear(out)
+			w.reg.out = out[:0]
+			return true, true
+		}
+	}
+	if !canonicalURI(uri) {
+		return false, false // filed as sipgo writes it back
+	}
+	// A new binding or a removal: the store keeps its strings.
+	nb := *b
+	nb.Contact, nb.CallID, nb.Received = string(uri), string(m.CallID), string(received)
+	if len(ua) > 0 {
+		nb.UserAgent = string(ua)
+	}
+	rb := &w.regs
+	k := len(rb.binds)
+	rb.binds = append(rb.binds, nb)
+	ch := location.Change{AOR: string(aor), Bindings: rb.binds[k:len(rb.binds):len(rb.binds)]}
+	return c.saveChangeBytes(ch), true
+}
+
+// saveChangeBytes is saveChange for a REGISTER on the bytes. What its
+// reply needs of the request, when it is held for group commit, is written
+// aside at once: the datagram's buffer is the reader's again when the
+// script is done.
+func (c *msgCtx) saveChangeBytes(ch location.Change) bool {
+	w, m := c.w, c.m
+	b := &w.regs
+	if !w.opt.GroupCommit {
+		w.reg.one[0] = ch
+		out, err := location.Apply(w.opt.Store, w.reg.one[:])
+		w.reg.one[0] = location.Change{}
+		clear(b.binds)
+		b.binds = b.binds[:0]
+		if err != nil || len(out) == 0 {
+			return c.storeFailedBytes(changeOp(ch), ch.AOR, err)
+		}
+		var eb [1024]byte
+		c.replyBytesWith(200, "OK", appendRegistered(eb[:0], out[0], m.CallID))
+		return true
+	}
+	if len(b.changes) == 0 {
+		b.since = time.Now()
+	}
+	var tb [16]byte
+	s := sipmsg.Splice{Received: c.bs.via.recv, Rport: c.bs.via.rport}
+	h0 := len(b.heads)
+	b.heads = m.AppendReplyHead(b.heads, 200, "OK", &s, appendLocalTag(tb[:0], m))
+	h0 += len("SIP/2.0 200 OK\r\n")
+	h1 := len(b.heads)
+	b.heads = append(b.heads, m.CallID...)
+	b.changes = append(b.changes, ch)
+	b.reqs = append(b.reqs, heldReg{src: c.src, dest: c.bs.via.dest, head: [3]int{h0, h1, len(b.heads)}})
+	if len(b.changes) >= maxBatch {
+		w.EndTurn()
+	}
+	return true
+}
+
+// canonicalURI reports whether sipgo writes uri back as it is (sip.Uri's
+// String), which the decoded path files: a sip or sips URI in lower case,
+// a user and a host of plain characters, a port without a leading zero,
+// parameters of plain characters with a value or none.
+func canonicalURI(uri []byte) bool {
+	plain := func(ch byte) bool {
+		return 'a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' || ch == '.' || ch == '-' || ch == '_'
+	}
+	var rest []byte
+	switch {
+	case bytes.HasPrefix(uri, []byte("sip:")):
+		rest = uri[4:]
+	case bytes.HasPrefix(uri, []byte("sips:")):
+		rest = uri[5:]
+	default:
+		return false
+	}
+	if at := bytes.IndexByte(rest, '@'); at >= 0 {
+		if at == 0 {
+			return false
+		}
+		for _, ch := range rest[:at] {
+			if !plain(ch) && ch != '+' {
+				return false
+			}
+		}
+		rest = rest[at+1:]
+	}
+	i := 0
+	for i < len(rest) && plain(rest[i]) {
+		i++
+	}
+	if i == 0 {
+		return false
+	}
+	if i < len(rest) && rest[i] == ':' {
+		i++
+		if i == len(rest) || rest[i] == '0' {
+			return false
+		}
+		for i < len(rest) && '0' <= rest[i] && rest[i] <= '9' {
+			i++
+		}
+	}
+	for i < len(rest) {
+		if rest[i] != ';' {
+			return false
+		}
+		i++
+		k := i
+		for i < len(rest) && plain(rest[i]) {
+			i++
+		}
+		if i == k {
+			return false
+		}
+		if i < len(rest) && rest[i] == '=' {
+			i++
+			v := i
+			for i < len(rest) && plain(rest[i]) {
+				i++
+			}
+			if i == v {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func isLWSByte(c byte) bool { return c == ' ' || c == '\t' }
@@ -600,11 +730,10 @@ func digits(b []byte) (int64, bool) {
 	return n, true
 }
 
-// replyRegisteredBytes is replyRegistered on the bytes, for a REGISTER
-// without a Path.
-func (c *msgCtx) replyRegisteredBytes(bs []location.Binding) {
-	var eb [1024]byte
-	e := eb[:0]
+// appendRegistered appends the header lines of a REGISTER's 200 OK that
+// list bs (replyRegistered's), for a REGISTER of Call-ID callID without a
+// Path.
+func appendRegistered(e []byte, bs []location.Binding, callID []byte) []byte {
 	outbound := false
 	for i := range bs {
 		b := &bs[i]
@@ -618,12 +747,26 @@ func (c *msgCtx) replyRegisteredBytes(bs []location.Binding) {
 			e = append(e, b.Instance...)
 			e = append(e, ";reg-id="...)
 			e = append(e, b.RegID...)
-			outbound = outbound || b.CallID == string(c.m.CallID)
+			outbound = outbound || b.CallID == string(callID)
 		}
 		e = append(e, "\r\n"...)
 	}
 	if outbound {
 		e = append(e, "Require: outbound\r\nSupported: outbound\r\n"...)
 	}
-	c.replyBytesWith(200, "OK", e)
+	return e
+}
+
+// replyHeld answers a REGISTER held on its bytes (saveChangeBytes) with
+// code and the header lines extra.
+func (w *Worker) replyHeld(r *heldReg, code int, reason string, extra []byte) {
+	heads := w.regs.heads
+	out := append(w.wbuf[:0], "SIP/2.0 "...)
+	out = strconv.AppendInt(out, int64(code), 10)
+	out = append(append(append(out, ' '), reason...), "\r\n"...)
+	out = append(out, heads[r.head[0]:r.head[1]]...)
+	out = sipmsg.AppendReplyEnd(append(out, extra...))
+	w.wbuf = out[:0]
+	d := r.dest
+	w.send(&d, out)
 }

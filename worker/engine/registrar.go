@@ -105,11 +105,22 @@ type regBatch struct {
 	since   time.Time
 	// last is when the last batch was written.
 	last time.Time
+	// binds holds the bindings of changes made on the bytes, heads what
+	// their replies need of their requests (heldReg.head): both reused
+	// from batch to batch.
+	binds []location.Binding
+	heads []byte
 }
 
+// heldReg is a REGISTER whose reply waits for its write: decoded (req),
+// or held on its bytes, whose reply's header lines from its Vias to its
+// CSeq are heads[head[0]:head[1]], its Call-ID heads[head[1]:head[2]],
+// sent to dest.
 type heldReg struct {
-	req *sip.Request
-	src source
+	req  *sip.Request
+	src  source
+	dest dest
+	head [3]int
 }
 
 // saveChange writes a REGISTER's change and answers it: at once, or with
@@ -170,16 +181,30 @@ func (w *Worker) EndTurn() {
 	}
 	out, err := location.Apply(w.opt.Store, b.changes)
 	b.last = time.Now()
-	for i, r := range b.reqs {
-		if i < len(out) {
+	for i := range b.reqs {
+		r := &b.reqs[i]
+		switch {
+		case i < len(out) && r.req != nil:
 			w.replyRegistered(r.req, r.src, out[i])
-		} else {
+		case i < len(out):
+			var eb [1024]byte
+			w.replyHeld(r, 200, "OK", appendRegistered(eb[:0], out[i], b.heads[r.head[1]:r.head[2]]))
+		case r.req != nil:
 			w.refuseStore(r.req, r.src, changeOp(b.changes[i]), b.changes[i].AOR, err)
+		default:
+			code, reason, retry := w.storeRefusal(changeOp(b.changes[i]), b.changes[i].AOR, err)
+			var eb [32]byte
+			e := eb[:0]
+			if retry > 0 {
+				e = append(strconv.AppendInt(append(e, "Retry-After: "...), int64(retry), 10), "\r\n"...)
+			}
+			w.replyHeld(r, code, reason, e)
 		}
 	}
 	clear(b.changes)
 	clear(b.reqs)
-	b.changes, b.reqs = b.changes[:0], b.reqs[:0]
+	clear(b.binds)
+	b.changes, b.reqs, b.binds, b.heads = b.changes[:0], b.reqs[:0], b.binds[:0], b.heads[:0]
 }
 
 // replyRegistered is a REGISTER's 200 OK, listing the AOR's bindings.
@@ -220,6 +245,17 @@ func (w *Worker) storeFailed(c *msgCtx, op, aor string, err error) {
 // so at most once a second, with the count in between, so that a store
 // outage at thousands of REGISTERs a second does not drown the log.
 func (w *Worker) refuseStore(req *sip.Request, src source, op, aor string, err error) {
+	code, reason, retry := w.storeRefusal(op, aor, err)
+	var extra []string
+	if retry > 0 {
+		extra = []string{"Retry-After: " + strconv.Itoa(retry)}
+	}
+	w.replyStateless(req, src, code, reason, extra)
+}
+
+// storeRefusal counts and logs a failed store call, and says how to
+// answer it (refuseStore): retry is the Retry-After, 0 for none.
+func (w *Worker) storeRefusal(op, aor string, err error) (code int, reason string, retry int) {
 	w.Stats.StoreErrors++
 	now := time.Now()
 	if now.Sub(w.storeLogAt) >= time.Second {
@@ -232,10 +268,9 @@ func (w *Worker) refuseStore(req *sip.Request, src source, op, aor string, err e
 		if retry == 0 {
 			retry = 5
 		}
-		w.replyStateless(req, src, 503, "Location Store Unavailable", []string{"Retry-After: " + strconv.Itoa(retry)})
-	} else {
-		w.replyStateless(req, src, 500, "Server Internal Error", nil)
+		return 503, "Location Store Unavailable", retry
 	}
+	return 500, "Server Internal Error", 0
 }
 
 // reportStoreErrors hands the store failures counted since the last report
