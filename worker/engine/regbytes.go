@@ -646,7 +646,8 @@ func (c *msgCtx) saveChangeBytes(ch location.Change) bool {
 // canonicalURI reports whether sipgo writes uri back as it is (sip.Uri's
 // String), which the decoded path files: a sip or sips URI in lower case,
 // a user and a host of plain characters, a port without a leading zero,
-// parameters of plain characters with a value or none.
+// a few parameters of plain characters, each named once, with a value or
+// none.
 func canonicalURI(uri []byte) bool {
 	plain := func(ch byte) bool {
 		return 'a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' || ch == '.' || ch == '-' || ch == '_'
@@ -680,15 +681,18 @@ func canonicalURI(uri []byte) bool {
 	}
 	if i < len(rest) && rest[i] == ':' {
 		i++
-		if i == len(rest) || rest[i] == '0' {
-			return false
-		}
+		d := i
 		for i < len(rest) && '0' <= rest[i] && rest[i] <= '9' {
 			i++
 		}
+		if i == d || i-d > 5 || rest[d] == '0' {
+			return false
+		}
 	}
-	for i < len(rest) {
-		if rest[i] != ';' {
+	// sipgo keeps one value of a parameter named twice.
+	var keys [8][]byte
+	for n := 0; i < len(rest); n++ {
+		if rest[i] != ';' || n == len(keys) {
 			return false
 		}
 		i++
@@ -698,6 +702,12 @@ func canonicalURI(uri []byte) bool {
 		}
 		if i == k {
 			return false
+		}
+		keys[n] = rest[k:i]
+		for _, o := range keys[:n] {
+			if bytes.EqualFold(o, keys[n]) {
+				return false
+			}
 		}
 		if i < len(rest) && rest[i] == '=' {
 			i++

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emiago/sipgo/sip"
 	"github.com/icholy/digest"
 )
 
@@ -137,5 +138,47 @@ func TestCheckNonceBytes(t *testing.T) {
 		if wv != hv || ws != hs {
 			t.Errorf("%q: want valid %v stale %v, have %v %v", n, wv, ws, hv, hs)
 		}
+	}
+}
+
+var uriSamples = []string{
+	"sip:alice@127.0.0.1:5060", "sip:alice@127.0.0.1", "sips:alice@example.com:5061;transport=tls", "sip:127.0.0.1:5070",
+	"sip:alice@host;lr", "sip:alice@host;ob;transport=udp", "sip:+4930123@gw.example.com;user=phone", "SIP:alice@host",
+	"sip:alice@host:05060", "sip:alice@host;k=", "sip:alice@host;=v", "sip:alice@host;;", "sip:alice:pw@host", "sip:al%41ice@host",
+	"sip:alice@[::1]:5060", "sip:alice@host?subject=x", "sip:@host", "sip:alice@", "sip:alice@host:", "sip:alice@host:0",
+	"tel:+4930123", "sip:alice@Host.Example.COM", "sip://alice@host", "sip:a.b-c_d@h-1.x", "sip:alice@host:65536",
+}
+
+// What canonicalURI accepts, sipgo writes back as it is: the decoded
+// path files it so.
+func TestCanonicalURI(t *testing.T) {
+	t.Parallel()
+	for _, s := range uriSamples {
+		checkCanonicalURI(t, s)
+	}
+	for _, s := range []string{"sip:alice@127.0.0.1:5060", "sip:alice@host;ob;transport=udp", "sip:+4930123@gw.example.com;user=phone"} {
+		if !canonicalURI([]byte(s)) {
+			t.Errorf("%s: not taken", s)
+		}
+	}
+}
+
+func FuzzCanonicalURI(f *testing.F) {
+	for _, s := range uriSamples {
+		f.Add(s)
+	}
+	f.Fuzz(checkCanonicalURI)
+}
+
+func checkCanonicalURI(t *testing.T, s string) {
+	if !canonicalURI([]byte(s)) {
+		return
+	}
+	var u sip.Uri
+	if err := sip.ParseUri(s, &u); err != nil {
+		t.Fatalf("%q taken, and sipgo refuses it: %v", s, err)
+	}
+	if have := u.String(); have != s {
+		t.Fatalf("%q taken, and sipgo writes it %q", s, have)
 	}
 }
