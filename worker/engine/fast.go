@@ -31,8 +31,9 @@ import (
 // its keys; its own replies (a 408, a 480) read that back when one is due
 // (txRequest).
 //
-// What takes this path: an INVITE that starts a dialog, and a request in
-// a dialog (a To tag) other than an INVITE or a CANCEL, that came over UDP
+// What takes this path: an INVITE that starts a dialog, a request in a
+// dialog (a To tag) other than an INVITE or a CANCEL, and a REGISTER
+// (regbytes.go, which a REGISTER that is relayed leaves), that came over UDP
 // through the front door, whose top Via names an IPv4 address, and whose
 // next hop is an IPv4 address over UDP (the Request-URI, or the contact
 // lookup found, not behind NAT nor over a flow or Path). Everything else takes the decoded path from the start, as it
