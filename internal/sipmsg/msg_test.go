@@ -156,3 +156,31 @@ func TestIPv4(t *testing.T) {
 		}
 	}
 }
+
+// A reply's top Via as force_rport leaves it: rport set whatever value it
+// came with, and rport and received added, in the order asked, when absent;
+// the extra lines of a reply go between its head and its end.
+func TestReplyForceRport(t *testing.T) {
+	for _, c := range []struct {
+		via   string
+		first bool
+		want  string
+	}{
+		{"10.0.0.1:5070;branch=z9hG4bK-1;rport=7", false, "10.0.0.1:5070;branch=z9hG4bK-1;rport=5071;received=10.0.0.7"},
+		{"10.0.0.1:5070;branch=z9hG4bK-1", false, "10.0.0.1:5070;branch=z9hG4bK-1;received=10.0.0.7;rport=5071"},
+		{"10.0.0.1:5070;branch=z9hG4bK-1", true, "10.0.0.1:5070;branch=z9hG4bK-1;rport=5071;received=10.0.0.7"},
+		{"10.0.0.1:5070;received=9.9.9.9;branch=z9hG4bK-1", true, "10.0.0.1:5070;received=10.0.0.7;branch=z9hG4bK-1;rport=5071"},
+	} {
+		var m Msg
+		if err := m.Parse(crlf("REGISTER sip:h SIP/2.0\nVia: SIP/2.0/UDP " + c.via + "\nFrom: <sip:a@h>;tag=1\nTo: <sip:a@h>\nCall-ID: x\nCSeq: 1 REGISTER\n\n")); err != nil {
+			t.Fatal(err)
+		}
+		s := Splice{Received: []byte("10.0.0.7"), Rport: 5071, ForceRport: true, RportFirst: c.first}
+		have := AppendReplyEnd(append(m.AppendReplyHead(nil, 200, "OK", &s, []byte("t")), "Contact: <sip:a@h>\r\n"...))
+		want := crlf("SIP/2.0 200 OK\nVia: SIP/2.0/UDP " + c.want + "\nFrom: <sip:a@h>;tag=1\nTo: <sip:a@h>;tag=t\nCall-ID: x\nCSeq: 1 REGISTER\n" +
+			"Contact: <sip:a@h>\nServer: sipvisor\nContent-Length: 0\n\n")
+		if !bytes.Equal(have, want) {
+			t.Errorf("%s:\nwant %q\nhave %q", c.via, want, have)
+		}
+	}
+}

@@ -14,6 +14,10 @@ type Splice struct {
 	// stand, else received is added at the end.
 	Received []byte
 	Rport    int
+	// ForceRport is force_rport's: rport is set to Rport whatever value it
+	// came with, and added when absent, as received is; RportFirst adds
+	// rport before received when both are added.
+	ForceRport, RportFirst bool
 	// RecordRoute are lines (CRLF included) put above the other headers.
 	RecordRoute [2][]byte
 	// MaxForwards, when not -1, is the Max-Forwards value written; the
@@ -98,7 +102,7 @@ func (m *Msg) appendTopVia(dst []byte, h *Header, s *Splice) []byte {
 		p++
 	}
 	dst = append(dst, b[vs:p]...)
-	recvDone := false
+	recvDone, rportDone := false, false
 	for p < ve {
 		e := p + 1
 		for e < ve && b[e] != ';' {
@@ -119,17 +123,28 @@ func (m *Msg) appendTopVia(dst []byte, h *Header, s *Splice) []byte {
 			dst = append(dst, ";received="...)
 			dst = append(dst, s.Received...)
 			recvDone = true
-		case s.Rport != 0 && equalFold(k, "rport") && (!hasVal || len(trim(kv[len(k)+1:])) == 0):
+		case s.Rport != 0 && equalFold(k, "rport") && (s.ForceRport || !hasVal || len(trim(kv[len(k)+1:])) == 0):
 			dst = append(dst, ";rport="...)
 			dst = strconv.AppendInt(dst, int64(s.Rport), 10)
+			rportDone = true
 		default:
 			dst = append(dst, b[p:e]...)
 		}
 		p = e
 	}
+	addRport := s.ForceRport && s.Rport != 0 && !rportDone
+	if addRport && s.RportFirst {
+		dst = append(dst, ";rport="...)
+		dst = strconv.AppendInt(dst, int64(s.Rport), 10)
+		addRport = false
+	}
 	if s.Received != nil && !recvDone {
 		dst = append(dst, ";received="...)
 		dst = append(dst, s.Received...)
+	}
+	if addRport {
+		dst = append(dst, ";rport="...)
+		dst = strconv.AppendInt(dst, int64(s.Rport), 10)
 	}
 	return append(dst, b[ve:h.Next]...)
 }

@@ -57,6 +57,8 @@ var onBytes = map[string]bool{
 	"www_challenge":            true,
 	"consume_credentials":      true,
 	"save":                     true,
+	"force_rport":              true,
+	"fix_nated_register":       true,
 }
 
 // spareSlack is how much more than the request a transaction made on its
@@ -74,6 +76,9 @@ type bytesState struct {
 	dropRoutes int        // the Route values loose_route took off
 	via        viaFix     // what the top Via gets, and where replies go
 	consumed   bool       // consume_credentials took the credentials off
+	// force_rport set rport and received on the top Via (via's recv and
+	// rport), rport first when both were added (forceRport).
+	forceRport, rportFirst bool
 }
 
 // viaFix is what RFC 3261 18.2.1 and RFC 3581 add to the top Via of a
@@ -266,6 +271,9 @@ func (c *msgCtx) decode() bool {
 	}
 	repairVias(req)
 	w.noteReceived(req, c.src)
+	if c.bs.forceRport {
+		forceRport(req, c.src)
+	}
 	if c.bs.mf >= 0 {
 		if mf := req.MaxForwards(); mf != nil {
 			*mf = sip.MaxForwardsHeader(c.bs.mf)
@@ -401,7 +409,7 @@ func (c *msgCtx) splice(dst []byte, d *dest, rr [2][]byte) []byte {
 func (c *msgCtx) relayBytes() (ok, done bool) {
 	w, m := c.w, c.m
 	if c.stx != nil || c.flowDu != "" || c.rrDone || c.ds != nil || c.onReply != "" || c.onFailure != "" ||
-		c.bs.consumed || m.Method == sipscan.Register {
+		c.bs.consumed || c.bs.forceRport || m.Method == sipscan.Register {
 		return false, false
 	}
 	if c.absorbBytes() {
@@ -708,7 +716,7 @@ func (c *msgCtx) replyBytes(code int, reason string) {
 	if code > 100 {
 		tag = appendLocalTag(tb[:0], c.m)
 	}
-	s := sipmsg.Splice{Received: c.bs.via.recv, Rport: c.bs.via.rport}
+	s := c.replySplice()
 	w := c.w
 	out := c.m.AppendReply(w.wbuf[:0], code, reason, &s, tag)
 	w.wbuf = out[:0]

@@ -155,12 +155,27 @@ type regCase struct {
 	onBytes  bool
 }
 
+// regMode is how testBytesPathRegisters runs its REGISTERs: the routes
+// before callScript's, the top Via's sent-by ("" for the UAC's address)
+// and whether it asks for rport, the store.
+type regMode struct {
+	name   string
+	prefix string
+	via    string
+	rport  bool
+	sqlite bool
+}
+
 // authRegister is the REGISTER c describes, from the UAC, with the
 // credentials for nonce.
-func authRegister(d *callDriver, cseq int, c *regCase, nonce string) []byte {
+func authRegister(d *callDriver, mode *regMode, cseq int, c *regCase, nonce string) []byte {
 	const ruri = "sip:example.com"
-	r := testkit.Register("sip:"+c.user+"@example.com", "", d.uac.String(), "reg-cmp", 0)
-	r.Contact, r.Headers, r.CSeq, r.Rport = c.contact, nil, cseq, true
+	via := mode.via
+	if via == "" {
+		via = d.uac.String()
+	}
+	r := testkit.Register("sip:"+c.user+"@example.com", "", via, "reg-cmp", 0)
+	r.Contact, r.Headers, r.CSeq, r.Rport = c.contact, nil, cseq, mode.rport
 	if r.Contact == "" {
 		r.Contact = "<sip:alice@" + d.uac.String() + ">"
 	}
@@ -209,7 +224,12 @@ func testBytesPathRegisters(t *testing.T) {
 		{name: "the last refresh", expires: 3600, user: "alice", password: "alices", nc: 16, onBytes: true},
 	}
 	nonceRe := regexp.MustCompile(`nonce="[^"]*"`)
-	run := func(routes string, onBytes, sqlite bool) (replies []string, bindings string) {
+	run := func(mode *regMode, decoded bool) (replies []string, bindings string) {
+		routes := strings.Replace(callScript, "route {", "route {\n"+mode.prefix, 1)
+		if decoded {
+			routes = strings.Replace(routes, "route {", "route {\n\t$var(decoded) = $ci;", 1)
+		}
+		onBytes, sqlite := !decoded, mode.sqlite
 		d := newCallDriverScript(t, routes)
 		defer d.close()
 		var st location.Store = d.store
@@ -241,7 +261,7 @@ func testBytesPathRegisters(t *testing.T) {
 				n = stale
 			}
 			d.w.fastCtx = nil
-			d.msg(d.uac, authRegister(d, i+1, &c, n))
+			d.msg(d.uac, authRegister(d, mode, i+1, &c, n))
 			if onBytes {
 				if kept := d.w.fastCtx != nil; kept != c.onBytes {
 					t.Errorf("%s: handled on the bytes: want %v, have %v", c.name, c.onBytes, kept)
@@ -285,16 +305,26 @@ func testBytesPathRegisters(t *testing.T) {
 		return append(replies, fmt.Sprintf("auth failures %d, replays %d, requests %d, malformed %d, store errors %d",
 			s.AuthFailures, s.Replays, s.Requests, s.Malformed, s.StoreErrors)), bindings
 	}
-	for _, sqlite := range []bool{false, true} {
-		onB, bindB := run(callScript, true, sqlite)
-		dec, bindD := run(strings.Replace(callScript, "route {", "route {\n\t$var(decoded) = $ci;", 1), false, sqlite)
+	// The built-in config's NAT test: a phone whose Via names its private
+	// address is answered at its source, and filed with it.
+	const nat = "\tif (nat_uac_test(3)) {\n\t\tforce_rport();\n\t\tif (is_method(\"REGISTER\"))\n\t\t\tfix_nated_register();\n\t}\n"
+	for _, mode := range []regMode{
+		{name: "memory", rport: true},
+		{name: "sqlite, group commit", rport: true, sqlite: true},
+		{name: "behind NAT", prefix: nat, via: "10.0.0.5:5060", rport: true},
+		{name: "behind NAT, no rport", prefix: nat, via: "10.0.0.5:5062", sqlite: true},
+		{name: "force_rport, same host", prefix: "\tforce_rport();\n", via: "127.0.0.1:5062"},
+		{name: "force_rport twice, rport", prefix: "\tforce_rport();\n\tforce_rport();\n", via: "127.0.0.1:5062", rport: true},
+	} {
+		onB, bindB := run(&mode, false)
+		dec, bindD := run(&mode, true)
 		for i := range onB {
 			if onB[i] != dec[i] {
-				t.Errorf("sqlite %v, reply %d:\non the bytes %q\ndecoded     %q", sqlite, i, onB[i], dec[i])
+				t.Errorf("%s, reply %d:\non the bytes %q\ndecoded     %q", mode.name, i, onB[i], dec[i])
 			}
 		}
 		if bindB != bindD {
-			t.Errorf("sqlite %v, bindings:\non the bytes %q\ndecoded     %q", sqlite, bindB, bindD)
+			t.Errorf("%s, bindings:\non the bytes %q\ndecoded     %q", mode.name, bindB, bindD)
 		}
 	}
 }

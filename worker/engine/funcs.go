@@ -925,13 +925,26 @@ func fnXlog(c *msgCtx, a []*script.Literal) bool {
 }
 
 func fnForceRport(c *msgCtx, _ []*script.Literal) bool {
+	if c.m != nil {
+		if ok, done := c.forceRportBytes(); done {
+			return ok
+		}
+		if !c.decode() {
+			return false
+		}
+	}
 	if c.req == nil || !c.src.addr.IsValid() {
 		return false
 	}
-	v := c.req.Via()
-	v.Params.Add("rport", strconv.Itoa(int(c.src.addr.Port())))
-	v.Params.Add("received", c.src.addr.Addr().String())
+	forceRport(c.req, c.src)
 	return true
+}
+
+// forceRport is force_rport's change to req's top Via.
+func forceRport(req *sip.Request, src source) {
+	v := req.Via()
+	v.Params.Add("rport", strconv.Itoa(int(src.addr.Port())))
+	v.Params.Add("received", src.addr.Addr().String())
 }
 
 func fnUsleep(c *msgCtx, a []*script.Literal) bool {

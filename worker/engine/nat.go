@@ -10,6 +10,7 @@ import (
 
 	"github.com/emiago/sipgo/sip"
 
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/script"
@@ -169,6 +170,13 @@ func fnFixNatedContact(c *msgCtx, _ []*script.Literal) bool {
 // REGISTER records the address it came from, so that lookup() routes to it
 // and keep-alives go there.
 func fnFixNatedRegister(c *msgCtx, _ []*script.Literal) bool {
+	if c.m != nil {
+		if c.m.Method != sipscan.Register || !c.src.addr.IsValid() {
+			return false
+		}
+		c.natReg = true
+		return true
+	}
 	if c.req == nil || c.req.Method != sip.REGISTER || !c.src.addr.IsValid() {
 		return false
 	}

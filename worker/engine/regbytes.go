@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -443,11 +444,41 @@ func (c *msgCtx) consumeBytes() bool {
 	return true
 }
 
+// replySplice is what a reply on the bytes changes of the top Via.
+func (c *msgCtx) replySplice() sipmsg.Splice {
+	return sipmsg.Splice{Received: c.bs.via.recv, Rport: c.bs.via.rport, ForceRport: c.bs.forceRport, RportFirst: c.bs.rportFirst}
+}
+
+// forceRportBytes is force_rport on the bytes: the top Via of the replies
+// gets rport and received as the decoded path's gets them (sipgo's
+// Params.Add, after noteReceived's), and they go to the source.
+func (c *msgCtx) forceRportBytes() (ok, done bool) {
+	if !c.src.addr.IsValid() {
+		return false, true
+	}
+	if c.bs.forceRport {
+		return true, true // set already, where they stand
+	}
+	v := &c.bs.via
+	ip := c.src.addr.Addr().AppendTo(c.w.ipBuf[:0])
+	a, isIP := sipmsg.IPv4(ip)
+	if !isIP {
+		return false, false
+	}
+	// Params.Add appends what is absent: received before rport when
+	// noteReceived added it, after it otherwise.
+	c.bs.rportFirst = v.recv == nil
+	c.bs.forceRport = true
+	v.recv, v.rport = ip, int(c.src.addr.Port())
+	v.dest.addr = netipAddrPort(netip.AddrFrom4(a), v.rport)
+	return true, true
+}
+
 // replyBytesWith is replyBytes with header lines of its own, CRLF ended.
 func (c *msgCtx) replyBytesWith(code int, reason string, extra []byte) {
 	var tb [16]byte
 	tag := appendLocalTag(tb[:0], c.m)
-	s := sipmsg.Splice{Received: c.bs.via.recv, Rport: c.bs.via.rport}
+	s := c.replySplice()
 	w := c.w
 	out := c.m.AppendReplyHead(w.wbuf[:0], code, reason, &s, tag)
 	out = sipmsg.AppendReplyEnd(append(out, extra...))
@@ -463,7 +494,7 @@ func (c *msgCtx) saveBytes() (ok, done bool) {
 	if m.Method != sipscan.Register {
 		return false, true
 	}
-	if c.natReg || !c.src.addr.IsValid() {
+	if !c.src.addr.IsValid() {
 		return false, false
 	}
 	v, found := m.First(sipmsg.To)
@@ -562,7 +593,12 @@ func (c *msgCtx) saveBytes() (ok, done bool) {
 	if exp != 0 && (w.served(str(cu.Host)) || w.isOwnAddr(str(cu.Host), cu.Port)) {
 		return false, false // a loop the decoded path refuses and logs
 	}
-	received := c.src.addr.AppendTo(w.reg.recv[:0])
+	// natReceived's: the source, as a URI after fix_nated_register.
+	received := w.reg.recv[:0]
+	if c.natReg {
+		received = append(received, natReceivedPrefix...)
+	}
+	received = c.src.addr.AppendTo(received)
 	now := time.Now()
 	b := &w.reg.bind
 	*b = location.Binding{
@@ -629,7 +665,7 @@ func (c *msgCtx) saveChangeBytes(ch location.Change) bool {
 		b.since = time.Now()
 	}
 	var tb [16]byte
-	s := sipmsg.Splice{Received: c.bs.via.recv, Rport: c.bs.via.rport}
+	s := c.replySplice()
 	h0 := len(b.heads)
 	b.heads = m.AppendReplyHead(b.heads, 200, "OK", &s, appendLocalTag(tb[:0], m))
 	h0 += len("SIP/2.0 200 OK\r\n")
