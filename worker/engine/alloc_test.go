@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/icholy/digest"
 
 	"github.com/sipvisor/sipvisor/internal/testkit"
+	"github.com/sipvisor/sipvisor/location"
 )
 
 // What a worker may allocate for each kind of exchange, held by
@@ -243,5 +245,39 @@ func BenchmarkRefused(b *testing.B) {
 	for i := range invs {
 		d.msg(d.uac, invs[i])
 		d.msg(d.uac, acks[i])
+	}
+}
+
+// BenchmarkRegisterAuthSQLite is BenchmarkRegisterAuth into an SQLite
+// store with group commit, 16 REGISTERs a turn, as a worker runs by
+// default: the store's own work (the credentials read, the nonce-count
+// and the binding written, the bindings read back) is most of it.
+func BenchmarkRegisterAuthSQLite(b *testing.B) {
+	d := newCallDriver(b)
+	defer d.close()
+	st, err := location.Open(location.Spec{Kind: location.KindSQLite, Path: filepath.Join(b.TempDir(), "location.db")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	users, err := location.UsersOf(st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	users.PutUser(location.NewUser("alice", "example.com", "alices"))
+	d.w.opt.Store, d.w.opt.GroupCommit = st, true
+	regs := d.registers(b, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range regs {
+		d.msg(d.uac, regs[i])
+		if i%16 == 15 {
+			d.w.EndTurn()
+		}
+	}
+	d.w.EndTurn()
+	b.StopTimer()
+	if d.w.Stats.StoreErrors != 0 || d.w.Stats.AuthFailures != 0 || d.w.Stats.Replays != 0 {
+		b.Fatalf("stats: %+v", d.w.Stats)
 	}
 }
