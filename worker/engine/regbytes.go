@@ -21,16 +21,23 @@ import (
 	"github.com/sipvisor/sipvisor/script"
 )
 
-// A REGISTER on the bytes (fast.go): www_authorize reads the
-// Authorization header where it lies and computes the digest into arrays
-// on the stack, www_challenge writes its 401 by splicing, and save
-// renews a binding the REGISTER changes nothing of but its expiry and
-// CSeq (location.Refresher) and writes the 200 OK by splicing: a phone's
-// periodic refresh, most of what a registrar sees, makes no object.
-// Anything else (a new binding, a removal, Contact: *, outbound, a Path,
-// a store that is not a Refresher, a REGISTER held for group commit)
-// decodes the request and runs as before, so that behaviour differs in
-// nothing but cost.
+// A REGISTER on the bytes (fast.go, docs/DESIGN.md "The message path"):
+// www_authorize reads the Authorization header where it lies and computes
+// the digest into arrays on the stack, www_challenge writes its 401 by
+// splicing, and save reads the Contact, Expires and User-Agent from the
+// offsets. A refresh, a REGISTER that changes nothing of its binding but
+// its expiry and CSeq, most of what a registrar sees, is renewed in place
+// by a store that can (location.Refresher) and answered by splicing: it
+// makes no object. A new binding or a removal makes the strings the store
+// keeps and is written at once or held for group commit, what its 200 OK
+// needs of the request written aside (saveChangeBytes). force_rport and
+// fix_nated_register, which the built-in config runs for a phone behind
+// NAT, are noted and applied as the decoded path applies them. Anything
+// else (several Contacts, Contact: *, outbound, a Path, a Contact sipgo
+// would write back otherwise, proxy_authorize, a REGISTER the script
+// relays) decodes the request and runs as before, so that behaviour
+// differs in nothing but cost: TestBytesPathSendsWhatDecodedSends compares
+// the two REGISTER by REGISTER.
 
 // regBytes is what a worker keeps to handle REGISTERs on the bytes.
 type regBytes struct {
