@@ -31,7 +31,8 @@ func (s *Supervisor) newSteering(gr *groupRun, name string, sock *listeners.Sock
 				u.drainFD(fd)
 			}
 		},
-		Log: s.log})
+		HandedOver: s.up.old.Load,
+		Log:        s.log})
 }
 
 // steerLoop refreshes a group's direct reads on every change of the group

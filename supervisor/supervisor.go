@@ -948,6 +948,18 @@ func (s *Supervisor) answerAdmit(w *pool.Worker, method sipscan.Method, callID [
 		gate = gr.gate
 	}
 	ans, c, k := s.ov.AnswerAsk(gate, method, callID)
+	if ans.Refused() && s.up.old.Load() {
+		// Handed over at an upgrade: admission here is stopping, and its
+		// monitors and throttle have stopped with the loops. A worker that
+		// still asks has read the request before it could let go of it: a
+		// request pipelined on a TCP connection not yet moved (which moves
+		// once what was read from it is answered), a datagram its own
+		// socket held before its drain. The worker serves it, as it
+		// serves the calls it drains, and the next generation decides
+		// about everything that comes after; a 503 here would turn a
+		// client away for the upgrade alone.
+		ans = overload.Answer{RetryAfter: ans.RetryAfter}
+	}
 	if ans.Refused() {
 		if gr != nil {
 			if c == overload.ClassProbe {

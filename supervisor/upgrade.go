@@ -43,7 +43,12 @@ import (
 //     over the link; it reads no socket yet;
 //  3. the old one stops reading every socket (its doors, accept loops and
 //     control server), makes its ports' kernel program give every datagram
-//     to the shared socket, answers "go", and drains as on SIGTERM;
+//     to the shared socket, answers "go", and drains as on SIGTERM, but
+//     refuses no new session for it: one an old worker still reads (a
+//     request pipelined on a connection not yet moved, a datagram its own
+//     socket held) is admitted when the worker asks (answerAdmit), and the
+//     gate in a direct-reading worker's page has it ask rather than refuse
+//     (steering.Inputs.HandedOver);
 //  4. the new one reads the sockets from then on. While the old one drains,
 //     every datagram the new one's doors hold no affinity for goes over the
 //     link to the old one, whose door places it on the old worker that holds

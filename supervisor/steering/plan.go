@@ -38,6 +38,11 @@ type Inputs struct {
 	QueueAdmission bool
 	// Ramps is how many of the group's workers are in slow start.
 	Ramps int
+	// HandedOver is set once the supervisor has handed the node to the
+	// next generation at an upgrade: its admission stops, but a new
+	// session its workers still read (what their sockets held) is no
+	// more refused for that than a draining worker's is.
+	HandedOver bool
 	// Workers are the group's workers, each with a page, whatever their
 	// state.
 	Workers []Worker
@@ -168,6 +173,13 @@ func Plan(in Inputs) Actions {
 		// workers need not ask to refuse one.
 		a.Gate |= wire.GateRefuseAll
 	}
+	if in.HandedOver {
+		// Handed over: a worker reading what its socket still held before
+		// its drain asks about each new session, which the supervisor
+		// admits (the next generation weighs the node's load, not the old
+		// workers' queues); the program gives the workers nothing more.
+		a.Gate, a.QueueDelay = wire.Gate(false, false, in.RetryAfter), 0
+	}
 	limited := in.QueueAdmission
 	for _, r := range in.Room {
 		limited = limited || r != overload.Unlimited
@@ -218,6 +230,9 @@ func Plan(in Inputs) Actions {
 	}
 
 	why := directBlocked(in.Closed, len(members), in.Ramps, now.Sub(next.OpenSince))
+	if in.HandedOver {
+		why = "handed over"
+	}
 	var table steer.Table
 	if why == "" {
 		table = next.Shadow

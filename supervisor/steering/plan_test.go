@@ -371,6 +371,40 @@ func TestPlan(t *testing.T) {
 	}
 }
 
+// Once the supervisor has handed the node over at an upgrade, its
+// admission stops (or stays suspended, its monitors stopped with it), but
+// the gate it writes never has the workers refuse what their sockets still
+// held for that: they ask, and queue delay weighs nothing, whatever
+// admission's state; every datagram is the door's from then on.
+func TestPlanHandedOverRefusesNothing(t *testing.T) {
+	t.Parallel()
+	for _, closed := range []string{"stopping", overload.ClosedSuspended, ""} {
+		t.Run(closed, func(t *testing.T) {
+			in := settled(t, 7, 8)
+			in.Closed, in.ProbesRefused, in.RetryAfter, in.QueueDelay = closed, closed != "", 7, uint64(time.Second)
+			in.HandedOver = true
+			a := Plan(in)
+			if a.Gate&(wire.GateRefuseAll|wire.GateProbesRefused|wire.GateOpen) != 0 || wire.GateRetryAfter(a.Gate) != 7 {
+				t.Errorf("gate: want the workers to ask, refusing nothing alone, have %#x", a.Gate)
+			}
+			if a.QueueDelay != 0 {
+				t.Errorf("queue delay: want 0, have %d", a.QueueDelay)
+			}
+			if !a.Attach || a.Why != "handed over" || a.Next.Direct || a.Table != (steer.Table{}) {
+				t.Errorf("program: want the door's, for the hand-over, have attach %v why %q direct %v", a.Attach, a.Why, a.Next.Direct)
+			}
+			// The words of a page decide as the worker's door does.
+			for _, c := range []overload.Class{overload.ClassNew, overload.ClassRegister, overload.ClassProbe} {
+				st := overload.State{RefuseAll: a.Gate&wire.GateRefuseAll != 0, LoadUnknown: a.Gate&wire.GateOpen == 0, RefreshUnknown: true,
+					QueueFull: a.QueueDelay > 0, Room: unlimited()}
+				if ans := overload.Decide(c, sipscan.KindCall, st); ans.Refused() {
+					t.Errorf("%v: want no refusal by the worker alone, have %v", c, ans.Refusal)
+				}
+			}
+		})
+	}
+}
+
 // A bucket moves with a note of its previous worker only if that worker
 // may hold calls of it: datagrams went to it, or the door placed some there.
 func TestPlanNotesPreviousWorkerOnlyIfItMayHoldCalls(t *testing.T) {

@@ -54,7 +54,10 @@ type Options struct {
 	MaxCallDuration func() time.Duration
 	// Drain passes what waits in a member socket through the port's door.
 	Drain func(fd int)
-	Log   *slog.Logger
+	// HandedOver reports whether the supervisor has handed the node to
+	// the next generation (Inputs.HandedOver); nil for never.
+	HandedOver func() bool
+	Log        *slog.Logger
 }
 
 // Port is one UDP port's direct reads.
@@ -205,6 +208,7 @@ func (p *Port) Refresh(now time.Time) {
 	ws := p.o.Workers()
 	in := Inputs{Now: now, Ramps: p.o.Ramps.Len()}
 	ReadAdmission(&in, p.o.Admission, p.o.Gate, p.o.RetryAfter)
+	in.HandedOver = p.o.HandedOver != nil && p.o.HandedOver()
 	if p.o.MaxCallDuration != nil {
 		in.MaxCallDuration = uint64(p.o.MaxCallDuration())
 	}
