@@ -40,9 +40,20 @@ type SQLite struct {
 	regMu                                                            sync.Mutex
 	regConn                                                          *sql.Conn
 	begin, commit, rollback, regUpsert, regDel, regDelAll, regLookup *sql.Stmt
-	// listed is Apply's lookup: only what a 200 OK lists.
-	listed *sql.Stmt
+
+	// raw is the connection of what a worker asks on every REGISTER
+	// (GetUser, UseNonce, Apply), under regMu, and its statements.
+	raw *rawConn
+	rawGetUser, rawUseNonce, rawBegin, rawCommit, rawRollback,
+	rawUpsert, rawDel, rawDelAll, rawListed *rawStmt
+	// ha1s are the HA1 hashes GetUser has returned, so that the same
+	// hash read again is the same string, not a new one. Every GetUser
+	// reads the row: a changed password counts at once.
+	ha1s interned
 }
+
+// sqlitePragmas are every connection's settings.
+var sqlitePragmas = []string{"busy_timeout(400)", "journal_mode(WAL)", "synchronous(NORMAL)", "mmap_size(268435456)"}
 
 // sqliteTimeout bounds every statement, including its wait for another
 // process's write: well under SIP's T1, so a client is answered before it
@@ -98,6 +109,13 @@ const (
 	deleteSQL    = `DELETE FROM location WHERE aor = ? AND contact = ?`
 	deleteAllSQL = `DELETE FROM location WHERE aor = ?`
 	lookupSQL    = `SELECT ` + bindingCols + ` FROM location WHERE aor = ? AND +expires > ? ORDER BY expires DESC`
+	listedSQL    = `SELECT contact, expires FROM location WHERE aor = ? AND +expires > ? ORDER BY expires DESC`
+	getUserSQL   = `SELECT ha1_md5, ha1_sha256 FROM subscriber WHERE name = ? AND realm = ?`
+	// A nonce-count is accepted only above every count seen of its
+	// nonce, or once the record of the nonce has lapsed.
+	useNonceSQL = `INSERT INTO nonce (nonce, nc, expires) VALUES (?1, ?2, ?3)
+		ON CONFLICT (nonce) DO UPDATE SET nc = excluded.nc, expires = excluded.expires
+		WHERE excluded.nc > nonce.nc OR nonce.expires <= ?4`
 )
 
 // OpenSQLite opens (and creates, with its table) the database at path.
@@ -108,7 +126,7 @@ func OpenSQLite(path string) (*SQLite, error) {
 		}
 	}
 	q := url.Values{}
-	for _, p := range []string{"busy_timeout(400)", "journal_mode(WAL)", "synchronous(NORMAL)", "mmap_size(268435456)"} {
+	for _, p := range sqlitePragmas {
 		q.Add("_pragma", p)
 	}
 	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
@@ -141,6 +159,9 @@ func (s *SQLite) init() error {
 		return err
 	}
 	s.regConn = conn
+	if err := s.openRaw(); err != nil {
+		return err
+	}
 	prep := func(dst **sql.Stmt, query string) error {
 		st, err := s.db.PrepareContext(ctx, query)
 		if err != nil {
@@ -174,14 +195,10 @@ func (s *SQLite) init() error {
 		prep(&s.callIDs, `SELECT call_id FROM location WHERE +expires > ?`),
 		prep(&s.putUser, `INSERT INTO subscriber (name, realm, ha1_md5, ha1_sha256) VALUES (?, ?, ?, ?)
 			ON CONFLICT (name, realm) DO UPDATE SET ha1_md5 = excluded.ha1_md5, ha1_sha256 = excluded.ha1_sha256`),
-		prep(&s.getUser, `SELECT ha1_md5, ha1_sha256 FROM subscriber WHERE name = ? AND realm = ?`),
+		prep(&s.getUser, getUserSQL),
 		prep(&s.rmUser, `DELETE FROM subscriber WHERE name = ? AND realm = ?`),
 		prep(&s.listUsers, `SELECT name, realm, ha1_md5, ha1_sha256 FROM subscriber ORDER BY realm, name`),
-		// A nonce-count is accepted only above every count seen of its
-		// nonce, or once the record of the nonce has lapsed.
-		prep(&s.useNonce, `INSERT INTO nonce (nonce, nc, expires) VALUES (?1, ?2, ?3)
-			ON CONFLICT (nonce) DO UPDATE SET nc = excluded.nc, expires = excluded.expires
-			WHERE excluded.nc > nonce.nc OR nonce.expires <= ?4`),
+		prep(&s.useNonce, useNonceSQL),
 		prep(&s.expireNonces, `DELETE FROM nonce WHERE expires <= ?`),
 		prepConn(&s.begin, `BEGIN IMMEDIATE`),
 		prepConn(&s.commit, `COMMIT`),
@@ -190,7 +207,38 @@ func (s *SQLite) init() error {
 		prepConn(&s.regDel, deleteSQL),
 		prepConn(&s.regDelAll, deleteAllSQL),
 		prepConn(&s.regLookup, lookupSQL),
-		prepConn(&s.listed, `SELECT contact, expires FROM location WHERE aor = ? AND +expires > ? ORDER BY expires DESC`),
+	)
+}
+
+// openRaw opens the connection of a worker's every REGISTER (rawConn)
+// and prepares its statements. Without a context to watch, as Register's:
+// busy_timeout bounds a wait for another process's write.
+func (s *SQLite) openRaw() error {
+	var pragmas strings.Builder
+	for _, p := range sqlitePragmas {
+		name, val, _ := strings.Cut(strings.TrimSuffix(p, ")"), "(")
+		fmt.Fprintf(&pragmas, "PRAGMA %s = %s;", name, val)
+	}
+	r, err := openRaw(s.path, pragmas.String())
+	if err != nil {
+		return fmt.Errorf("open %s: %w", s.path, err)
+	}
+	s.raw = r
+	prep := func(dst **rawStmt, query string) error {
+		st, err := r.prepare(query)
+		*dst = st
+		return err
+	}
+	return errors.Join(
+		prep(&s.rawGetUser, getUserSQL),
+		prep(&s.rawUseNonce, useNonceSQL),
+		prep(&s.rawBegin, `BEGIN IMMEDIATE`),
+		prep(&s.rawCommit, `COMMIT`),
+		prep(&s.rawRollback, `ROLLBACK`),
+		prep(&s.rawUpsert, upsertSQL),
+		prep(&s.rawDel, deleteSQL),
+		prep(&s.rawDelAll, deleteAllSQL),
+		prep(&s.rawListed, listedSQL),
 	)
 }
 
@@ -243,7 +291,11 @@ func (s *SQLite) Register(aor string, b Binding) ([]Binding, error) {
 
 // Apply implements Batcher: the changes of several REGISTERs in one
 // transaction, which costs little more than one of them alone: the
-// locks, the log's frames and their write are per transaction.
+// locks, the log's frames and their write are per transaction. It runs
+// on the raw connection, and the bindings it lists share one array: a
+// listed contact that one of its change's bindings names is that
+// binding's string, the common case of a phone refreshing its one
+// binding.
 func (s *SQLite) Apply(changes []Change) ([][]Binding, error) {
 	for _, ch := range changes {
 		if ch.AOR == "" {
@@ -252,67 +304,97 @@ func (s *SQLite) Apply(changes []Change) ([][]Binding, error) {
 	}
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
-	ctx := context.Background()
-	if _, err := s.begin.ExecContext(ctx); err != nil {
+	if _, err := s.rawBegin.exec(); err != nil {
 		return nil, s.fail("register", err)
 	}
 	out := make([][]Binding, len(changes))
+	all := make([]Binding, 0, len(changes))
 	for i, ch := range changes {
+		k := len(all)
 		var err error
-		if out[i], err = s.apply(ctx, ch); err != nil {
-			s.rollback.ExecContext(ctx)
+		if all, err = s.apply(all, ch); err != nil {
+			s.rawRollback.exec()
 			return nil, s.fail("register", err)
 		}
+		if len(all) > k {
+			out[i] = all[k:len(all):len(all)]
+		}
 	}
-	if _, err := s.commit.ExecContext(ctx); err != nil {
-		s.rollback.ExecContext(ctx)
+	if _, err := s.rawCommit.exec(); err != nil {
+		s.rawRollback.exec()
 		return nil, s.fail("register", err)
 	}
 	return out, nil
 }
 
-func (s *SQLite) apply(ctx context.Context, ch Change) ([]Binding, error) {
+// apply writes ch and appends the bindings its 200 OK lists to dst.
+func (s *SQLite) apply(dst []Binding, ch Change) ([]Binding, error) {
 	now := s.Now()
 	if ch.RemoveAll {
-		if _, err := s.regDelAll.ExecContext(ctx, ch.AOR); err != nil {
-			return nil, err
+		st := s.rawDelAll
+		if err := st.text(1, ch.AOR); err != nil {
+			return dst, err
+		}
+		if _, err := st.exec(); err != nil {
+			return dst, err
 		}
 		if len(ch.Bindings) == 0 {
-			return nil, nil
+			return dst, nil
 		}
 	}
-	for _, b := range ch.Bindings {
-		if err := s.write(ctx, now, ch.AOR, b); err != nil {
-			return nil, err
+	for i := range ch.Bindings {
+		if err := s.writeRaw(now, ch.AOR, &ch.Bindings[i]); err != nil {
+			return dst, err
 		}
 	}
-	rows, err := s.listed.QueryContext(ctx, ch.AOR, now.UnixNano())
-	if err != nil {
-		return nil, err
+	st := s.rawListed
+	if err := errors.Join(st.text(1, ch.AOR), st.int(2, now.UnixNano())); err != nil {
+		st.reset()
+		return dst, err
 	}
-	defer rows.Close()
-	var out []Binding
-	for rows.Next() {
-		var exp int64
-		b := Binding{AOR: ch.AOR}
-		if err := rows.Scan(&b.Contact, &exp); err != nil {
-			return nil, err
+	for {
+		row, err := st.step()
+		if err != nil {
+			return dst, err
 		}
-		b.Expires = time.Unix(0, exp)
-		out = append(out, b)
+		if !row {
+			return dst, nil
+		}
+		ct := st.col(0)
+		b := Binding{AOR: ch.AOR, Expires: time.Unix(0, st.colInt(1))}
+		for j := range ch.Bindings {
+			if ch.Bindings[j].Contact == string(ct) {
+				b.Contact = ch.Bindings[j].Contact
+				break
+			}
+		}
+		if b.Contact == "" {
+			b.Contact = string(ct)
+		}
+		dst = append(dst, b)
 	}
-	return out, rows.Err()
 }
 
-// write saves or, for a binding already lapsed, removes b, inside the
-// transaction Register or Apply began.
-func (s *SQLite) write(ctx context.Context, now time.Time, aor string, b Binding) error {
-	var err error
+// writeRaw is write on the raw connection.
+func (s *SQLite) writeRaw(now time.Time, aor string, b *Binding) error {
 	if !b.Expires.After(now) {
-		_, err = s.regDel.ExecContext(ctx, aor, b.Contact)
-	} else {
-		_, err = s.regUpsert.ExecContext(ctx, aor, b.Contact, b.Expires.UnixNano(), b.CallID, int64(b.CSeq), b.Received, b.Proto, b.UserAgent, b.Instance, b.RegID, b.Path)
+		st := s.rawDel
+		if err := errors.Join(st.text(1, aor), st.text(2, b.Contact)); err != nil {
+			st.reset()
+			return err
+		}
+		_, err := st.exec()
+		return err
 	}
+	st := s.rawUpsert
+	err := errors.Join(st.text(1, aor), st.text(2, b.Contact), st.int(3, b.Expires.UnixNano()), st.text(4, b.CallID),
+		st.int(5, int64(b.CSeq)), st.text(6, b.Received), st.text(7, b.Proto), st.text(8, b.UserAgent),
+		st.text(9, b.Instance), st.text(10, b.RegID), st.text(11, b.Path))
+	if err != nil {
+		st.reset()
+		return err
+	}
+	_, err = st.exec()
 	return err
 }
 
@@ -430,12 +512,15 @@ func (s *SQLite) EachCallID(fn func(callID []byte)) (int, error) {
 func (s *SQLite) Close() error {
 	for _, st := range []*sql.Stmt{s.upsert, s.del, s.delAll, s.lookup, s.list, s.expire, s.callIDs,
 		s.putUser, s.getUser, s.rmUser, s.listUsers, s.useNonce, s.expireNonces,
-		s.begin, s.commit, s.rollback, s.regUpsert, s.regDel, s.regDelAll, s.regLookup, s.listed} {
+		s.begin, s.commit, s.rollback, s.regUpsert, s.regDel, s.regDelAll, s.regLookup} {
 		if st != nil {
 			st.Close()
 		}
 	}
 	s.regConn.Close()
+	if s.raw != nil {
+		s.raw.close()
+	}
 	return s.db.Close()
 }
 
@@ -472,18 +557,24 @@ func (s *SQLite) PutUser(u User) error {
 	return s.fail("put user", err)
 }
 
-// GetUser implements Users.
+// GetUser implements Users, on the raw connection.
 func (s *SQLite) GetUser(name, realm string) (User, bool, error) {
-	ctx, cancel := s.ctx()
-	defer cancel()
-	u := User{Name: name, Realm: realm}
-	err := s.getUser.QueryRowContext(ctx, name, realm).Scan(&u.HA1MD5, &u.HA1SHA256)
-	if errors.Is(err, sql.ErrNoRows) {
-		return User{}, false, nil
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	st := s.rawGetUser
+	if err := errors.Join(st.text(1, name), st.text(2, realm)); err != nil {
+		st.reset()
+		return User{}, false, s.fail("get user", err)
 	}
+	row, err := st.step()
 	if err != nil {
 		return User{}, false, s.fail("get user", err)
 	}
+	if !row {
+		return User{}, false, nil
+	}
+	u := User{Name: name, Realm: realm, HA1MD5: s.ha1s.get(st.col(0)), HA1SHA256: s.ha1s.get(st.col(1))}
+	st.reset()
 	return u, true, nil
 }
 
@@ -519,16 +610,22 @@ func (s *SQLite) ListUsers() ([]User, error) {
 	return out, s.fail("list users", rows.Err())
 }
 
-// UseNonce implements Users.
+// UseNonce implements Users, on the raw connection: the count is
+// written, in a transaction of its own, before it is accepted, so that a
+// replay to another worker or process is refused at once.
 func (s *SQLite) UseNonce(nonce string, nc uint32, ttl time.Duration) (bool, error) {
-	ctx, cancel := s.ctx()
-	defer cancel()
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
 	now := s.Now()
-	res, err := s.useNonce.ExecContext(ctx, nonce, int64(nc), now.Add(ttl).UnixNano(), now.UnixNano())
+	st := s.rawUseNonce
+	if err := errors.Join(st.text(1, nonce), st.int(2, int64(nc)), st.int(3, now.Add(ttl).UnixNano()), st.int(4, now.UnixNano())); err != nil {
+		st.reset()
+		return false, s.fail("use nonce", err)
+	}
+	n, err := st.exec()
 	if err != nil {
 		return false, s.fail("use nonce", err)
 	}
-	n, _ := res.RowsAffected()
 	return n > 0, nil
 }
 

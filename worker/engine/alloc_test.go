@@ -25,13 +25,20 @@ const (
 	// REGISTER of a binding allocates what the store keeps.
 	registerAllocs = 0
 	refusedAllocs  = 0 // INVITE refused 403 by the script, its ACK
+	// The same REGISTER into SQLite, the default store, held for group
+	// commit: the strings of the binding it writes (its AOR, Contact,
+	// Call-ID and source), as a refresh of the binding is written like
+	// any save; the transaction's lists are shared by its REGISTERs.
+	registerSQLiteAllocs = 4
 
 	// Bytes allocated for each. A call's transactions come from the
 	// worker's free list (txpool.go); what is left is the INVITE's 200
 	// kept to resend and lookup's AOR and answer.
 	callBytes     = 640
 	registerBytes = 0
-	refusedBytes  = 0
+	// The four strings, and the batch's share of the lists.
+	registerSQLiteBytes = 320
+	refusedBytes        = 0
 )
 
 // bytesNoise is what the rest of the process (the runtime, another test's
@@ -217,6 +224,57 @@ func TestAllocs(t *testing.T) {
 	t.Logf("allocations per refused INVITE: %.1f (budget %d)", have, refusedAllocs)
 	if have > refusedAllocs {
 		t.Errorf("allocations per refused INVITE: want at most %d, have %.1f", refusedAllocs, have)
+	}
+}
+
+// TestAllocsSQLite is TestAllocs's authenticated REGISTER into an SQLite
+// store with group commit, 16 REGISTERs a turn, as a worker runs by
+// default: the credentials read, the nonce-count written, the binding
+// written and the bindings listed, each a statement.
+// Not parallel: it counts the process's allocations.
+func TestAllocsSQLite(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own account")
+	}
+	const runs = 400
+	d := newCallDriver(t)
+	defer d.close()
+	st, err := location.Open(location.Spec{Kind: location.KindSQLite, Path: filepath.Join(t.TempDir(), "location.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	users, err := location.UsersOf(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := users.PutUser(location.NewUser("alice", "example.com", "alices")); err != nil {
+		t.Fatal(err)
+	}
+	d.w.opt.Store, d.w.opt.GroupCommit = st, true
+	regs := d.registers(t, 2*runs+2)
+	i := 0
+	register := func() {
+		d.msg(d.uac, regs[i])
+		i++
+		if i%16 == 0 {
+			d.w.EndTurn()
+		}
+	}
+	have := testing.AllocsPerRun(runs, register)
+	b := bytesPerRun(runs, register)
+	d.w.EndTurn()
+	if bs, err := st.Lookup("sip:alice@example.com"); err != nil || len(bs) != 1 || bs[0].CSeq != uint32(i) ||
+		d.w.Stats.AuthFailures != 0 || d.w.Stats.Replays != 0 || d.w.Stats.StoreErrors != 0 {
+		t.Fatalf("REGISTERs: want alice bound by CSeq %d, have %+v (%v), %+v", i, bs, err, d.w.Stats)
+	}
+	t.Logf("allocations per authenticated REGISTER into SQLite: %.1f (budget %d), bytes %.0f (budget %d)",
+		have, registerSQLiteAllocs, b, registerSQLiteBytes)
+	if have > registerSQLiteAllocs {
+		t.Errorf("allocations per authenticated REGISTER into SQLite: want at most %d, have %.1f", registerSQLiteAllocs, have)
+	}
+	if b > registerSQLiteBytes+bytesNoise {
+		t.Errorf("bytes per authenticated REGISTER into SQLite: want at most %d, have %.0f", registerSQLiteBytes, b)
 	}
 }
 
