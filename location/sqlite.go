@@ -55,6 +55,10 @@ type SQLite struct {
 // sqlitePragmas are every connection's settings.
 var sqlitePragmas = []string{"busy_timeout(400)", "journal_mode(WAL)", "synchronous(NORMAL)", "mmap_size(268435456)"}
 
+// errClosed is what a call on the raw connection returns after Close, as
+// database/sql's do.
+var errClosed = errors.New("sql: database is closed")
+
 // sqliteTimeout bounds every statement, including its wait for another
 // process's write: well under SIP's T1, so a client is answered before it
 // retransmits.
@@ -139,6 +143,9 @@ func OpenSQLite(path string) (*SQLite, error) {
 	db.SetConnMaxIdleTime(0)
 	s := &SQLite{db: db, path: path, Now: time.Now, timeout: sqliteTimeout}
 	if err := s.init(); err != nil {
+		if s.raw != nil {
+			s.raw.close()
+		}
 		db.Close()
 		return nil, err
 	}
@@ -304,6 +311,9 @@ func (s *SQLite) Apply(changes []Change) ([][]Binding, error) {
 	}
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
+	if s.raw == nil {
+		return nil, s.fail("register", errClosed)
+	}
 	if _, err := s.rawBegin.exec(); err != nil {
 		return nil, s.fail("register", err)
 	}
@@ -518,9 +528,12 @@ func (s *SQLite) Close() error {
 		}
 	}
 	s.regConn.Close()
+	s.regMu.Lock()
 	if s.raw != nil {
 		s.raw.close()
+		s.raw = nil
 	}
+	s.regMu.Unlock()
 	return s.db.Close()
 }
 
@@ -561,6 +574,9 @@ func (s *SQLite) PutUser(u User) error {
 func (s *SQLite) GetUser(name, realm string) (User, bool, error) {
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
+	if s.raw == nil {
+		return User{}, false, s.fail("get user", errClosed)
+	}
 	st := s.rawGetUser
 	if err := errors.Join(st.text(1, name), st.text(2, realm)); err != nil {
 		st.reset()
@@ -616,6 +632,9 @@ func (s *SQLite) ListUsers() ([]User, error) {
 func (s *SQLite) UseNonce(nonce string, nc uint32, ttl time.Duration) (bool, error) {
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
+	if s.raw == nil {
+		return false, s.fail("use nonce", errClosed)
+	}
 	now := s.Now()
 	st := s.rawUseNonce
 	if err := errors.Join(st.text(1, nonce), st.int(2, int64(nc)), st.int(3, now.Add(ttl).UnixNano()), st.int(4, now.UnixNano())); err != nil {

@@ -426,6 +426,10 @@ func TestSQLiteCloseRemovesWAL(t *testing.T) {
 		t.Fatal(err)
 	} else if err := u.PutUser(User{Name: "alice", Realm: "example.com"}); err != nil {
 		t.Fatal(err)
+	} else if _, _, err := u.GetUser("alice", "example.com"); err != nil {
+		t.Fatal(err)
+	} else if _, err := u.UseNonce("n1", 1, time.Minute); err != nil {
+		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
