@@ -71,3 +71,21 @@ func applyOne(st Store, ch Change) ([]Binding, error) {
 	}
 	return bs, nil
 }
+
+// A Copier is a Batcher that keeps none of the strings of the changes it
+// is handed once Apply returns, so that they may alias a buffer its caller
+// reuses after it has read Apply's result, whose bindings may hold them.
+type Copier interface {
+	Batcher
+	// CopiesChanges marks the store as a Copier.
+	CopiesChanges()
+}
+
+// CopiesChanges reports whether st is a Copier.
+func CopiesChanges(st Store) bool {
+	if g, ok := st.(*guarded); ok {
+		st = g.Store
+	}
+	_, ok := st.(Copier)
+	return ok
+}

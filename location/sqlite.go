@@ -337,6 +337,9 @@ func (s *SQLite) Apply(changes []Change) ([][]Binding, error) {
 	return out, nil
 }
 
+// CopiesChanges implements Copier: SQLite copies every argument it binds.
+func (s *SQLite) CopiesChanges() {}
+
 // apply writes ch and appends the bindings its 200 OK lists to dst.
 func (s *SQLite) apply(dst []Binding, ch Change) ([]Binding, error) {
 	now := s.Now()

@@ -26,18 +26,18 @@ const (
 	registerAllocs = 0
 	refusedAllocs  = 0 // INVITE refused 403 by the script, its ACK
 	// The same REGISTER into SQLite, the default store, held for group
-	// commit: the strings of the binding it writes (its AOR, Contact,
-	// Call-ID and source), as a refresh of the binding is written like
-	// any save; the transaction's lists are shared by its REGISTERs.
-	registerSQLiteAllocs = 4
+	// commit: the strings of the binding it writes wait in the batch's
+	// buffer (regbytes.go), and the two lists Apply returns are the
+	// batch's, 2 allocations per 16 REGISTERs (AllocsPerRun rounds down).
+	registerSQLiteAllocs = 0
 
 	// Bytes allocated for each. A call's transactions come from the
 	// worker's free list (txpool.go); what is left is the INVITE's 200
 	// kept to resend and lookup's AOR and answer.
 	callBytes     = 640
 	registerBytes = 0
-	// The four strings, and the batch's share of the lists.
-	registerSQLiteBytes = 320
+	// The REGISTER's share of the batch's lists.
+	registerSQLiteBytes = 224
 	refusedBytes        = 0
 )
 

@@ -28,9 +28,11 @@ import (
 // offsets. A refresh, a REGISTER that changes nothing of its binding but
 // its expiry and CSeq, most of what a registrar sees, is renewed in place
 // by a store that can (location.Refresher) and answered by splicing: it
-// makes no object. A new binding or a removal makes the strings the store
-// keeps and is written at once or held for group commit, what its 200 OK
-// needs of the request written aside (saveChangeBytes). force_rport and
+// makes no object. Otherwise the binding is written at once or held for
+// group commit, what its 200 OK needs of the request written aside
+// (saveChangeBytes); its strings are made for the store to keep, or, held
+// for a store that copies what it writes (location.Copier, SQLite), kept
+// in the batch's buffer until the batch is written and answered. force_rport and
 // fix_nated_register, which the built-in config runs for a phone behind
 // NAT, are noted and applied as the decoded path applies them. Anything
 // else (several Contacts, Contact: *, outbound, a Path, a Contact sipgo
@@ -55,6 +57,20 @@ type regBytes struct {
 	nonce [nonceLen]byte
 	// one is the change a REGISTER written at once hands location.Apply.
 	one [1]location.Change
+	// held holds the strings of the bindings held for group commit into
+	// a store that copies them (location.Copier), from the first
+	// REGISTER of a batch until the next batch begins, by when its
+	// replies are sent and its changes dropped (EndTurn).
+	held []byte
+}
+
+// keep is b copied into w.reg.held, as a string that lasts until the
+// next batch begins. The strings kept before a growth of held still
+// read the array they were written in, which is not written again.
+func (w *Worker) keep(b []byte) string {
+	k := len(w.reg.held)
+	w.reg.held = append(w.reg.held, b...)
+	return str(w.reg.held[k:])
 }
 
 // str is b as a string without a copy, for a call that keeps no reference
@@ -635,16 +651,31 @@ func (c *msgCtx) saveBytes() (ok, done bool) {
 	if !canonicalURI(uri) {
 		return false, false // filed as sipgo writes it back
 	}
-	// A new binding or a removal: the store keeps its strings.
-	nb := *b
-	nb.Contact, nb.CallID, nb.Received = string(uri), string(m.CallID), string(received)
-	if len(ua) > 0 {
-		nb.UserAgent = string(ua)
-	}
+	// A new binding, a refresh or a removal: the store keeps its
+	// strings, or, held for group commit into a store that copies them,
+	// the batch does.
 	rb := &w.regs
+	nb := *b
+	var aorS string
+	if w.opt.GroupCommit && location.CopiesChanges(w.opt.Store) {
+		if len(rb.changes) == 0 {
+			w.reg.held = w.reg.held[:0]
+		}
+		aorS = w.keep(aor)
+		nb.Contact, nb.CallID, nb.Received = w.keep(uri), w.keep(m.CallID), w.keep(received)
+		if len(ua) > 0 {
+			nb.UserAgent = w.keep(ua)
+		}
+	} else {
+		aorS = string(aor)
+		nb.Contact, nb.CallID, nb.Received = string(uri), string(m.CallID), string(received)
+		if len(ua) > 0 {
+			nb.UserAgent = string(ua)
+		}
+	}
 	k := len(rb.binds)
 	rb.binds = append(rb.binds, nb)
-	ch := location.Change{AOR: string(aor), Bindings: rb.binds[k:len(rb.binds):len(rb.binds)]}
+	ch := location.Change{AOR: aorS, Bindings: rb.binds[k:len(rb.binds):len(rb.binds)]}
 	return c.saveChangeBytes(ch), true
 }
 

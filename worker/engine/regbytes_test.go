@@ -11,6 +11,8 @@ import (
 
 	"github.com/emiago/sipgo/sip"
 	"github.com/icholy/digest"
+
+	"github.com/sipvisor/sipvisor/worker"
 )
 
 // The HMAC on the stack is crypto/hmac's, for keys shorter and longer
@@ -180,5 +182,40 @@ func checkCanonicalURI(t *testing.T, s string) {
 	}
 	if have := u.String(); have != s {
 		t.Fatalf("%q taken, and sipgo writes it %q", s, have)
+	}
+}
+
+// The bindings held for group commit on the bytes keep their strings in
+// the batch's buffer, which the next batch writes over: each batch's
+// REGISTERs are answered, and their bindings filed, as they asked.
+func TestHeldBindingsKeepTheirStrings(t *testing.T) {
+	w, st, pa := groupWorker(t, registrarScript)
+	phone := newUA(t)
+	from := phone.addr().String()
+	batches := [][]string{{"a1", "bob-with-a-long-name", "c"}, {"d"}, {"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee", "f", "g", "h", "i"}}
+	for _, batch := range batches {
+		for _, u := range batch {
+			w.HandleMessage(&worker.Message{From: phone.addr(), Data: registerMsg(pa, phone.addr(), u)})
+		}
+		w.EndTurn()
+		for _, u := range batch {
+			res, raw := phone.recvResponse(200)
+			cts := res.GetHeaders("Contact")
+			if len(cts) != 1 || !strings.Contains(cts[0].Value(), "<sip:"+u+"@"+from+">") ||
+				res.CallID().Value() != "c"+u+"@test" {
+				t.Fatalf("reply to %s: want its one binding listed, have:\n%s", u, raw)
+			}
+		}
+	}
+	bs, err := st.List()
+	if err != nil || len(bs) != 9 {
+		t.Fatalf("bindings: want 9, have %+v, %v", bs, err)
+	}
+	for _, b := range bs {
+		u, _, _ := strings.Cut(strings.TrimPrefix(b.AOR, "sip:"), "@")
+		if b.AOR != "sip:"+u+"@"+pa.Addr().String() || b.Contact != "sip:"+u+"@"+from || b.CallID != "c"+u+"@test" ||
+			b.Received != from || b.Proto != "udp" || b.CSeq != 1 {
+			t.Errorf("binding of %s: have %+v", u, b)
+		}
 	}
 }
