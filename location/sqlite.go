@@ -59,9 +59,11 @@ var sqlitePragmas = []string{"busy_timeout(400)", "journal_mode(WAL)", "synchron
 // database/sql's do.
 var errClosed = errors.New("sql: database is closed")
 
-// sqliteTimeout bounds every statement, including its wait for another
-// process's write: well under SIP's T1, so a client is answered before it
-// retransmits.
+// sqliteTimeout bounds every statement made through database/sql with a
+// context, including its wait for another process's write: well under
+// SIP's T1, so a client is answered before it retransmits. What a worker
+// asks on every REGISTER has no context to watch (Register, and the raw
+// connection's calls): busy_timeout, the same 400 ms, bounds its wait.
 const sqliteTimeout = 400 * time.Millisecond
 
 // sqliteSchema indexes the bindings by expiry, so that the supervisor's
