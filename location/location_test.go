@@ -91,7 +91,7 @@ func patientURL(srv *redistest.Server) string {
 
 // openPatientSQLite opens the SQLite store at path with a patient bound on
 // its statements, for the same reason as patientURL.
-func openPatientSQLite(t *testing.T, path string) *SQLite {
+func openPatientSQLite(t testing.TB, path string) *SQLite {
 	t.Helper()
 	s, err := OpenSQLite(path)
 	if err != nil {

@@ -30,7 +30,7 @@ type SQLite struct {
 	// loaded machine.
 	timeout time.Duration
 
-	upsert, del, delAll, lookup, list, expire, callIDs *sql.Stmt
+	upsert, del, delAll, list, expire, callIDs *sql.Stmt
 
 	putUser, getUser, rmUser, listUsers, useNonce, expireNonces *sql.Stmt
 	secretMu                                                    sync.Mutex
@@ -42,10 +42,11 @@ type SQLite struct {
 	begin, commit, rollback, regUpsert, regDel, regDelAll, regLookup *sql.Stmt
 
 	// raw is the connection of what a worker asks on every REGISTER
-	// (GetUser, UseNonce, Apply), under regMu, and its statements.
+	// (GetUser, UseNonce, Apply) and INVITE (Lookup), under regMu, and
+	// its statements.
 	raw *rawConn
 	rawGetUser, rawUseNonce, rawBegin, rawCommit, rawRollback,
-	rawUpsert, rawDel, rawDelAll, rawListed *rawStmt
+	rawUpsert, rawDel, rawDelAll, rawListed, rawLookup *rawStmt
 	// ha1s are the HA1 hashes GetUser has returned, so that the same
 	// hash read again is the same string, not a new one. Every GetUser
 	// reads the row: a changed password counts at once.
@@ -191,7 +192,6 @@ func (s *SQLite) init() error {
 		prep(&s.upsert, upsertSQL),
 		prep(&s.del, deleteSQL),
 		prep(&s.delAll, deleteAllSQL),
-		prep(&s.lookup, lookupSQL),
 		prep(&s.list, `SELECT `+bindingCols+` FROM location WHERE +expires > ? ORDER BY aor, contact`),
 		// Through the index of expiries, sweepBatch rows a statement, so
 		// that a sweep holds the write lock briefly however many lapsed
@@ -248,6 +248,7 @@ func (s *SQLite) openRaw() error {
 		prep(&s.rawDel, deleteSQL),
 		prep(&s.rawDelAll, deleteAllSQL),
 		prep(&s.rawListed, listedSQL),
+		prep(&s.rawLookup, lookupSQL),
 	)
 }
 
@@ -431,16 +432,53 @@ func (s *SQLite) register(ctx context.Context, aor string, b Binding) ([]Binding
 	return scanBindings(rows)
 }
 
-// Lookup implements Store.
+// Lookup implements Store, on the raw connection: lookup()'s call for
+// every INVITE to a registered phone, which through database/sql made 69
+// objects. The bindings' AOR is aor, their Proto one of the store's own.
 func (s *SQLite) Lookup(aor string) ([]Binding, error) {
-	ctx, cancel := s.ctx()
-	defer cancel()
-	rows, err := s.lookup.QueryContext(ctx, aor, s.Now().UnixNano())
-	if err != nil {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	if s.raw == nil {
+		return nil, s.fail("lookup", errClosed)
+	}
+	st := s.rawLookup
+	if err := errors.Join(st.text(1, aor), st.int(2, s.Now().UnixNano())); err != nil {
+		st.reset()
 		return nil, s.fail("lookup", err)
 	}
-	bs, err := scanBindings(rows)
-	return bs, s.fail("lookup", err)
+	var out []Binding
+	for {
+		row, err := st.step()
+		if err != nil {
+			return nil, s.fail("lookup", err)
+		}
+		if !row {
+			return out, nil
+		}
+		out = append(out, Binding{
+			AOR:       aor,
+			Contact:   string(st.col(1)),
+			Expires:   time.Unix(0, st.colInt(2)),
+			CallID:    string(st.col(3)),
+			CSeq:      uint32(st.colInt(4)),
+			Received:  string(st.col(5)),
+			Proto:     protoName(st.col(6)),
+			UserAgent: string(st.col(7)),
+			Instance:  string(st.col(8)),
+			RegID:     string(st.col(9)),
+			Path:      string(st.col(10)),
+		})
+	}
+}
+
+// protoName is p as a string, one of the transports' without a copy.
+func protoName(p []byte) string {
+	for _, n := range [...]string{"udp", "tcp", "tls", "ws", "wss", "sctp"} {
+		if string(p) == n {
+			return n
+		}
+	}
+	return string(p)
 }
 
 // Remove implements Store.
@@ -525,7 +563,7 @@ func (s *SQLite) EachCallID(fn func(callID []byte)) (int, error) {
 // file outlived db.Close and the -wal and -shm files stayed, which SQLite
 // removes only when the last handle on the database closes.
 func (s *SQLite) Close() error {
-	for _, st := range []*sql.Stmt{s.upsert, s.del, s.delAll, s.lookup, s.list, s.expire, s.callIDs,
+	for _, st := range []*sql.Stmt{s.upsert, s.del, s.delAll, s.list, s.expire, s.callIDs,
 		s.putUser, s.getUser, s.rmUser, s.listUsers, s.useNonce, s.expireNonces,
 		s.begin, s.commit, s.rollback, s.regUpsert, s.regDel, s.regDelAll, s.regLookup} {
 		if st != nil {

@@ -128,6 +128,10 @@ func TestSQLiteApplyWaitsForTheLock(t *testing.T) {
 	if ok, err := s.UseNonce("n1", 1, time.Minute); ok || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("nonce while locked: want %v, have %v %v", ErrUnavailable, ok, err)
 	}
+	// A reader does not wait for the writer (WAL).
+	if bs, err := s.Lookup("sip:alice@example.com"); err != nil || len(bs) != 0 {
+		t.Fatalf("lookup while locked: want no binding and no error, have %+v %v", bs, err)
+	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +140,10 @@ func TestSQLiteApplyWaitsForTheLock(t *testing.T) {
 	}
 	if ok, err := s.UseNonce("n1", 1, time.Minute); !ok || err != nil {
 		t.Fatalf("nonce after the lock: %v %v", ok, err)
+	}
+	bs, err := s.Lookup("sip:alice@example.com")
+	if err != nil || len(bs) != 1 || bs[0].Contact != "sip:alice@10.0.0.1" || bs[0].AOR != "sip:alice@example.com" {
+		t.Fatalf("lookup after the lock: %+v %v", bs, err)
 	}
 }
 
@@ -155,5 +163,26 @@ func TestSQLiteClosed(t *testing.T) {
 	}
 	if _, err := s.UseNonce("n1", 1, time.Minute); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("use nonce: want %v, have %v", ErrUnavailable, err)
+	}
+	if _, err := s.Lookup("sip:alice@example.com"); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("lookup: want %v, have %v", ErrUnavailable, err)
+	}
+}
+
+// BenchmarkSQLiteLookup is lookup()'s call for an INVITE to a registered
+// phone: the live bindings of one AOR, here one.
+func BenchmarkSQLiteLookup(b *testing.B) {
+	s := openPatientSQLite(b, filepath.Join(b.TempDir(), "location.db"))
+	defer s.Close()
+	const aor = "sip:alice@example.com"
+	if _, err := s.Register(aor, Binding{Contact: "sip:alice@192.0.2.1:5060", Expires: time.Now().Add(time.Hour),
+		CallID: "c1@192.0.2.1", CSeq: 1, Received: "192.0.2.1:5060", Proto: "udp", UserAgent: "phone/1.0"}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if bs, err := s.Lookup(aor); err != nil || len(bs) != 1 {
+			b.Fatal(bs, err)
+		}
 	}
 }

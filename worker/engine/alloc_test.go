@@ -30,6 +30,9 @@ const (
 	// buffer (regbytes.go), and the two lists Apply returns are the
 	// batch's, 2 allocations per 16 REGISTERs (AllocsPerRun rounds down).
 	registerSQLiteAllocs = 0
+	// A proxied call to a phone registered in SQLite: lookup() reads its
+	// binding from the file, the binding's strings and their list.
+	callSQLiteAllocs = 5
 
 	// Bytes allocated for each. A call's transactions come from the
 	// worker's free list (txpool.go); what is left is the INVITE's 200
@@ -38,6 +41,7 @@ const (
 	registerBytes = 0
 	// The REGISTER's share of the batch's lists.
 	registerSQLiteBytes = 224
+	callSQLiteBytes     = 640
 	refusedBytes        = 0
 )
 
@@ -227,10 +231,11 @@ func TestAllocs(t *testing.T) {
 	}
 }
 
-// TestAllocsSQLite is TestAllocs's authenticated REGISTER into an SQLite
-// store with group commit, 16 REGISTERs a turn, as a worker runs by
-// default: the credentials read, the nonce-count written, the binding
-// written and the bindings listed, each a statement.
+// TestAllocsSQLite is TestAllocs's proxied call and authenticated
+// REGISTER with an SQLite store, as a worker runs by default: the call's
+// lookup reads the callee's binding from the file; the REGISTERs, 16 a
+// turn with group commit, read the credentials, write the nonce-count,
+// write the binding and list the bindings, each a statement.
 // Not parallel: it counts the process's allocations.
 func TestAllocsSQLite(t *testing.T) {
 	if raceEnabled {
@@ -252,8 +257,38 @@ func TestAllocsSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.w.opt.Store, d.w.opt.GroupCommit = st, true
-	regs := d.registers(t, 2*runs+2)
+
+	bob, err := d.store.Lookup("sip:bob@example.com")
+	if err != nil || len(bob) != 1 {
+		t.Fatal(bob, err)
+	}
+	if _, err := st.Register("sip:bob@example.com", bob[0]); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour)
+	calls := d.calls(2*runs + 2)
 	i := 0
+	call := func() {
+		d.call(&calls[i], later)
+		i++
+	}
+	have := testing.AllocsPerRun(runs, call)
+	b := bytesPerRun(runs, call)
+	if d.w.Held() != 0 || d.w.Stats.Malformed != 0 || d.w.Stats.StoreErrors != 0 || d.w.Stats.Requests != 3*uint64(i) {
+		t.Fatalf("calls: want %d requests handled and nothing held, have %d held, %+v", 3*i, d.w.Held(), d.w.Stats)
+	}
+	t.Logf("allocations per proxied call, callee in SQLite: %.1f (budget %d), bytes %.0f (budget %d)",
+		have, callSQLiteAllocs, b, callSQLiteBytes)
+	if have > callSQLiteAllocs {
+		t.Errorf("allocations per proxied call, callee in SQLite: want at most %d, have %.1f", callSQLiteAllocs, have)
+	}
+	if b > callSQLiteBytes+bytesNoise {
+		t.Errorf("bytes per proxied call, callee in SQLite: want at most %d, have %.0f", callSQLiteBytes, b)
+	}
+
+	regs := d.registers(t, 2*runs+2)
+	i = 0
+	before := d.w.Stats
 	register := func() {
 		d.msg(d.uac, regs[i])
 		i++
@@ -261,11 +296,11 @@ func TestAllocsSQLite(t *testing.T) {
 			d.w.EndTurn()
 		}
 	}
-	have := testing.AllocsPerRun(runs, register)
-	b := bytesPerRun(runs, register)
+	have = testing.AllocsPerRun(runs, register)
+	b = bytesPerRun(runs, register)
 	d.w.EndTurn()
 	if bs, err := st.Lookup("sip:alice@example.com"); err != nil || len(bs) != 1 || bs[0].CSeq != uint32(i) ||
-		d.w.Stats.AuthFailures != 0 || d.w.Stats.Replays != 0 || d.w.Stats.StoreErrors != 0 {
+		d.w.Stats.AuthFailures != before.AuthFailures || d.w.Stats.Replays != before.Replays || d.w.Stats.StoreErrors != 0 {
 		t.Fatalf("REGISTERs: want alice bound by CSeq %d, have %+v (%v), %+v", i, bs, err, d.w.Stats)
 	}
 	t.Logf("allocations per authenticated REGISTER into SQLite: %.1f (budget %d), bytes %.0f (budget %d)",
@@ -337,5 +372,37 @@ func BenchmarkRegisterAuthSQLite(b *testing.B) {
 	b.StopTimer()
 	if d.w.Stats.StoreErrors != 0 || d.w.Stats.AuthFailures != 0 || d.w.Stats.Replays != 0 {
 		b.Fatalf("stats: %+v", d.w.Stats)
+	}
+}
+
+// BenchmarkCallHandledSQLite is BenchmarkCallHandled with the callee
+// registered in an SQLite store, as a worker runs by default: lookup()
+// reads the binding from the file for each INVITE.
+func BenchmarkCallHandledSQLite(b *testing.B) {
+	d := newCallDriver(b)
+	defer d.close()
+	st, err := location.Open(location.Spec{Kind: location.KindSQLite, Path: filepath.Join(b.TempDir(), "location.db")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	bs, err := d.store.Lookup("sip:bob@example.com")
+	if err != nil || len(bs) != 1 {
+		b.Fatal(bs, err)
+	}
+	if _, err := st.Register("sip:bob@example.com", bs[0]); err != nil {
+		b.Fatal(err)
+	}
+	d.w.opt.Store = st
+	calls := d.calls(b.N)
+	later := time.Now().Add(time.Hour)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range calls {
+		d.call(&calls[i], later)
+	}
+	b.StopTimer()
+	if d.w.Held() != 0 || d.w.Stats.Malformed != 0 || d.w.Stats.Requests != 3*uint64(b.N) || d.w.Stats.StoreErrors != 0 {
+		b.Fatalf("calls: want %d requests handled and nothing held, have %d held, %+v", 3*b.N, d.w.Held(), d.w.Stats)
 	}
 }
