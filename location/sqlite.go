@@ -32,9 +32,9 @@ type SQLite struct {
 
 	upsert, del, delAll, list, expire, callIDs *sql.Stmt
 
-	putUser, getUser, rmUser, listUsers, useNonce, expireNonces *sql.Stmt
-	secretMu                                                    sync.Mutex
-	secret                                                      []byte
+	putUser, rmUser, listUsers, expireNonces *sql.Stmt
+	secretMu                                 sync.Mutex
+	secret                                   []byte
 
 	// Register's own connection and statements, one call at a time.
 	regMu                                                            sync.Mutex
@@ -204,10 +204,8 @@ func (s *SQLite) init() error {
 		prep(&s.callIDs, `SELECT call_id FROM location WHERE +expires > ?`),
 		prep(&s.putUser, `INSERT INTO subscriber (name, realm, ha1_md5, ha1_sha256) VALUES (?, ?, ?, ?)
 			ON CONFLICT (name, realm) DO UPDATE SET ha1_md5 = excluded.ha1_md5, ha1_sha256 = excluded.ha1_sha256`),
-		prep(&s.getUser, getUserSQL),
 		prep(&s.rmUser, `DELETE FROM subscriber WHERE name = ? AND realm = ?`),
 		prep(&s.listUsers, `SELECT name, realm, ha1_md5, ha1_sha256 FROM subscriber ORDER BY realm, name`),
-		prep(&s.useNonce, useNonceSQL),
 		prep(&s.expireNonces, `DELETE FROM nonce WHERE expires <= ?`),
 		prepConn(&s.begin, `BEGIN IMMEDIATE`),
 		prepConn(&s.commit, `COMMIT`),
@@ -564,7 +562,7 @@ func (s *SQLite) EachCallID(fn func(callID []byte)) (int, error) {
 // removes only when the last handle on the database closes.
 func (s *SQLite) Close() error {
 	for _, st := range []*sql.Stmt{s.upsert, s.del, s.delAll, s.list, s.expire, s.callIDs,
-		s.putUser, s.getUser, s.rmUser, s.listUsers, s.useNonce, s.expireNonces,
+		s.putUser, s.rmUser, s.listUsers, s.expireNonces,
 		s.begin, s.commit, s.rollback, s.regUpsert, s.regDel, s.regDelAll, s.regLookup} {
 		if st != nil {
 			st.Close()
