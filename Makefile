@@ -14,13 +14,14 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o bin/sipload ./cmd/sipload
 
 # The test command README.md names and CI runs. The end-to-end tests are
-# packages of their own under e2e/, which go test runs side by side with the
-# others. The longest, e2e/load and e2e/scaledown, run their tests one at a
-# time, as they measure load or wait for a group's drains: about 3 minutes
-# each on a 2-core machine; the whole run about 7 minutes.
-# The timeout applies to each package's test binary.
+# packages of their own under e2e/, by theme. They wait on processes and
+# sockets far more than they compute (the whole run used under half of one
+# core of a 2-core machine), so four packages run at once rather than one
+# per core. The longest, e2e/lifecycle, e2e/load and e2e/scaledown, take
+# about 3 minutes each; the whole run about 5. The timeout applies to each
+# package's test binary.
 test:
-	$(GO) test -race -count=1 -timeout 480s $(PKGS)
+	$(GO) test -race -count=1 -p 4 -timeout 480s $(PKGS)
 
 # A quick loop: no race detector, and the end-to-end tests that run load,
 # soaks, long holds or hundreds of SIPp calls skipped. It took 3.5 minutes
@@ -32,7 +33,7 @@ test-short:
 # The end-to-end tests again with every datagram through the supervisor's
 # front door (udp_direct_reads = no, unless a test's config says).
 test-door:
-	SIPVISOR_E2E_DIRECT_READS=no $(GO) test -race -count=1 -timeout 480s ./e2e/...
+	SIPVISOR_E2E_DIRECT_READS=no $(GO) test -race -count=1 -p 4 -timeout 480s ./e2e/...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

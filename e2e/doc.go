@@ -6,7 +6,7 @@
 //     a soak, scaling up). These measure what the machine's cores can do,
 //     so they run one at a time, in one package, and are skipped with
 //     -short.
-//   - scaledown: a group shrinking under calls over UDP, TCP and TLS, one
+//   - scaledown: a group shrinking under calls over UDP, TCP and TLS, two
 //     at a time, beside the others.
 //   - overload: admission control: watermarks, limits, queue bounds,
 //     suspension, connection hygiene.

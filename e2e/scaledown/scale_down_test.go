@@ -19,13 +19,14 @@ import (
 // each worker is drained. SIPp places calls until both drained workers
 // have exited, then lets the calls in progress end.
 func TestScaleDownUnderCallsLosesNoCall(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("scales a group down under calls")
 	}
-	t.Run("through the supervisor", func(t *testing.T) { testScaleDownUnderCalls(t, "") })
+	t.Run("through the supervisor", func(t *testing.T) { t.Parallel(); testScaleDownUnderCalls(t, "") })
 	// A draining worker's reply socket stays open until it exits: the
 	// responses of the calls it holds still reach it.
-	t.Run("reply sockets", func(t *testing.T) { testScaleDownUnderCalls(t, "worker_reply_sockets = yes") })
+	t.Run("reply sockets", func(t *testing.T) { t.Parallel(); testScaleDownUnderCalls(t, "worker_reply_sockets = yes") })
 }
 
 func testScaleDownUnderCalls(t *testing.T, extra string) {

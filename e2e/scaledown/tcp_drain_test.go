@@ -26,6 +26,7 @@ max_queue_wait = 0
 // connection. Before, a draining TCP worker closed its connections when it
 // exited, and SIPp counted the calls on them as failed.
 func TestTCPScaleDownKeepsConnections(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("scales a group down under calls")
 	}

@@ -18,6 +18,7 @@ import (
 // no connection. Before, a draining worker kept its TLS connections until
 // they were idle or its drain timed out, and killing it cut their calls.
 func TestTLSScaleDownKeepsConnections(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("scales a group down under calls")
 	}

@@ -95,6 +95,7 @@ func how(failed map[string]string) map[string]int {
 // the failed calls' messages as SIPp sent and received them, the counters
 // of refusals, and sipvisor's log.
 func TestTCPScaleDownStress(t *testing.T) {
+	t.Parallel()
 	rounds := harness.StressRounds(t, 1)
 	// The first round stalls the workers as a loaded machine does (the
 	// plain scale-down is TestTCPScaleDownKeepsConnections'); more rounds
