@@ -99,3 +99,60 @@ tcp_workers = 4 use_auto_scaling_profile P
 		})
 	}
 }
+
+// A TCP worker drains and exits while calls it relayed to a UDP callee
+// are still up: their BYEs, read from the connections it handed over, go
+// through the worker that took them, and their 200s must still arrive.
+// SIPp's uas sends everything of a call to where its INVITE came from, not
+// to the Via; a worker that relayed the INVITE from a socket of its own
+// took that address with it when it exited, so the 200 to the BYE found
+// no one and the caller got a 408 32 s later.
+func TestTCPScaleDownEndsHeldCalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scales a group down under held calls")
+	}
+	uasTrace, uasArgs := newSIPpTrace(t, "uas")
+	uas := harness.SIPpUAS(t, uasArgs...).Port
+	cfg := func(cooldown int) string {
+		return harness.ProxyCfg(uas, fmt.Sprintf(`
+auto_scaling_profile = P
+	scale up to 2 on 90%% for 2 cycles within 3
+	scale down to 1 on 30%% for 3 cycles
+auto_scaling_cycle = 0.2
+auto_scaling_cooldown = %d
+udp_workers = 1
+tcp_workers = 2 use_auto_scaling_profile P
+`+handOffOnly, cooldown))
+	}
+	s := harness.Start(t, cfg(3000))
+	if n, all := harness.Live(s.PS(), "tcp"); n != 2 {
+		t.Fatalf("want 2 TCP workers before the load, have %v", all)
+	}
+	uacTrace, uacArgs := newSIPpTrace(t, "uac")
+	// Calls held 10 s: the drained worker's transactions end (some 5 s
+	// after the drain begins) before the calls it relayed do.
+	sipp := harness.StartSIPp(t, 150*time.Second, append([]string{"-sn", "uac", s.SIPAddr("tcp"), "-t", "tn", "-max_socket", "1000",
+		"-i", "127.0.0.1", "-r", "10", "-m", "2000", "-d", "10000",
+		"-timeout", "140", "-timeout_error", "-recv_timeout", "40000"}, uacArgs...)...)
+	s.AwaitMetricAtLeast(30, 60*time.Second, "sipvisor_frontdoor_sessions", `group="tcp"`)
+	s.Rewrite(cfg(1))
+	if out, err := s.Ctl("reload"); err != nil {
+		t.Fatalf("ctl reload: %v: %s", err, out)
+	}
+	s.AwaitMetricAtLeast(1, 60*time.Second, "sipvisor_pool_worker_exits_total", `group="tcp"`, `reason="clean"`)
+	// The worker is gone with calls it relayed still up (it drained among
+	// some 30 of them, each up 10 s); those end now.
+	up := s.Metric("sipvisor_frontdoor_sessions", `group="tcp"`)
+	sipp.Quit()
+	r := sipp.Wait()
+	t.Logf("%d calls placed, %v up when the drained worker exited", r.Created, up)
+	if r.Exit != 0 || r.Successful != r.Created || r.Failed != 0 {
+		failed := uacTrace.failedCalls()
+		t.Fatalf("want every call placed across the scale-down successful, have %d placed, %d/%d (exit %d) %v\n%s\nthe failed calls at the caller:\n%s\nat the callee:\n%s\ncounters:\n%s",
+			r.Created, r.Successful, r.Failed, r.Exit, how(failed), harness.Tail(r.Out, 45), harness.Tail(uacTrace.calls(failed), 40), harness.Tail(uasTrace.calls(failed), 40),
+			s.MetricLines("passed", "handed", "closed", "dropped"))
+	}
+	if up < 20 {
+		t.Errorf("want calls up when the drained worker exited, have %v", up)
+	}
+}

@@ -63,11 +63,10 @@ func socketCallee(t *testing.T, port int, to *net.UDPAddr) (byes *atomic.Int64) 
 }
 
 // A callee that answers to the SIP socket instead of the Via's address gets
-// its calls completed: where the Via names a worker's own socket (a UDP
-// worker's reply socket, or a TCP worker relaying a TCP caller's call over
-// UDP), the answer reaches whichever UDP worker the kernel (or the door)
-// places its Call-ID on, which passes it to the worker whose pid its branch
-// names.
+// its calls completed: where the Via names a UDP worker's reply socket, or
+// where a TCP worker relayed a TCP caller's call over UDP, the answer
+// reaches whichever UDP worker the kernel (or the door) places its Call-ID
+// on, which passes it to the worker whose pid its branch names.
 func TestCalleeAnsweringToTheSIPSocket(t *testing.T) {
 	t.Parallel()
 	harness.NeedSIPp(t)

@@ -83,8 +83,8 @@ func TestCallsAcrossTransportPairs(t *testing.T) {
 	}
 	// dave-udp hangs up as RFC 3261 has it: its BYE goes to the first
 	// Route, sipvisor's UDP socket, not back to where the INVITE came from
-	// as SIPp's does (there, a TCP worker's reply socket). A UDP worker then
-	// gets it, one that holds no connection to a TCP or TLS caller.
+	// as SIPp's does. A UDP worker then gets it, one that holds no
+	// connection to a TCP or TLS caller.
 	dave := startRouteFollowingCallee(t)
 	if ok, failed, out := runCaller(t, pki, "udp", targets["udp"], "-sf", harness.Testdata("register_transport.xml"), "-s", "dave-udp",
 		"-key", "contact_port", strconv.Itoa(dave.Port()), "-key", "contact_transport", "udp", "-m", "1"); ok != 1 || failed != 0 {

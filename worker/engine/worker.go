@@ -361,11 +361,16 @@ func New(env *worker.Env) (worker.Handler, error) {
 		// worker.Run ends its turns (worker.TurnEnder).
 		GroupCommit: true,
 	}
-	// A TCP worker's relays over UDP always leave from reply sockets: no
-	// front door knows its transactions, so a response that came to the
-	// SIP socket would reach a UDP worker that holds nothing of the call
-	// (the callee's 180 and 200 of a TCP caller's call were lost so).
-	if (cfg.Workers.ReplySockets || env.Kind == wire.KindTCP) && env.OpenReplySockets != nil && len(env.Sockets) > 0 {
+	// A TCP worker's relays over UDP leave from the SIP socket, whatever
+	// worker_reply_sockets says: its connections, and with them the
+	// dialogs it relayed, move to other workers when it drains (a
+	// scale-down, an upgrade), and a callee may send everything of a call
+	// to where its INVITE came from (SIPp's uas does), the answer to a BYE
+	// another worker relayed too. The SIP socket outlives every worker; a
+	// port of this worker's own would be closed by then. The responses its
+	// transactions get reach it through whichever UDP worker reads them,
+	// passed on by the pid their branch names (passResponse).
+	if cfg.Workers.ReplySockets && env.Kind != wire.KindTCP && env.OpenReplySockets != nil && len(env.Sockets) > 0 {
 		rs, err := env.OpenReplySockets()
 		if err != nil {
 			return nil, err
