@@ -264,7 +264,7 @@ func New(o Options) (*Supervisor, error) {
 		o.LogFormat = o.Config.LogFormat
 	}
 	// A copy: the caller's Command may be shared.
-	o.Worker.Env = append(slices.Clip(o.Worker.Env), wire.EnvLogFormat+"="+o.LogFormat)
+	o.Worker.Env = append(slices.Clip(o.Worker.Env), wire.EnvLogFormat+"="+o.LogFormat, wire.EnvGeneration+"="+strconv.Itoa(generation()))
 	s := &Supervisor{opts: o, log: o.Logger.With("component", "supervisor"), reg: o.Registry}
 	s.byName = map[string]*groupRun{}
 	s.reload, s.hup = make(chan chan reloadReply), make(chan os.Signal, 1)

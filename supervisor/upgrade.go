@@ -200,6 +200,12 @@ type genHandler struct {
 	gen int
 }
 
+// WithGeneration is l with every line ended by generation gen, as the
+// supervisor's lines are: a worker's logger.
+func WithGeneration(l *slog.Logger, gen int) *slog.Logger {
+	return slog.New(genHandler{l.Handler(), gen})
+}
+
 func (h genHandler) Handle(ctx context.Context, r slog.Record) error {
 	r = r.Clone()
 	r.AddAttrs(slog.Int("generation", h.gen))

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/sipvisor/sipvisor/internal/wire"
+	"github.com/sipvisor/sipvisor/supervisor"
 	"github.com/sipvisor/sipvisor/worker"
 	"github.com/sipvisor/sipvisor/worker/engine"
 )
@@ -18,7 +19,7 @@ import (
 // process, which its supervisor started with the cookie (wire.EnvCookie);
 // without it, worker.Run refuses and the person who typed it reads why.
 func runWorker(ctx context.Context, stderr io.Writer) int {
-	logger := workerLogger(stderr, os.Getenv(wire.EnvLogFormat))
+	logger := workerLogger(stderr, os.Getenv(wire.EnvLogFormat), os.Getenv(wire.EnvGeneration))
 	err := worker.Run(ctx, logger, newWorkerHandler)
 	switch {
 	case err == nil:
@@ -35,12 +36,17 @@ func runWorker(ctx context.Context, stderr io.Writer) int {
 	return 1
 }
 
-// workerLogger logs in format, text unless it is json.
-func workerLogger(w io.Writer, format string) *slog.Logger {
+// workerLogger logs in format, text unless it is json, each line ended by
+// the supervisor's generation when it passed one.
+func workerLogger(w io.Writer, format, generation string) *slog.Logger {
+	l := slog.New(slog.NewTextHandler(w, nil))
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, nil))
+		l = slog.New(slog.NewJSONHandler(w, nil))
 	}
-	return slog.New(slog.NewTextHandler(w, nil))
+	if gen, err := strconv.Atoi(generation); err == nil && gen > 0 {
+		l = supervisor.WithGeneration(l, gen)
+	}
+	return l
 }
 
 // newWorkerHandler makes the SIP engine of a worker process.

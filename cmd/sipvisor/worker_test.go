@@ -29,9 +29,27 @@ func TestWorkerLogFormat(t *testing.T) {
 	t.Parallel()
 	for format, want := range map[string]string{"json": `{"time":`, "text": "time=", "": "time="} {
 		var b bytes.Buffer
-		workerLogger(&b, format).Info("hello", "group", "udp:127.0.0.1:5060")
+		workerLogger(&b, format, "").Info("hello", "group", "udp:127.0.0.1:5060")
 		if !strings.HasPrefix(b.String(), want) {
 			t.Errorf("format %q: want a line starting %q, have %q", format, want, b.String())
+		}
+	}
+}
+
+// A worker ends each line with its supervisor's generation, as the
+// supervisor does, in either format; none passed (a supervisor older
+// than that), none written.
+func TestWorkerLogGeneration(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ format, gen, want string }{
+		{"text", "3", "group=tcp worker=1 error=x generation=3\n"},
+		{"json", "3", `"group":"tcp","worker":1,"error":"x","generation":3}` + "\n"},
+		{"text", "", "group=tcp worker=1 error=x\n"},
+	} {
+		var b bytes.Buffer
+		workerLogger(&b, c.format, c.gen).With("group", "tcp", "worker", 1).Warn("read", "error", "x")
+		if !strings.HasSuffix(b.String(), c.want) {
+			t.Errorf("format %q, generation %q: want a line ending %q, have %q", c.format, c.gen, c.want, b.String())
 		}
 	}
 }

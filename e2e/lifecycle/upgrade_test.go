@@ -551,7 +551,8 @@ func TestSIGUSR2Upgrades(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sipvisor")
 	install(t, harness.SipvisorBin, path)
-	s := harness.StartBin(t, path, probeCfg)
+	// A TCP socket for a TCP worker, whose log line is looked for below.
+	s := harness.StartBin(t, path, "socket = tcp:127.0.0.1:0\n"+probeCfg)
 	g := followGenerations(t, s)
 	old := s.Cmd.Process.Pid
 	if err := s.Cmd.Process.Signal(syscall.SIGUSR2); err != nil {
@@ -574,6 +575,15 @@ func TestSIGUSR2Upgrades(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // a few probes, each answered by the new generation
 	if f := p.finish(); f.sent == 0 || f.refused+f.unanswered != 0 {
 		t.Errorf("want the new generation to answer every new session, have %v", f)
+	}
+	// The workers' own lines end with their generation too: a TCP worker
+	// logs the script it reloads in place.
+	if out, err := s.Ctl("reload"); err != nil {
+		t.Fatalf("ctl reload: %v: %s", err, out)
+	}
+	s.WaitLog(`msg="script reloaded" group=tcp`, 30*time.Second)
+	if !regexp.MustCompile(`msg="script reloaded" group=tcp worker=\d+ pid=\d+ .*generation=2\n`).MatchString(s.Log.String()) {
+		t.Errorf("want the TCP worker's line to end with generation 2\n%s", harness.Tail(s.Log.String(), 10))
 	}
 }
 

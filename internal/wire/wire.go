@@ -28,6 +28,11 @@ const (
 	// that the one stream they share has one format whatever file a
 	// renewed worker loads.
 	EnvLogFormat = "SIPVISOR_LOG_FORMAT"
+	// EnvGeneration is the generation of the supervisor that started the
+	// worker (1, then one more at each upgrade): the worker ends each of
+	// its log lines with it, as the supervisor does, so that the lines of
+	// two generations' workers that overlap are told apart.
+	EnvGeneration = "SIPVISOR_WORKER_GENERATION"
 
 	// Cookie is not a secret: it only tells a re-executed worker from a person
 	// typing "sipvisor worker".
