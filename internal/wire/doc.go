@@ -52,7 +52,9 @@
 // SIPVISOR_SOCKETS (comma-separated socket names), SIPVISOR_CONFIG (the file
 // the worker loads its script from), GOMEMLIMIT, SIPVISOR_DIRECT (direct
 // reads: "SOCKET:SLOT"), SIPVISOR_LOG_FORMAT (text or json: the one stream
-// the supervisor and its workers share has one format).
+// the supervisor and its workers share has one format),
+// SIPVISOR_WORKER_GENERATION (the supervisor's generation, which ends each
+// of the worker's log lines).
 //
 // Exit codes: 0 after a drain ('Z' received), anything else is a crash.
 //
