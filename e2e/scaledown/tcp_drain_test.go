@@ -108,6 +108,7 @@ tcp_workers = 4 use_auto_scaling_profile P
 // took that address with it when it exited, so the 200 to the BYE found
 // no one and the caller got a 408 32 s later.
 func TestTCPScaleDownEndsHeldCalls(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("scales a group down under held calls")
 	}
