@@ -17,9 +17,9 @@ build:
 # packages of their own under e2e/, by theme. They wait on processes and
 # sockets far more than they compute (the whole run used under half of one
 # core of a 2-core machine), so four packages run at once rather than one
-# per core. The longest, e2e/lifecycle, e2e/load and e2e/scaledown, take
-# about 3 minutes each; the whole run about 5. The timeout applies to each
-# package's test binary.
+# per core. The longest, e2e/load and e2e/lifecycle, take 2 to 2.5
+# minutes; the whole run about 4 (236 s on a 2-core machine while other
+# tests ran). The timeout applies to each package's test binary.
 test:
 	$(GO) test -race -count=1 -p 4 -timeout 480s $(PKGS)
 
