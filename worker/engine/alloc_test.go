@@ -244,19 +244,7 @@ func TestAllocsSQLite(t *testing.T) {
 	const runs = 400
 	d := newCallDriver(t)
 	defer d.close()
-	st, err := location.Open(location.Spec{Kind: location.KindSQLite, Path: filepath.Join(t.TempDir(), "location.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	users, err := location.UsersOf(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := users.PutUser(location.NewUser("alice", "example.com", "alices")); err != nil {
-		t.Fatal(err)
-	}
-	d.w.opt.Store, d.w.opt.GroupCommit = st, true
+	st := d.useSQLite(t)
 
 	bob, err := d.store.Lookup("sip:bob@example.com")
 	if err != nil || len(bob) != 1 {
@@ -348,17 +336,7 @@ func BenchmarkRefused(b *testing.B) {
 func BenchmarkRegisterAuthSQLite(b *testing.B) {
 	d := newCallDriver(b)
 	defer d.close()
-	st, err := location.Open(location.Spec{Kind: location.KindSQLite, Path: filepath.Join(b.TempDir(), "location.db")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	users, err := location.UsersOf(st)
-	if err != nil {
-		b.Fatal(err)
-	}
-	users.PutUser(location.NewUser("alice", "example.com", "alices"))
-	d.w.opt.Store, d.w.opt.GroupCommit = st, true
+	d.useSQLite(b)
 	regs := d.registers(b, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -405,4 +383,24 @@ func BenchmarkCallHandledSQLite(b *testing.B) {
 	if d.w.Held() != 0 || d.w.Stats.Malformed != 0 || d.w.Stats.Requests != 3*uint64(b.N) || d.w.Stats.StoreErrors != 0 {
 		b.Fatalf("calls: want %d requests handled and nothing held, have %d held, %+v", 3*b.N, d.w.Held(), d.w.Stats)
 	}
+}
+
+// useSQLite gives d's worker a SQLite store of its own, with group commit
+// as a worker runs by default, and alice's credentials in it.
+func (d *callDriver) useSQLite(tb testing.TB) location.Store {
+	tb.Helper()
+	st, err := location.Open(location.Spec{Kind: location.KindSQLite, Path: filepath.Join(tb.TempDir(), "location.db")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	users, err := location.UsersOf(st)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := users.PutUser(location.NewUser("alice", "example.com", "alices")); err != nil {
+		tb.Fatal(err)
+	}
+	d.w.opt.Store, d.w.opt.GroupCommit = st, true
+	return st
 }
