@@ -417,7 +417,7 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 		return true, true
 	}
 	d, ok := c.destBytes()
-	if !ok || w.ownAddrPort(d.addr) {
+	if !ok || w.ownDest(d) {
 		return false, false
 	}
 	var rb0, rb1 [96]byte

@@ -93,7 +93,7 @@ func (w *Worker) contactDest(u *sip.Uri, flow dest, names bool) *dest {
 		return nil
 	}
 	d, err := w.resolve(u, flow.sock)
-	if err != nil || d.proto != flow.proto || w.ownAddrPort(d.addr) {
+	if err != nil || d.proto != flow.proto || w.ownDest(d) {
 		return nil
 	}
 	return &d
@@ -149,7 +149,7 @@ func (w *Worker) WriteConn(to netip.AddrPort, flags byte, msg []byte) {
 		// The contact has an address of its own: tried as it says, on a
 		// connection of this worker's, whose responses go back by the
 		// branch's pid as the flow's would have.
-		if d, err := w.resolve(&req.Recipient, 0); err == nil && stream(d.proto) && !w.ownAddrPort(d.addr) {
+		if d, err := w.resolve(&req.Recipient, 0); err == nil && stream(d.proto) && !w.ownDest(d) {
 			if c, err := w.connTo(d.addr, d.proto); err == nil && c.write(msg) == nil {
 				return
 			}

@@ -239,7 +239,7 @@ func (c *msgCtx) target() (dest, error) {
 	if err != nil {
 		return d, err
 	}
-	if c.w.ownAddrPort(d.addr) {
+	if c.w.ownDest(d) {
 		return d, errLoop
 	}
 	if stream(d.proto) {

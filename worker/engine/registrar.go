@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"net"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -35,14 +34,14 @@ func (w *Worker) aorOf(u *sip.Uri) string {
 // homeDomain is what AORs at this server's own addresses are filed under:
 // the first served domain, else the first socket's address (with its port
 // when keepPort and the port is not 5060).
-func homeDomain(domains []string, self []netip.AddrPort, keepPort bool) string {
+func homeDomain(domains []string, self []selfAddr, keepPort bool) string {
 	if len(domains) > 0 {
 		return domains[0]
 	}
 	if len(self) == 0 {
 		return "localhost"
 	}
-	a := self[0]
+	a := self[0].ap
 	if a.Port() == 5060 || !keepPort {
 		return a.Addr().String()
 	}

@@ -20,7 +20,16 @@ import (
 //     address with its port.
 //
 // A missing port means 5060, and "localhost" 127.0.0.1; a name is never
-// looked up.
+// looked up. A next hop is compared with its transport too (ownDest), as
+// Kamailio's check_self does when given one: a UDP callee on the port
+// number of this server's TCP socket is a peer, not a loop.
+
+// selfAddr is one of this server's addresses, with the transport of the
+// socket behind it ("udp", "tcp", "tls", "ws", "wss").
+type selfAddr struct {
+	ap    netip.AddrPort
+	proto string
+}
 
 // isMyself reports whether host[:port] is me in the loose sense.
 func (w *Worker) isMyself(host string, port int) bool {
@@ -42,25 +51,38 @@ func (w *Worker) isOwnAddr(host string, port int) bool {
 	return ok && w.isMe(ip, port, true)
 }
 
-// ownAddrPort reports whether ap is me in the strict sense.
+// ownAddrPort reports whether ap is me in the strict sense, over any
+// transport.
 func (w *Worker) ownAddrPort(ap netip.AddrPort) bool {
-	return w.isMe(ap.Addr(), int(ap.Port()), true)
+	return w.isMeOver(ap.Addr(), int(ap.Port()), "", true)
 }
 
-// isMe is the one comparison with this server's addresses (w.self).
+// ownDest reports whether the next hop d is me in the strict sense: one of
+// my addresses over d's transport.
+func (w *Worker) ownDest(d dest) bool {
+	return w.isMeOver(d.addr.Addr(), int(d.addr.Port()), d.proto, true)
+}
+
+// isMe is isMeOver any transport.
 func (w *Worker) isMe(ip netip.Addr, port int, strict bool) bool {
+	return w.isMeOver(ip, port, "", strict)
+}
+
+// isMeOver is the one comparison with this server's addresses (w.self);
+// proto "" matches every transport.
+func (w *Worker) isMeOver(ip netip.Addr, port int, proto string, strict bool) bool {
 	ip = ip.Unmap()
 	if port == 0 {
 		port = 5060
 	}
 	for _, s := range w.self {
-		if int(s.Port()) != port {
+		if int(s.ap.Port()) != port || proto != "" && s.proto != proto {
 			continue
 		}
-		if s.Addr() == ip {
+		if s.ap.Addr() == ip {
 			return true
 		}
-		if s.Addr().IsUnspecified() && (!strict || ip.IsLoopback() || w.localIPs[ip]) {
+		if s.ap.Addr().IsUnspecified() && (!strict || ip.IsLoopback() || w.localIPs[ip]) {
 			return true
 		}
 	}

@@ -9,9 +9,10 @@ import (
 func TestIsMe(t *testing.T) {
 	w := &Worker{
 		opt: Options{Domains: []string{"example.com"}},
-		self: []netip.AddrPort{
-			netip.MustParseAddrPort("0.0.0.0:5060"),
-			netip.MustParseAddrPort("192.0.2.1:5070"),
+		self: []selfAddr{
+			{netip.MustParseAddrPort("0.0.0.0:5060"), "udp"},
+			{netip.MustParseAddrPort("192.0.2.1:5070"), "udp"},
+			{netip.MustParseAddrPort("192.0.2.1:5080"), "tcp"},
 		},
 		localIPs: map[netip.Addr]bool{netip.MustParseAddr("10.0.0.5"): true},
 	}
@@ -34,6 +35,7 @@ func TestIsMe(t *testing.T) {
 		{"EXAMPLE.com", 9999, true, false},
 		{"other.example", 5060, false, false},
 		{"", 0, false, false},
+		{"192.0.2.1", 5080, true, true},
 	} {
 		if got := w.isMyself(c.host, c.port); got != c.loose {
 			t.Errorf("isMyself(%q, %d) = %v, want %v", c.host, c.port, got, c.loose)
@@ -52,6 +54,23 @@ func TestIsMe(t *testing.T) {
 	} {
 		if got := w.uriIsMyself(s); got != want {
 			t.Errorf("uriIsMyself(%q) = %v, want %v", s, got, want)
+		}
+	}
+	// A next hop is me only over the transport of my socket at its
+	// address: a UDP peer on the port number of my TCP socket is a peer.
+	for _, c := range []struct {
+		d    dest
+		want bool
+	}{
+		{dest{proto: "tcp", addr: netip.MustParseAddrPort("192.0.2.1:5080")}, true},
+		{dest{proto: "udp", addr: netip.MustParseAddrPort("192.0.2.1:5080")}, false},
+		{dest{proto: "udp", addr: netip.MustParseAddrPort("192.0.2.1:5070")}, true},
+		{dest{proto: "tls", addr: netip.MustParseAddrPort("192.0.2.1:5070")}, false},
+		{dest{proto: "udp", addr: netip.MustParseAddrPort("127.0.0.1:5060")}, true},
+		{dest{proto: "tcp", addr: netip.MustParseAddrPort("127.0.0.1:5060")}, false},
+	} {
+		if got := w.ownDest(c.d); got != c.want {
+			t.Errorf("ownDest(%s %s) = %v, want %v", c.d.proto, c.d.addr, got, c.want)
 		}
 	}
 }

@@ -249,14 +249,14 @@ func (w *Worker) adoptWith(c net.Conn, inbound, secure, ws, handed bool, set fun
 		set(tc)
 	}
 	if inbound {
-		w.self = appendUnique(w.self, tc.local)
+		w.self = appendUnique(w.self, selfAddr{tc.local, tc.proto()})
 	}
 	w.conns[tc.remote] = tc
 	go w.readConn(tc)
 	return tc
 }
 
-func appendUnique(list []netip.AddrPort, a netip.AddrPort) []netip.AddrPort {
+func appendUnique(list []selfAddr, a selfAddr) []selfAddr {
 	for _, x := range list {
 		if x == a {
 			return list

@@ -205,7 +205,7 @@ type Worker struct {
 	// sockets and of connections to TLS next hops, nil without TLS
 	// settings; a reload replaces them for new connections.
 	tlsServer, tlsClient *tls.Config
-	self                 []netip.AddrPort
+	self                 []selfAddr
 	// ticketsOn is the tlsServer whose ticket keys are set from
 	// opt.TicketKeys.
 	ticketsOn *tls.Config
@@ -460,7 +460,7 @@ func NewWorker(opt Options) (*Worker, error) {
 		}
 		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 		w.udpLocal = append(w.udpLocal, ap)
-		w.self = append(w.self, ap)
+		w.self = append(w.self, selfAddr{ap, "udp"})
 	}
 	if len(opt.ReplySockets) > 0 && len(opt.ReplySockets) != len(opt.Sockets) {
 		return nil, fmt.Errorf("sip engine: %d reply sockets for %d sockets", len(opt.ReplySockets), len(opt.Sockets))
@@ -472,7 +472,7 @@ func NewWorker(opt Options) (*Worker, error) {
 		}
 		w.replyPort = append(w.replyPort, ap.Port())
 		// Its Via names the SIP socket's advertised host with this port.
-		w.self = append(w.self, netip.AddrPortFrom(w.udpLocal[i].Addr(), ap.Port()))
+		w.self = append(w.self, selfAddr{netip.AddrPortFrom(w.udpLocal[i].Addr(), ap.Port()), "udp"})
 	}
 	for _, s := range opt.Listen {
 		a, err := netip.ParseAddr(s.Host)
@@ -492,7 +492,7 @@ func NewWorker(opt Options) (*Worker, error) {
 			w.wssListen = append(w.wssListen, ap)
 		}
 		if s.Port != 0 {
-			w.self = append(w.self, ap)
+			w.self = append(w.self, selfAddr{ap, s.Proto})
 		}
 	}
 	if len(w.tlsListen) > 0 || len(w.wssListen) > 0 {
