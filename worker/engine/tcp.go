@@ -251,6 +251,14 @@ func (w *Worker) adoptWith(c net.Conn, inbound, secure, ws, handed bool, set fun
 	if inbound {
 		w.self = appendUnique(w.self, selfAddr{tc.local, tc.proto()})
 	}
+	// One the supervisor gave this worker as it began to drain (picked
+	// just before, or handed on by another draining worker) moves on as
+	// those Drain found do. Not a TCP or WS one handed over with bytes
+	// another worker read: they wait in c until the reader's first read,
+	// and a hand-off before it would lose them.
+	if w.draining && inbound && w.opt.HandOff != nil && tc.movable() && (secure || !worker.HandedOver(c)) {
+		tc.handoff.Store(true)
+	}
 	w.conns[tc.remote] = tc
 	go w.readConn(tc)
 	return tc
@@ -359,17 +367,25 @@ func (w *Worker) readConn(tc *tcpConn) {
 // peer), or parked for a hand-off, with what was read past the last
 // message.
 func (w *Worker) awaitMessage(tc *tcpConn, r *bufio.Reader, lifetime time.Duration) bool {
+	// later: the hand-off asked for cannot happen at this boundary, only
+	// at the next one (errMoveLater); meanwhile a timeout is the idle
+	// one, not Drain's wake-up.
+	later := false
 	for {
 		tc.rmu.Lock()
 		tc.c.SetReadDeadline(time.Now().Add(lifetime))
-		if tc.handoff.Load() {
+		if tc.handoff.Load() && !later {
 			tc.rmu.Unlock()
 			prefix, _ := r.Peek(r.Buffered())
 			prefix = append([]byte(nil), prefix...)
 			if tc.secure {
-				st, plain, ok := tc.readMoveState()
-				if !ok {
-					// Not between records now: it stays here, until idle.
+				st, plain, err := tc.readMoveState()
+				if errors.Is(err, errMoveLater) {
+					later = true
+					continue
+				}
+				if err != nil {
+					// It cannot move at all: it stays here, until idle.
 					tc.handoff.Store(false)
 					continue
 				}
@@ -387,11 +403,14 @@ func (w *Worker) awaitMessage(tc *tcpConn, r *bufio.Reader, lifetime time.Durati
 		if err == nil {
 			return true
 		}
-		if isTimeout(err) && tc.handoff.Load() {
+		if isTimeout(err) && tc.handoff.Load() && !later {
 			continue
 		}
 		if isTimeout(err) {
 			if last := tc.lastWrite.Load(); time.Since(time.Unix(0, last)) < lifetime {
+				// The read timed out, so crypto/tls held no plaintext:
+				// a move put off may happen now.
+				later = false
 				continue
 			}
 			w.opt.Submit(func() {
@@ -767,40 +786,54 @@ func (w *Worker) noteSession(req *sip.Request) {
 	w.opt.NoteSession(m, toTag, expires, []byte(branch), []byte(*req.CallID()))
 }
 
+// errMoveLater says a TLS connection cannot move at this message
+// boundary but may at a later one: crypto/tls may hold part of a record,
+// or plaintext past what the reader took (its last read filled the
+// reader's buffer from a larger record, as a client's batch of messages
+// makes).
+var errMoveLater = errors.New("tls: not between records")
+
 // readMoveState is the reading half of a TLS connection's state, on the
 // reader's goroutine once it stopped between messages, with the plaintext
-// the record layer read past them; false when it cannot move now.
-func (tc *tcpConn) readMoveState() (*tlsMoveState, []byte, bool) {
+// the record layer read past them; errMoveLater when it cannot move now,
+// another error when it cannot move at all.
+func (tc *tcpConn) readMoveState() (*tlsMoveState, []byte, error) {
 	if tc.moved != nil {
-		st, plain, ok := tc.moved.moveState()
+		st, plain, err := tc.moved.moveState()
 		// Bytes handed over before and not read yet come first.
-		if p, is := tc.c.(*prefixed); is && ok && p.pre.Len() > 0 {
+		if p, is := tc.c.(*prefixed); is && err == nil && p.pre.Len() > 0 {
 			rest := make([]byte, p.pre.Len())
 			p.pre.Read(rest)
 			plain = append(rest, plain...)
 		}
-		return st, plain, ok
+		return st, plain, err
 	}
 	rec := tc.rec
 	t, ok := tc.c.(*tls.Conn)
-	if rec == nil || !ok || tc.lastFull {
-		return nil, nil, false
+	if rec == nil || !ok {
+		return nil, nil, errors.New("tls: not a connection accepted on a tls: socket")
 	}
 	cs := t.ConnectionState()
 	if cs.Version != tls.VersionTLS13 {
-		return nil, nil, false
+		return nil, nil, fmt.Errorf("tls: version %x cannot be handed over", cs.Version)
 	}
 	if _, _, err := suiteParams(cs.CipherSuite); err != nil {
-		return nil, nil, false
+		return nil, nil, err
 	}
-	raw, seq, ok := rec.readState()
 	rec.keysMu.Lock()
 	secret := rec.clientApp
 	rec.keysMu.Unlock()
-	if !ok || secret == nil {
-		return nil, nil, false
+	if secret == nil {
+		return nil, nil, errors.New("tls: no application secret logged")
 	}
-	return &tlsMoveState{suite: cs.CipherSuite, readSecret: secret, readSeq: seq, raw: raw}, nil, true
+	if tc.lastFull {
+		return nil, nil, errMoveLater
+	}
+	raw, seq, ok := rec.readState()
+	if !ok {
+		return nil, nil, errMoveLater
+	}
+	return &tlsMoveState{suite: cs.CipherSuite, readSecret: secret, readSeq: seq, raw: raw}, nil, nil
 }
 
 // writeMoveState completes a parked TLS connection's state with the
@@ -833,10 +866,11 @@ func (tc *tcpConn) writeMoveState() (*tlsMoveState, bool) {
 // another worker to read, so that scaling the group down closes none
 // (pool.Drainer). Each is handed over at a message boundary, once every
 // request read from it has its final answer; a TLS 1.3 one with its record
-// layer's state (tlsmove.go). A TLS connection that cannot move, and a WSS
-// one, is kept until it is idle or the drain times out. A WS one is handed
-// over between WebSocket messages: the worker that takes it reads frames
-// at once.
+// layer's state (tlsmove.go); one that is not between records at a
+// boundary moves at a later one. A TLS connection that cannot move at all
+// (TLS 1.2, ChaCha20), and a WSS one, is kept until it is idle or the
+// drain times out. A WS one is handed over between WebSocket messages: the
+// worker that takes it reads frames at once.
 func (w *Worker) Drain() {
 	w.draining = true
 	if w.opt.HandOff == nil {

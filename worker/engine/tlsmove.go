@@ -47,11 +47,13 @@ import (
 //     and no plaintext of its own: the bytes read past the last record,
 //     and the plaintext read past the last message, go with it.
 //
-// A connection that cannot move (TLS 1.2, ChaCha20, a read in progress, a
-// record of its own) stays with the draining worker until it is idle, as
-// before. A moved connection moves again the same way; a KeyUpdate is
-// followed on it. The secrets cross only the supervisor's socket pairs
-// with its workers, processes of one binary and user.
+// A connection caught at a boundary with a record in progress, or with
+// plaintext crypto/tls may still hold, moves at a later boundary. One that
+// cannot move (TLS 1.2, ChaCha20, a record of its own) stays with the
+// draining worker until it is idle, as before. A moved connection moves
+// again the same way; a KeyUpdate is followed on it. The secrets cross
+// only the supervisor's socket pairs with its workers, processes of one
+// binary and user.
 
 // tlsMoveState is what a moved TLS 1.3 connection's record layer needs.
 type tlsMoveState struct {
@@ -356,16 +358,20 @@ func (m *movedTLS) Write(p []byte) (int, error) {
 
 // moveState is the state to pass on, between messages: plaintext read past
 // the last message stays the caller's (with what the reader buffered).
-func (m *movedTLS) moveState() (*tlsMoveState, []byte, bool) {
+// errMoveLater: part of a post-handshake message came, the rest will.
+func (m *movedTLS) moveState() (*tlsMoveState, []byte, error) {
 	m.rmu.Lock()
 	defer m.rmu.Unlock()
 	m.wmu.Lock()
 	defer m.wmu.Unlock()
-	if m.readErr != nil || len(m.hs) > 0 {
-		return nil, nil, false
+	if m.readErr != nil {
+		return nil, nil, m.readErr
+	}
+	if len(m.hs) > 0 {
+		return nil, nil, errMoveLater
 	}
 	return &tlsMoveState{suite: m.in.suite, readSecret: m.in.secret, writeSecret: m.out.secret,
-		readSeq: m.in.seq, writeSeq: m.out.seq, raw: bytes.Clone(m.raw)}, bytes.Clone(m.plain), true
+		readSeq: m.in.seq, writeSeq: m.out.seq, raw: bytes.Clone(m.raw)}, bytes.Clone(m.plain), nil
 }
 
 // recordConn sits between crypto/tls and the socket of a connection

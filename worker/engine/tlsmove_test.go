@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,9 +12,15 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/emiago/sipgo/sip"
+
+	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/internal/testkit"
 	"github.com/sipvisor/sipvisor/internal/ticketkey"
 )
 
@@ -141,9 +148,9 @@ func tlsMove(t *testing.T, suite uint16) {
 	exchange(m, m, "moved, large", big)
 
 	// Moved again.
-	st3, plain, ok := m.moveState()
-	if !ok || len(plain) != 0 {
-		t.Fatalf("the moved connection's state: ok %v, %d bytes of plaintext", ok, len(plain))
+	st3, plain, err := m.moveState()
+	if err != nil || len(plain) != 0 {
+		t.Fatalf("the moved connection's state: %v, %d bytes of plaintext", err, len(plain))
 	}
 	m2, err := newMovedTLS(raw, st3)
 	if err != nil {
@@ -275,4 +282,180 @@ func TestTLSResumesOnAnotherWorker(t *testing.T) {
 	if cr, _ := dial(a); cr {
 		t.Error("a ticket of another supervisor's resumed")
 	}
+}
+
+// sizedMessage is a MESSAGE request of n bytes on the wire, which the
+// built-in script refuses statelessly (403, a relay for strangers).
+func sizedMessage(t *testing.T, via, callID string, n int) []byte {
+	t.Helper()
+	r := testkit.Request{Method: "MESSAGE", URI: "sip:bob@192.0.2.1", To: "<sip:bob@192.0.2.1>", Transport: "TLS",
+		Via: via, CallID: callID, Headers: []string{"Content-Type: text/plain"}}
+	for pad := n - len(r.String()); pad != 0; pad = n - len(r.String()) {
+		if len(r.Body)+pad < 0 {
+			t.Fatalf("a MESSAGE of %d bytes: too short", n)
+		}
+		r.Body = strings.Repeat("x", len(r.Body)+pad)
+	}
+	return r.Bytes()
+}
+
+// drainingProxy is a proxy whose HandOff passes what a draining worker
+// gives back on handoffs.
+type handed struct{ prefix, state []byte }
+
+func drainingProxy(t *testing.T) (*proxy, chan handed) {
+	handoffs := make(chan handed, 4)
+	p := startProxy(t, config.DefaultText, func(o *Options) {
+		o.HandOff = func(_ string, prefix, state []byte) {
+			handoffs <- handed{bytes.Clone(prefix), bytes.Clone(state)}
+		}
+	})
+	return p, handoffs
+}
+
+// tlsClient connects a TLS 1.3 client to a tls: socket of p, handing the
+// worker its end as the supervisor does; file is the supervisor's copy of
+// the descriptor, which the next worker reads. It skips the test where
+// crypto/tls chose a suite that cannot move.
+func tlsClient(t *testing.T, p *proxy) (cli *tls.Conn, file *os.File) {
+	t.Helper()
+	base, pool := testServerTLS(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// Records as large as the writes, as a client that flushes batches of
+	// messages sends them once it has sent enough.
+	clientConf := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", DynamicRecordSizingDisabled: true}
+	dialed := make(chan *tls.Conn, 1)
+	go func() {
+		c, err := tls.Dial("tcp", ln.Addr().String(), clientConf)
+		if err != nil {
+			t.Error(err)
+		}
+		dialed <- c
+	}()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if file, err = server.(*net.TCPConn).File(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { file.Close() })
+	p.do(func() {
+		p.w.tlsListen = append(p.w.tlsListen, addrPortOf(server.LocalAddr()))
+		p.w.tlsServer = base
+		p.w.HandleConn(server)
+	})
+	if cli = <-dialed; cli == nil {
+		t.FailNow()
+	}
+	t.Cleanup(func() { cli.Close() })
+	if cs := cli.ConnectionState(); cs.Version != tls.VersionTLS13 {
+		t.Fatalf("want TLS 1.3, have %x", cs.Version)
+	} else if _, _, err := suiteParams(cs.CipherSuite); err != nil {
+		t.Skipf("this machine's crypto/tls chose %s", tls.CipherSuiteName(cs.CipherSuite))
+	}
+	return cli, file
+}
+
+// awaitHandOff waits for p's connection to be handed over, and checks that
+// the next worker goes on with it: the client's next message is read
+// whole, and an answer reaches the client.
+func awaitHandOff(t *testing.T, p *proxy, handoffs chan handed, cli *tls.Conn, responses *streamReader, file *os.File) {
+	t.Helper()
+	var h handed
+	select {
+	case h = <-handoffs:
+	case <-time.After(wait):
+		t.Fatal("the draining worker did not hand the TLS connection over")
+	}
+	if s := p.stats(); s.HandedOff != 1 {
+		t.Errorf("connections handed off: want 1, have %d", s.HandedOff)
+	}
+	st, err := parseTLSMoveState(h.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := net.FileConn(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	m, err := newMovedTLS(next, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moved net.Conn = m
+	if len(h.prefix) > 0 {
+		moved = &prefixed{Conn: m, pre: bytes.NewReader(h.prefix)}
+	}
+	d := sizedMessage(t, cli.LocalAddr().String(), "next@test", 1000)
+	if _, err := cli.Write(d); err != nil {
+		t.Fatal(err)
+	}
+	moved.SetReadDeadline(time.Now().Add(wait))
+	got, err := readStreamMessage(bufio.NewReader(moved))
+	if err != nil || !bytes.Equal(got, d) {
+		t.Fatalf("the next worker reading the client's next message: %v\n%q", err, got)
+	}
+	if _, err := moved.Write([]byte("SIP/2.0 200 OK\r\nContent-Length: 0\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if res, ok := responses.next(t).(*sip.Response); !ok || res.StatusCode != 200 {
+		t.Fatalf("the client, from the next worker: want 200, have %v", res)
+	}
+}
+
+// A draining worker asks a TLS connection to stop at its next message
+// boundary, where the reader may have just filled its buffer from a
+// record larger than it: crypto/tls may hold plaintext the reader has not
+// taken, and the connection cannot move there. It moves at a later
+// boundary, with nothing lost. Before, it was kept until idle, which a
+// client placing calls on it never is: the worker held it to the end of
+// the client's calls, or its calls were cut when the drain timed out.
+func TestTLSDrainMovesAfterAFullRead(t *testing.T) {
+	t.Parallel()
+	p, handoffs := drainingProxy(t)
+	cli, file := tlsClient(t, p)
+	via := cli.LocalAddr().String()
+	responses := newStreamReader(cli)
+	refused := func(what string) {
+		t.Helper()
+		if res, ok := responses.next(t).(*sip.Response); !ok || res.StatusCode != 403 {
+			t.Fatalf("%s: want 403, have %v", what, res)
+		}
+	}
+	// The reader's buffer is 8 KB. The first record fills it exactly: a
+	// whole message and the start of the next, which the reader waits to
+	// complete.
+	a, b, c := sizedMessage(t, via, "a@test", 4096), sizedMessage(t, via, "b@test", 6000), sizedMessage(t, via, "c@test", 4000)
+	if _, err := cli.Write(append(bytes.Clone(a), b[:4096]...)); err != nil {
+		t.Fatal(err)
+	}
+	refused("the first message")
+	p.do(p.w.Drain)
+	// The second record ends that message and brings a third, more than
+	// the buffer has room for: the read fills it, and the boundary after
+	// the second message is one where crypto/tls still holds plaintext.
+	if _, err := cli.Write(append(bytes.Clone(b[4096:]), c...)); err != nil {
+		t.Fatal(err)
+	}
+	refused("the second message")
+	refused("the third message")
+	awaitHandOff(t, p, handoffs, cli, responses, file)
+}
+
+// A connection the supervisor gives a worker that has begun to drain (it
+// picked the worker just before, or another draining worker handed it on)
+// is handed over as those the worker had: before, Drain had passed, and
+// the worker kept it until idle.
+func TestTLSConnTakenWhileDrainingMoves(t *testing.T) {
+	t.Parallel()
+	p, handoffs := drainingProxy(t)
+	p.do(p.w.Drain)
+	cli, file := tlsClient(t, p)
+	awaitHandOff(t, p, handoffs, cli, newStreamReader(cli), file)
 }
