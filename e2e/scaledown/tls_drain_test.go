@@ -36,7 +36,7 @@ auto_scaling_cycle = 0.2
 auto_scaling_cooldown = %d
 udp_workers = 1
 tcp_workers = 3 use_auto_scaling_profile P
-`, pki.Path("server.pem"), pki.Path("server.key"), cooldown))
+`+handOffOnly, pki.Path("server.pem"), pki.Path("server.key"), cooldown))
 	}
 	s := harness.Start(t, cfg(3000))
 	if n, all := harness.Live(s.PS(), "tcp"); n != 3 {
@@ -77,7 +77,10 @@ tcp_workers = 3 use_auto_scaling_profile P
 		}
 	}
 	// Three connections taken in turn by three workers, two of which
-	// drained: two moved.
+	// drained: two moved. A connection caught at a boundary where it cannot
+	// move (a read that filled the reader's buffer from a batch of
+	// messages in one record) moves at a later one, not when idle: it
+	// counts here too (worker/engine TestTLSDrainMovesAfterAFullRead).
 	if handed := s.Metric("sipvisor_frontdoor_connections_handed_off_total"); handed < 2 {
 		t.Errorf("want the draining workers' two TLS connections handed off, have %v", handed)
 	}
