@@ -94,7 +94,16 @@ type viaFix struct {
 // handleBytes takes a request on the bytes when it may (see above) and
 // reports whether it did.
 func (w *Worker) handleBytes(data []byte, src source) bool {
-	if src.conn != nil || src.direct || !src.addr.IsValid() || src.proto != "udp" {
+	if src.direct || !src.addr.IsValid() {
+		return false
+	}
+	// Over a connection, TCP and TLS: a WebSocket client's Via names no
+	// address of its own to read.
+	if src.conn != nil {
+		if src.proto != "tcp" && src.proto != "tls" {
+			return false
+		}
+	} else if src.proto != "udp" {
 		return false
 	}
 	// What never takes this path is not scanned twice.
@@ -116,6 +125,11 @@ func (w *Worker) handleBytes(data []byte, src source) bool {
 	if m.Method.String() != string(m.MethodBytes) {
 		return false
 	}
+	// A REGISTER over a connection files a flow (replacedFlows, outbound):
+	// the decoded path's.
+	if src.conn != nil && m.Method == sipscan.Register {
+		return false
+	}
 	f, ok := w.fixVia(m, src)
 	if !ok {
 		return false
@@ -124,6 +138,12 @@ func (w *Worker) handleBytes(data []byte, src source) bool {
 	if w.ackOfStatelessReplyBytes(m, &f) {
 		w.Stats.StatelessAcks++
 		return true
+	}
+	if src.conn != nil {
+		if w.refusedOnConn(m, src) {
+			return true
+		}
+		w.noteSessionBytes(m)
 	}
 	c := w.fastCtx
 	if c == nil {
@@ -339,14 +359,25 @@ func (c *msgCtx) absorbBytes() bool {
 	}
 	w.Stats.Retransmissions++
 	if t.Last != nil {
-		d := c.bs.via.dest
+		d := viaDestBytes(c.bs.via.dest, t.src)
 		w.send(&d, t.Last)
 	}
 	return true
 }
 
+// viaDestBytes is viaDest of a request on the bytes whose Via leads to d:
+// back on the connection src while it is open, else d.
+func viaDestBytes(d dest, src source) dest {
+	if src.conn != nil && !src.conn.closed {
+		return dest{proto: src.conn.proto(), addr: src.addr, conn: src.conn, sock: -1}
+	}
+	return d
+}
+
 // destBytes is dest of a request on the bytes whose next hop is its
-// Request-URI, when that names an address over UDP.
+// Request-URI (or $du), when that names an address over UDP, or over TCP
+// or TLS for a request read from a connection (one read over UDP may be
+// the holder's to relay: passToHolder).
 func (c *msgCtx) destBytes() (dest, bool) {
 	u, ok := c.bs.ruriURI, c.bs.ruri != ""
 	switch {
@@ -366,11 +397,23 @@ func (c *msgCtx) destBytes() (dest, bool) {
 	}
 	d := dest{proto: "udp", sock: sock}
 	if t, ok := u.Param("transport"); ok && !foldEq(t, "udp") {
-		return d, false
+		switch {
+		case c.src.conn == nil:
+			return d, false
+		case foldEq(t, "tcp"):
+			d.proto = "tcp"
+		case foldEq(t, "tls"):
+			d.proto = "tls"
+		default:
+			return d, false
+		}
 	}
 	port := u.Port
 	if port == 0 {
 		port = 5060
+		if d.proto == "tls" {
+			port = 5061
+		}
 	}
 	a, ok := sipmsg.IPv4(u.Host)
 	if !ok {
@@ -417,10 +460,10 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 		return true, true
 	}
 	d, ok := c.destBytes()
-	if !ok || w.ownDest(d) {
+	if !ok || w.ownDest(d) || stream(d.proto) && !w.connBytes(&d) {
 		return false, false
 	}
-	var rb0, rb1 [96]byte
+	var rb0, rb1 [128]byte
 	var rr [2][]byte
 	if c.rr {
 		if rr, ok = c.recordRoutes(&d, &rb0, &rb1); !ok {
@@ -477,7 +520,7 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 	if invite {
 		// Stops the upstream's timer A at once (RFC 3261 16.2).
 		t.Last, t.LastCode = buf[n0:n1:n1], 100
-		vd := t.vdest
+		vd := viaDestBytes(t.vdest, t.src)
 		w.send(&vd, t.Last)
 	}
 	t.Spare = buf[n1:n1:len(buf)]
@@ -521,7 +564,7 @@ func (w *Worker) txReply(t *serverTx, code int, reason string, extra []string) [
 // replyDest is where t's replies go.
 func (w *Worker) replyDest(t *serverTx) dest {
 	if t.req == nil {
-		return t.vdest
+		return viaDestBytes(t.vdest, t.src)
 	}
 	return w.viaDest(t.req.Via(), t.src)
 }
@@ -586,21 +629,39 @@ func (w *Worker) isMyselfBytes(host []byte, port int) bool {
 // relayed to d, as addRecordRoute writes them: this server's address it
 // came in on and, when it leaves by another, that one on top. ok is false
 // for what addRecordRoute must write (IPv6, a flow's token).
-func (c *msgCtx) recordRoutes(d *dest, b0, b1 *[96]byte) (rr [2][]byte, ok bool) {
+func (c *msgCtx) recordRoutes(d *dest, b0, b1 *[128]byte) (rr [2][]byte, ok bool) {
 	in, inProto := c.w.local(c.src)
 	out, outProto := c.w.localFor(*d)
-	if !in.Addr().Is4() || !out.Addr().Is4() || d.flow || c.src.conn != nil {
+	if !in.Addr().Is4() || !out.Addr().Is4() || d.flow {
 		return rr, false
 	}
-	rr[1] = appendRecordRoute(b0[:0], in, inProto)
-	if in != out || inProto != outProto {
-		rr[0] = appendRecordRoute(b1[:0], out, outProto)
+	// The side of a connection the caller opened names its flow, as
+	// addRecordRoute writes it.
+	tok := c.w.inFlow(c.src)
+	rr[1] = appendRecordRoute(b0[:0], tok, in, inProto)
+	if in != out || inProto != outProto || tok != "" {
+		rr[0] = appendRecordRoute(b1[:0], "", out, outProto)
 	}
 	return rr, true
 }
 
-func appendRecordRoute(b []byte, a netip.AddrPort, proto string) []byte {
+// connBytes gives a next hop over a connection the one target gives it,
+// without opening one: this worker's, else none where the worker that
+// holds one may write it (send asks). It reports false for a connection
+// to open, which the decoded path does.
+func (w *Worker) connBytes(d *dest) bool {
+	if tc, ok := w.conns[d.addr]; ok && !tc.closed && tc.proto() == d.proto {
+		d.conn = tc
+		return true
+	}
+	return w.opt.WriteVia != nil
+}
+
+func appendRecordRoute(b []byte, user string, a netip.AddrPort, proto string) []byte {
 	b = append(b, "Record-Route: <sip:"...)
+	if user != "" {
+		b = append(append(b, user...), '@')
+	}
 	b = a.Addr().AppendTo(b)
 	if a.Port() != 0 {
 		b = append(b, ':')
@@ -720,7 +781,7 @@ func (c *msgCtx) replyBytes(code int, reason string) {
 	w := c.w
 	out := c.m.AppendReply(w.wbuf[:0], code, reason, &s, tag)
 	w.wbuf = out[:0]
-	d := c.bs.via.dest
+	d := viaDestBytes(c.bs.via.dest, c.src)
 	w.send(&d, out)
 }
 

@@ -137,6 +137,7 @@ func TestBytesPathSendsWhatDecodedSends(t *testing.T) {
 		}
 	}
 	t.Run("REGISTER", testBytesPathRegisters)
+	t.Run("TCP", testBytesPathOverTCP)
 }
 
 // regCase is one REGISTER of testBytesPathRegisters: its CSeq, Contact

@@ -237,10 +237,20 @@ func (w *Worker) parseFlowToken(user string) (addr netip.AddrPort, flags byte, o
 // side: a connection a client opened, so that the dialog's requests from
 // the other side reach a caller that accepts no connections.
 func (w *Worker) inFlow(src source) string {
-	if src.conn == nil || !src.conn.inbound {
+	tc := src.conn
+	if tc == nil || !tc.inbound {
 		return ""
 	}
-	return w.flowToken(src.addr, flowTokenCaller)
+	// Made once a connection rather than at each INVITE: it costs a MAC
+	// and a string.
+	if tc.flowTok == "" || tc.remote != src.addr {
+		tok := w.flowToken(src.addr, flowTokenCaller)
+		if tc.remote != src.addr {
+			return tok
+		}
+		tc.flowTok = tok
+	}
+	return tc.flowTok
 }
 
 // outFlow is the flow a request leaves by, when lookup chose it.

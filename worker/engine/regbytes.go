@@ -506,7 +506,7 @@ func (c *msgCtx) replyBytesWith(code int, reason string, extra []byte) {
 	out := c.m.AppendReplyHead(w.wbuf[:0], code, reason, &s, tag)
 	out = sipmsg.AppendReplyEnd(append(out, extra...))
 	w.wbuf = out[:0]
-	d := c.bs.via.dest
+	d := viaDestBytes(c.bs.via.dest, c.src)
 	w.send(&d, out)
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/internal/sipmsg"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/sipstream"
 	"github.com/sipvisor/sipvisor/internal/wire"
@@ -50,6 +52,9 @@ type tcpConn struct {
 	ws      bool
 	handed  bool
 	origins []string
+	// flowTok is the flow token of the connection's caller side (inFlow),
+	// made at its first use.
+	flowTok string
 	// lastWrite is when the loop last wrote (unix ns): a connection we only
 	// write to is not idle.
 	lastWrite atomic.Int64
@@ -119,7 +124,23 @@ func (c *tcpConn) proto() string {
 }
 
 // transport is the connection's transport as a Via names it.
-func (c *tcpConn) transport() string { return strings.ToUpper(c.proto()) }
+func (c *tcpConn) transport() string { return viaTransport(c.proto()) }
+
+// viaTransport is a stream's proto as a Via names it, without making a
+// string each time.
+func viaTransport(proto string) string {
+	switch proto {
+	case "tcp":
+		return "TCP"
+	case "tls":
+		return "TLS"
+	case "ws":
+		return "WS"
+	case "wss":
+		return "WSS"
+	}
+	return strings.ToUpper(proto)
+}
 
 // write sends one SIP message; over WebSocket, in a frame of its own.
 func (c *tcpConn) write(b []byte) error {
@@ -792,6 +813,89 @@ func (w *Worker) noteSession(req *sip.Request) {
 // reader's buffer from a larger record, as a client's batch of messages
 // makes).
 var errMoveLater = errors.New("tls: not between records")
+
+// refusedOnConn applies to a request on the bytes read from a
+// connection what onRequest applies to a decoded one, in its order:
+// refuseBanned, late and admit, each deciding on the scanned message. A
+// refusal's reply is built from the request decoded, as onRequest builds
+// it. It reports whether the request was refused.
+func (w *Worker) refusedOnConn(m *sipmsg.Msg, src source) bool {
+	if w.opt.Banned != nil {
+		if banned, reply := w.opt.Banned(src.addr.Addr()); banned {
+			w.Stats.Banned++
+			if reply && m.Method != sipscan.Ack {
+				if req := w.decodeRefused(m, src); req != nil {
+					w.replyStateless(req, src, 403, "Forbidden", nil)
+				}
+			}
+			w.closeConn(src.conn, closedBanned)
+			return true
+		}
+	}
+	if w.opt.CountRequest != nil {
+		w.opt.CountRequest(src.addr.Addr())
+	}
+	if w.opt.Late != nil && m.Method != sipscan.Ack && m.Method != sipscan.Cancel && !m.HasToTag && w.opt.Late(src.readAt) {
+		w.Stats.Late++
+		if w.opt.RefusedLate != nil {
+			w.opt.RefusedLate()
+		}
+		if req := w.decodeRefused(m, src); req != nil {
+			w.replyStateless(req, src, 503, "Service Unavailable (waited too long)",
+				[]string{"Retry-After: " + strconv.Itoa(w.opt.RetryAfter.Draw())})
+		}
+		return true
+	}
+	if w.opt.Admit == nil {
+		return false
+	}
+	switch c, _ := overload.Classify(overload.RequestOf(&m.Msg)); c {
+	case overload.ClassNew, overload.ClassRegister, overload.ClassProbe:
+	default:
+		return false
+	}
+	refuse, retry := w.opt.Admit(m.Method, m.CallID)
+	if !refuse {
+		return false
+	}
+	w.Stats.Refused++
+	if req := w.decodeRefused(m, src); req != nil {
+		w.replyStateless(req, src, 503, "Service Unavailable", []string{"Retry-After: " + strconv.Itoa(retry)})
+	}
+	return true
+}
+
+// decodeRefused is the request on the bytes decoded, with its top Via
+// noting where it came from, for a refusal's reply; nil, counted
+// malformed, when sipgo refuses what the scanner took.
+func (w *Worker) decodeRefused(m *sipmsg.Msg, src source) *sip.Request {
+	msg, err := w.parser.ParseSIP(m.Raw)
+	req, ok := msg.(*sip.Request)
+	if err != nil || !ok || req.Via() == nil || req.CallID() == nil || req.CSeq() == nil || req.From() == nil || req.To() == nil {
+		w.Stats.Malformed++
+		return nil
+	}
+	repairVias(req)
+	w.noteReceived(req, src)
+	return req
+}
+
+// noteSessionBytes is noteSession of a request on the bytes.
+func (w *Worker) noteSessionBytes(m *sipmsg.Msg) {
+	if w.opt.NoteSession == nil {
+		return
+	}
+	switch m.Method {
+	case sipscan.Invite, sipscan.Ack, sipscan.Bye, sipscan.Subscribe:
+	default:
+		return
+	}
+	expires := int32(-1)
+	if m.Expires >= 0 && m.Expires <= math.MaxInt32 {
+		expires = int32(m.Expires)
+	}
+	w.opt.NoteSession(m.Method, m.HasToTag, expires, m.Branch, m.CallID)
+}
 
 // readMoveState is the reading half of a TLS connection's state, on the
 // reader's goroutine once it stopped between messages, with the plaintext

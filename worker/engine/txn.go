@@ -456,7 +456,7 @@ func (w *Worker) localFor(d dest) (netip.AddrPort, string) {
 	if stream(d.proto) {
 		// Over a connection another worker reads, or one not yet made:
 		// the listening address, as for any connection this server opens.
-		return w.tcpAdvertised(&tcpConn{secure: d.proto == "tls"}), strings.ToUpper(d.proto)
+		return w.tcpAdvertised(&tcpConn{secure: d.proto == "tls"}), viaTransport(d.proto)
 	}
 	return w.local(source{proto: "udp", sock: d.sock})
 }
