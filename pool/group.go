@@ -321,6 +321,10 @@ func (g *Group) readControl(w *Worker, readyTimer *time.Timer) {
 			if g.opts.OnNote != nil {
 				g.opts.OnNote(w, buf[1:n])
 			}
+		case wire.CtlNotes:
+			if g.opts.OnNote != nil {
+				wire.EachNote(buf[1:n], func(note []byte) { g.opts.OnNote(w, note) })
+			}
 		case wire.CtlDrained:
 			// Nothing it holds needs more messages: end its work. Frames
 			// already queued are still handled before the end frame.

@@ -33,8 +33,11 @@ const envChild = "SIPVISOR_WORKER_TEST_CHILD"
 func TestMain(m *testing.M) {
 	if IsWorker() && os.Getenv(envChild) != "" {
 		newHandler := func(env *Env) (Handler, error) { return echo{env}, nil }
-		if os.Getenv(envChild) == "batch" {
+		switch os.Getenv(envChild) {
+		case "batch":
 			newHandler = func(env *Env) (Handler, error) { return &batcher{echo: echo{env}}, nil }
+		case "notes":
+			newHandler = func(env *Env) (Handler, error) { return noter{echo{env}}, nil }
 		}
 		if err := Run(context.Background(), nil, newHandler); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
@@ -94,6 +97,25 @@ func (b *batcher) EndTurn() {
 	}
 	b.env.Sockets[0].WriteTo(out, net.UDPAddrFromAddrPort(b.from))
 	b.held, b.last = nil, time.Now()
+}
+
+// noter sends notes as a message says: "soon a b" each word with
+// NoteSoon, "now a" with Note, "call a" as a call, answered with an echo.
+type noter struct{ echo }
+
+func (n noter) HandleMessage(m *Message) {
+	verb, rest, _ := strings.Cut(string(m.Data), " ")
+	switch verb {
+	case "soon":
+		for _, f := range strings.Fields(rest) {
+			n.env.NoteSoon([]byte(f))
+		}
+	case "now":
+		n.env.Note([]byte(rest))
+	case "call":
+		ans, _ := n.env.Call([]byte(rest))
+		n.echo.HandleMessage(&Message{Socket: m.Socket, From: m.From, Data: ans})
+	}
 }
 
 // child is a worker process and the supervisor's ends of its channels.
@@ -530,4 +552,44 @@ func wholeTable(slot uint8, at int64) []byte {
 		slots[b], since[b] = slot, at
 	}
 	return wire.SteerFrame(slots, since, make([]int64, steer.Buckets))
+}
+
+// Notes sent with NoteSoon leave together, in one CtlNotes message, before
+// the worker's next note or call, and by themselves within noteDelay.
+func TestNotesSoon(t *testing.T) {
+	t.Parallel()
+	w := startChildAs(t, "notes", "", true)
+	cl := newClient(t)
+	notes := func(b []byte) []string {
+		var out []string
+		if !wire.EachNote(b[1:], func(n []byte) { out = append(out, string(n)) }) {
+			t.Fatalf("a CtlNotes message cut short: %q", b)
+		}
+		return out
+	}
+	w.send(t, messageFrame(0, cl.addr, time.Now().UnixNano(), []byte("soon a b c")))
+	w.send(t, messageFrame(0, cl.addr, time.Now().UnixNano(), []byte("now d")))
+	if have := notes(w.expectCtl(t, wire.CtlNotes)); strings.Join(have, " ") != "a b c" {
+		t.Errorf("want notes a b c in one message, have %q", have)
+	}
+	if b := w.expectCtl(t, wire.CtlNote); string(b[1:]) != "d" {
+		t.Errorf("want note d after them, have %q", b)
+	}
+	// Nothing follows: the note leaves once it has waited its time.
+	w.send(t, messageFrame(0, cl.addr, time.Now().UnixNano(), []byte("soon e")))
+	if have := notes(w.expectCtl(t, wire.CtlNotes)); strings.Join(have, " ") != "e" {
+		t.Errorf("want note e, have %q", have)
+	}
+	// A call: the notes before it go first.
+	w.send(t, messageFrame(0, cl.addr, time.Now().UnixNano(), []byte("soon f")))
+	w.send(t, messageFrame(0, cl.addr, time.Now().UnixNano(), []byte("call g")))
+	if have := notes(w.expectCtl(t, wire.CtlNotes)); strings.Join(have, " ") != "f" {
+		t.Errorf("want note f before the call, have %q", have)
+	}
+	call := w.expectCtl(t, wire.CtlCall)
+	if _, err := w.ctl.Write(append(append([]byte{wire.CtlAnswer}, call[1:9]...), "answer"...)); err != nil {
+		t.Fatal(err)
+	}
+	cl.expect(t, w.sup[0], "handled answer")
+	w.end(t)
 }

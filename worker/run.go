@@ -14,6 +14,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -79,6 +80,12 @@ type Env struct {
 	// pool.GroupOptions.OnNote), without waiting for it. Safe for concurrent
 	// use.
 	Note func(note []byte) error
+	// NoteSoon is Note for what may wait a little: the note is copied and
+	// sent with the others of noteDelay at most, in one write, and before
+	// any later Note or Call, so that the supervisor reads this worker's
+	// notes in order and all of them before it answers its call. Safe for
+	// concurrent use.
+	NoteSoon func(note []byte)
 
 	// Banned reports whether a source is banned (package overload/pike),
 	// and whether its requests are answered 403 rather than dropped: a
@@ -158,6 +165,66 @@ type Dispatcher interface {
 
 // IsWorker reports whether this process was started as a worker.
 func IsWorker() bool { return os.Getenv(wire.EnvCookie) != "" }
+
+// noteDelay is the longest a note sent with Env.NoteSoon waits for others
+// to share its write. A proxied call over a connection notes its INVITE,
+// ACK and BYE, each a write and a wake-up of the supervisor's; so many
+// calls' notes share one. The supervisor's count of sessions over
+// connections may lag this much behind a worker that does not ask it
+// anything meanwhile: less than the door's quotas (steering.Every).
+const noteDelay = 10 * time.Millisecond
+
+// noteBatchMax is the most notes a batch holds, in bytes, before it is
+// sent at once.
+const noteBatchMax = 16 << 10
+
+// noteBatch gathers notes that may wait (Env.NoteSoon) into one CtlNotes
+// message.
+type noteBatch struct {
+	mu    sync.Mutex
+	ctl   net.Conn
+	buf   []byte // CtlNotes and the notes, once one is held
+	since time.Time
+}
+
+func (b *noteBatch) add(note []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.buf) == 0 {
+		b.buf = append(b.buf, wire.CtlNotes)
+		b.since = time.Now()
+	}
+	b.buf = wire.AppendNote(b.buf, note)
+	if len(b.buf) >= noteBatchMax {
+		b.flushLocked()
+	}
+}
+
+// due is when the held notes are to be sent, false with none held.
+func (b *noteBatch) due() (time.Time, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.buf) == 0 {
+		return time.Time{}, false
+	}
+	return b.since.Add(noteDelay), true
+}
+
+func (b *noteBatch) flush() {
+	b.mu.Lock()
+	b.flushLocked()
+	b.mu.Unlock()
+}
+
+// flushLocked sends the held notes. One that cannot be written costs the
+// supervisor's counts what each note would have, as a Note that fails.
+func (b *noteBatch) flushLocked() {
+	if len(b.buf) == 0 || b.ctl == nil {
+		return
+	}
+	b.ctl.Write(b.buf)
+	b.buf = b.buf[:0]
+}
 
 // tickEvery is the finest grain of the handler's timers: SIP's shortest
 // timer is T1 (500 ms), so 50 ms is precise enough, and a busy worker moves
@@ -291,14 +358,22 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 		}
 	}
 	calls := newCaller(ctl)
-	env.Call = calls.call
+	w.notes.ctl = ctl
+	env.Call = func(req []byte) ([]byte, error) {
+		w.notes.flush()
+		return calls.call(req)
+	}
 	env.Note = func(note []byte) error {
 		if len(note) > wire.MaxCall {
 			return errors.New("note too large")
 		}
+		w.notes.mu.Lock()
+		defer w.notes.mu.Unlock()
+		w.notes.flushLocked()
 		_, err := ctl.Write(append([]byte{wire.CtlNote}, note...))
 		return err
 	}
+	env.NoteSoon = w.notes.add
 	h, err := newHandler(env)
 	if err != nil {
 		return fmt.Errorf("start handler: %w", err)
@@ -319,6 +394,7 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 		return fmt.Errorf("ready: %w", err)
 	}
 	err = w.run(ctx)
+	w.notes.flush()
 	// A handler that holds files closes them, so that a SQLite store's
 	// -wal and -shm go with the last process that had it open.
 	if c, ok := h.(io.Closer); ok {
@@ -337,6 +413,7 @@ type workerLoop struct {
 	stats    *wire.StatsPage
 	dataFD   int
 	submit   chan func()
+	notes    noteBatch
 	draining bool
 	drained  bool
 	timed    Timed
@@ -634,6 +711,13 @@ func (w *workerLoop) run(ctx context.Context) error {
 		wake := next
 		if held && idle.Before(wake) {
 			wake = idle
+		}
+		if due, ok := w.notes.due(); ok {
+			if !time.Now().Before(due) {
+				w.notes.flush()
+			} else if due.Before(wake) {
+				wake = due
+			}
 		}
 		if !wake.Equal(armed) {
 			wait.SetReadDeadline(wake)
@@ -975,6 +1059,7 @@ func (w *workerLoop) checkDrained() {
 	// quiet too: what it had queued must be read, not lost.
 	if w.draining && !w.drained && held == 0 && (w.direct == nil || w.direct.quiet(time.Now().UnixNano())) {
 		w.drained = true
+		w.notes.flush()
 		w.ctl.Write([]byte{wire.CtlDrained})
 	}
 }

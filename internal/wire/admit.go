@@ -56,6 +56,11 @@ const sessionMagic = "SES1"
 // SessionNote encodes a session note.
 func SessionNote(method byte, toTag bool, expires int32, branch, callID []byte) []byte {
 	b := make([]byte, 0, len(sessionMagic)+2+4+binary.MaxVarintLen64+len(branch)+len(callID))
+	return AppendSessionNote(b, method, toTag, expires, branch, callID)
+}
+
+// AppendSessionNote appends SessionNote's encoding to b.
+func AppendSessionNote(b []byte, method byte, toTag bool, expires int32, branch, callID []byte) []byte {
 	b = append(b, sessionMagic...)
 	var flags byte
 	if toTag {

@@ -61,3 +61,24 @@ func TestForwardNote(t *testing.T) {
 		}
 	}
 }
+
+// Several notes in one CtlNotes message come out whole and in order.
+func TestNotesRoundTrip(t *testing.T) {
+	notes := [][]byte{SessionNote(1, false, -1, []byte("z9hG4bK-1"), []byte("call-1")), {}, SessionNote(2, true, 60, nil, []byte("call-2"))}
+	b := []byte{CtlNotes}
+	for _, n := range notes {
+		b = AppendNote(b, n)
+	}
+	var have [][]byte
+	if !EachNote(b[1:], func(n []byte) { have = append(have, n) }) || len(have) != len(notes) {
+		t.Fatalf("want %d notes, have %d", len(notes), len(have))
+	}
+	for i := range notes {
+		if string(have[i]) != string(notes[i]) {
+			t.Errorf("note %d: want %q, have %q", i, notes[i], have[i])
+		}
+	}
+	if EachNote(b[1:len(b)-1], func([]byte) {}) {
+		t.Error("a message cut short reads whole")
+	}
+}

@@ -75,7 +75,7 @@
 //
 // A note ('n') tells the supervisor something without waiting, in order with
 // the worker's calls: a request read from a connection that moves a session
-// on (SessionNote), a connection that ended and why (ConnClosedNote), a
+// on (SessionNote, or AppendSessionNote into a buffer), a connection that ended and why (ConnClosedNote), a
 // draining worker's connection given back at a message boundary with the
 // bytes read past it (HandOffNote; a TLS one with its record layer's
 // state, HandOffTLSNote), and a response whose branch another
@@ -84,7 +84,10 @@
 // requests in the counting window grew by a step (PikeNote), and a failed
 // digest authentication (AuthFailNote), and what a worker sent to each
 // destination of the destination sets and what its script marked
-// (DispatchNote).
+// (DispatchNote). Notes that may wait a little (session notes) travel
+// several to a message ('N' with CtlNotes: each note's length and payload,
+// AppendNote, read by EachNote), sent before the worker's next note or
+// call.
 //
 // # Bans
 //

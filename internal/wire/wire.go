@@ -82,7 +82,30 @@ const (
 	CtlCall    = 'c' // worker → supervisor request: id (8 bytes), payload
 	CtlAnswer  = 'a' // supervisor → worker answer: id (8 bytes), payload
 	CtlNote    = 'n' // worker → supervisor, no answer: payload
+	// CtlNotes carries several notes in one message, each its length
+	// (uvarint) and its payload (AppendNote), so that notes that may wait
+	// a little cost one write and one wake-up of the supervisor together.
+	CtlNotes = 'N'
 )
+
+// AppendNote appends one note to a CtlNotes message.
+func AppendNote(b, note []byte) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(note))), note...)
+}
+
+// EachNote calls fn with each note of a CtlNotes message's payload (after
+// its kind), in order; it reports false for a payload cut short.
+func EachNote(b []byte, fn func(note []byte)) bool {
+	for len(b) > 0 {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return false
+		}
+		fn(b[k : k+int(n)])
+		b = b[k+int(n):]
+	}
+	return true
+}
 
 // MaxCall bounds a request or an answer on the control channel.
 const MaxCall = 64 << 10

@@ -84,9 +84,19 @@ func passFor(env *worker.Env, logger *slog.Logger) func(int, netip.AddrPort, net
 	}
 }
 
-// noteFor passes session notes to the supervisor, when the worker has one.
-// A note that cannot be written costs the count one session, not the call.
+// noteFor passes session notes to the supervisor, when the worker has one:
+// with others, in one write (worker.Env.NoteSoon), where the worker
+// gathers them. A note that cannot be written costs the count one
+// session, not the call.
 func noteFor(env *worker.Env) func(sipscan.Method, bool, int32, []byte, []byte) {
+	if env.NoteSoon != nil {
+		// Encoded where the next note reuses it: NoteSoon copies it.
+		var buf []byte
+		return func(m sipscan.Method, toTag bool, expires int32, branch, callID []byte) {
+			buf = wire.AppendSessionNote(buf[:0], byte(m), toTag, expires, branch, callID)
+			env.NoteSoon(buf)
+		}
+	}
 	if env.Note == nil {
 		return nil
 	}
