@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"regexp"
@@ -99,7 +100,7 @@ func newStreamDriver(tb testing.TB, routes string) *streamDriver {
 		d.w.conns[tc.remote] = tc
 		return tc
 	}
-	d.uacTC, d.uasTC = adopt(srv, true), adopt(toUAS, false)
+	d.uacTC, d.uasTC = adopt(rawStream(srv), true), adopt(rawStream(toUAS), false)
 	d.ruri = "sip:bob@" + d.uas.String() + ";transport=tcp"
 	if _, err := d.store.Register("sip:bob@example.com", location.Binding{AOR: "sip:bob@example.com", Contact: d.ruri,
 		Expires: time.Now().Add(24 * time.Hour), CallID: "bob-reg", CSeq: 1}); err != nil {
@@ -329,5 +330,70 @@ func TestAllocsTCP(t *testing.T) {
 	}
 	if b > callTCPBytes+bytesNoise {
 		t.Errorf("bytes per proxied call over TCP: want at most %d, have %.0f", callTCPBytes, b)
+	}
+}
+
+// A connection read and written with rawio's calls behaves as net.Conn
+// does where the reader and the loop look: a read deadline times out as
+// a net.Error, a write larger than the socket's buffers waits for room
+// and completes, the peer's close reads as io.EOF.
+func TestRawStream(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	peer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	a, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rawStream(a)
+	defer c.Close()
+	if _, ok := c.(*rawTCP); !ok {
+		t.Fatalf("a TCP connection: want a rawTCP, have %T", c)
+	}
+	buf := make([]byte, 64)
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := c.Read(buf); !isTimeout(err) {
+		t.Fatalf("a read past its deadline: want a timeout, have %v", err)
+	}
+	c.SetReadDeadline(time.Time{})
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
+	got := make(chan int, 1)
+	go func() {
+		n := 0
+		b := make([]byte, 64<<10)
+		for n < len(big) {
+			k, err := peer.Read(b)
+			if err != nil {
+				break
+			}
+			n += k
+		}
+		got <- n
+	}()
+	c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if n, err := c.Write(big); n != len(big) || err != nil {
+		t.Fatalf("a large write: want %d bytes, have %d (%v)", len(big), n, err)
+	}
+	if n := <-got; n != len(big) {
+		t.Fatalf("the peer read %d bytes of %d", n, len(big))
+	}
+	if _, err := peer.Write([]byte("INVITE")); err != nil {
+		t.Fatal(err)
+	}
+	peer.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(buf); n != 6 || err != nil || string(buf[:n]) != "INVITE" {
+		t.Fatalf("want INVITE, have %q (%v)", buf[:n], err)
+	}
+	if _, err := c.Read(buf); err != io.EOF {
+		t.Fatalf("after the peer's close: want io.EOF, have %v", err)
 	}
 }

@@ -11,15 +11,18 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/internal/rawio"
 	"github.com/sipvisor/sipvisor/internal/sipmsg"
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/sipstream"
@@ -206,10 +209,110 @@ func (w *Worker) HandleConn(c net.Conn) {
 	case has(w.wssListen) && w.tlsServer != nil:
 		w.adopt(tls.Server(c, w.serverTLS()), true, true, true, false)
 	case has(w.wsListen):
-		w.adopt(c, true, false, true, handed)
+		w.adopt(rawStream(c), true, false, true, handed)
 	default:
-		w.adopt(c, true, false, false, false)
+		w.adopt(rawStream(c), true, false, false, false)
 	}
+}
+
+// rawTCP is a TCP connection read and written with rawio's calls through
+// its raw descriptor, rather than net.Conn's: those bracket each call with
+// the scheduler's system-call hooks, which woke the runtime's monitor
+// thread at each message (package rawio). The descriptor is non-blocking,
+// and the waits are the network poller's, deadlines included. One
+// goroutine reads (the connection's reader); writes, the loop's and a
+// WebSocket Upgrade's answer, take wmu.
+type rawTCP struct {
+	*net.TCPConn // Close, deadlines, addresses
+	rc           syscall.RawConn
+	wmu          sync.Mutex
+	// Each call's buffer and result, and the function the poller calls
+	// with the descriptor, made once: a closure made per call would be an
+	// allocation per message.
+	rb, wb         []byte
+	rn, wn         int
+	re, we         syscall.Errno
+	readFn, writeF func(uintptr) bool
+}
+
+// rawStream is c read and written as a rawTCP, when it is a TCP
+// connection as accepted or dialed; any other (TLS, one with bytes read
+// before by another worker) as it is.
+func rawStream(c net.Conn) net.Conn {
+	t, ok := c.(*net.TCPConn)
+	if !ok {
+		return c
+	}
+	rc, err := t.SyscallConn()
+	if err != nil {
+		return c
+	}
+	r := &rawTCP{TCPConn: t, rc: rc}
+	r.readFn, r.writeF = r.readFD, r.writeFD
+	return r
+}
+
+func (c *rawTCP) readFD(fd uintptr) bool {
+	for {
+		c.rn, _, c.re = rawio.Recvmsg(int(fd), c.rb, nil)
+		if c.re != rawio.EINTR {
+			return c.re != rawio.EAGAIN
+		}
+	}
+}
+
+func (c *rawTCP) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	c.rb, c.rn, c.re = b, 0, 0
+	err := c.rc.Read(c.readFn)
+	n, e := c.rn, c.re
+	c.rb = nil
+	switch {
+	case err != nil:
+		return 0, err
+	case e != 0:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("recvmsg", e)}
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (c *rawTCP) writeFD(fd uintptr) bool {
+	for c.wn < len(c.wb) {
+		k, e := rawio.Write(int(fd), c.wb[c.wn:])
+		switch e {
+		case 0:
+			c.wn += k
+		case rawio.EINTR:
+		case rawio.EAGAIN:
+			return false
+		default:
+			c.we = e
+			return true
+		}
+	}
+	return true
+}
+
+// Write writes all of b, waiting for room in the socket's buffer as
+// net.Conn does, within the write deadline.
+func (c *rawTCP) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wb, c.wn, c.we = b, 0, 0
+	err := c.rc.Write(c.writeF)
+	n, e := c.wn, c.we
+	c.wb = nil
+	switch {
+	case err != nil:
+		return n, err
+	case e != 0:
+		return n, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("write", e)}
+	}
+	return n, nil
 }
 
 // TakeTLS takes a TLS connection another worker handed back, with its
@@ -653,7 +756,7 @@ func (w *Worker) connTo(addr netip.AddrPort, proto string) (*tcpConn, error) {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}
 	if !secure {
-		return w.adopt(c, false, false, false, false), nil
+		return w.adopt(rawStream(c), false, false, false, false), nil
 	}
 	if w.tlsClient == nil {
 		if w.tlsClient, err = w.opt.TLS.ClientConfig(); err != nil {
