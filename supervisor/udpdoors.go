@@ -46,7 +46,7 @@ func (s *Supervisor) newUDPDoor(udpIndex int, sk *listeners.Socket) *udpDoor {
 	}
 	door := frontdoor.New(udpIndex,
 		func(m *sipscan.Msg, newSession bool, now int64) frontdoor.Target {
-			if t := s.upgradePick(u); t != nil {
+			if t := s.upgradePick(u, m); t != nil {
 				return t
 			}
 			if gr.steer != nil {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sipvisor/sipvisor/ctl"
 	"github.com/sipvisor/sipvisor/frontdoor"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/listeners/steer"
@@ -944,7 +945,16 @@ func (u *udpDoor) handleLinked(dgram []byte, from netip.AddrPort, forwarded bool
 // hand-over to its exit, one it holds no affinity for goes back, whatever
 // it is and whether or not an old worker is left: the new side decides
 // about it. The old side never places new work nor refuses it.
-func (s *Supervisor) upgradePick(u *udpDoor) frontdoor.Target {
+//
+// A response whose branch a worker of the new side made stays there: its
+// transaction is there and nowhere else. The door holds no affinity for
+// the responses to what TCP workers relay over UDP (the request never went
+// through it), and sent over the old side and back they waited on it: on
+// an old side slow to read the link (its workers exiting, a busy machine)
+// a callee's 180 and 200 took over a second to reach the TCP worker, which
+// by then had sent the INVITE again, and a callee that takes that for a
+// new request (SIPp's uas aborts the call) lost the call.
+func (s *Supervisor) upgradePick(u *udpDoor, m *sipscan.Msg) frontdoor.Target {
 	l := s.up.link.Load()
 	if l == nil {
 		return nil
@@ -955,7 +965,30 @@ func (s *Supervisor) upgradePick(u *udpDoor) frontdoor.Target {
 	if l.dead.Load() || l.noForward.Load() || u.linked {
 		return nil
 	}
+	if !m.IsRequest && s.madeBranch(m.Branch) {
+		return nil
+	}
 	return &linkTarget{l: l, kind: linkForward, sock: u.sock.Name()}
+}
+
+// madeBranch reports whether a routable worker of this supervisor made
+// branch (wire.BranchOwner). The routable lists are read without a lock or
+// a copy, as the door reads them for each datagram; a worker of this side
+// that is draining is not in them, and its responses take the way over the
+// old side, which sends them back.
+func (s *Supervisor) madeBranch(branch []byte) bool {
+	pid, ok := wire.BranchOwner(branch)
+	if !ok {
+		return false
+	}
+	for _, gr := range s.groups {
+		for _, w := range gr.g.Routable() {
+			if w.Pid == pid {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // linkTarget is the other side as a door's target.

@@ -5,11 +5,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sipvisor/sipvisor/config"
+	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/internal/testkit"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/overload"
 )
@@ -233,7 +236,7 @@ func TestOldSideLeavesOnlyOnceNothingIsForwarded(t *testing.T) {
 	news.up.link.Store(newEnd)
 	go olds.linkLoop(oldEnd)
 	go news.linkLoop(newEnd)
-	if news.upgradePick(nu) == nil {
+	if news.upgradePick(nu, &sipscan.Msg{IsRequest: true}) == nil {
 		t.Fatal("want the new side to forward before the old side leaves")
 	}
 	start := time.Now()
@@ -243,10 +246,76 @@ func TestOldSideLeavesOnlyOnceNothingIsForwarded(t *testing.T) {
 	default:
 		t.Fatalf("want the old side to close the link on the new side's answer, have it closed after %v without one", time.Since(start))
 	}
-	if !newEnd.noForward.Load() || news.upgradePick(nu) != nil {
+	if !newEnd.noForward.Load() || news.upgradePick(nu, &sipscan.Msg{IsRequest: true}) != nil {
 		t.Error("want the new side to forward no more once it answered")
 	}
 	if err := newEnd.sendDatagram(linkForward, nu.sock.Name(), mustAddrPort(t, "127.0.0.1:5999"), register("late")); err != errLinkDown {
 		t.Errorf("a forward after the answer: want errLinkDown for the door to place it, have %v", err)
+	}
+}
+
+// On the new side of an upgrade, a response whose branch one of its own
+// workers made is placed there, never sent over the old side first. The
+// door holds no affinity for the responses to what a TCP worker relays
+// over UDP (the request did not go through it), and sent over an old side
+// slow to read the link they reached the worker after it had sent its
+// INVITE again. A response of a branch the new side did not make still
+// goes to the old side, which may hold its transaction.
+func TestNewSideKeepsResponsesOfItsOwnBranches(t *testing.T) {
+	t.Parallel()
+	st := startSupervisor(t, cfgf(`
+socket = udp:127.0.0.1:0
+http_listen = 127.0.0.1:0
+udp_workers = 1
+udp_direct_reads = no
+route { exit; }
+`), costWorker(0), nil)
+	g := st.s.Groups()[0]
+	testkit.WaitFor(t, patience, "a ready worker", func() bool { return len(g.Routable()) == 1 })
+	own := g.Routable()[0].Pid
+
+	// The old side's end of the link: nothing reads it but the test.
+	a, b, err := seqpacketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldEnd, newEnd := &upLink{c: a, old: true, done: make(chan struct{})}, &upLink{c: b}
+	t.Cleanup(oldEnd.close)
+	t.Cleanup(newEnd.close)
+	st.s.up.link.Store(newEnd)
+	t.Cleanup(func() { st.s.up.link.Store(nil) })
+
+	ringing := func(callID string, pid int) []byte {
+		return []byte("SIP/2.0 180 Ringing\r\n" +
+			"Via: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK0123abcd-" + strconv.FormatInt(int64(pid), 36) + ".1\r\n" +
+			"Via: SIP/2.0/TCP 127.0.0.1:5999;branch=z9hG4bK-caller\r\n" +
+			"From: <sip:caller@example.com>;tag=1\r\nTo: <sip:callee@example.com>;tag=2\r\n" +
+			"Call-ID: " + callID + "\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n")
+	}
+	target := st.s.SIPAddrs()[0]
+	c, err := net.Dial("udp", net.JoinHostPort(target.Host, strconv.Itoa(target.Port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The door handles datagrams in order: the first one on the link is
+	// the first the door did not keep.
+	if _, err := c.Write(ringing("own-branch", own)); err != nil {
+		t.Fatal(err)
+	}
+	foreign := ringing("other-branch", os.Getpid())
+	if _, err := c.Write(foreign); err != nil {
+		t.Fatal(err)
+	}
+	oldEnd.c.SetReadDeadline(time.Now().Add(patience))
+	m, err := oldEnd.recv()
+	if err != nil {
+		t.Fatalf("want the response of a branch the new side did not make sent to the old side, have %v", err)
+	}
+	if m[0] != linkForward {
+		t.Fatalf("want a forward, have message %q", m[0])
+	}
+	if _, _, got, ok := parseLinked(m[1:]); !ok || string(got) != string(foreign) {
+		t.Fatalf("want only the response of another's branch forwarded, have %q first", got)
 	}
 }

@@ -116,3 +116,33 @@ func ParseWriteFrame(f []byte) (flags byte, to netip.AddrPort, msg []byte, ok bo
 	}
 	return f[1], readAddrPort(f[2:20]), f[20:], true
 }
+
+// BranchOwner reads the pid of the worker that made a branch (a worker
+// names itself in the branches it makes: z9hG4bK, 8 hex digits, '-', its
+// pid in base 36, '.'), so that a response that reaches another worker, or
+// a supervisor, finds the one that holds its transaction. ok is false for
+// a branch of another shape.
+func BranchOwner(branch []byte) (pid int, ok bool) {
+	const magic = "z9hG4bK"
+	if len(branch) < len(magic)+10 || string(branch[:len(magic)]) != magic || branch[len(magic)+8] != '-' {
+		return 0, false
+	}
+	for _, c := range branch[len(magic)+9:] {
+		var d int
+		switch {
+		case c == '.':
+			return pid, pid > 0
+		case '0' <= c && c <= '9':
+			d = int(c - '0')
+		case 'a' <= c && c <= 'z':
+			d = int(c-'a') + 10
+		default:
+			return 0, false
+		}
+		if pid > 1<<30 {
+			return 0, false
+		}
+		pid = pid*36 + d
+	}
+	return 0, false
+}

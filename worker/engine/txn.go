@@ -12,6 +12,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/internal/sipscan"
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/overload/oc"
 	"github.com/sipvisor/sipvisor/worker/engine/txn"
 	"golang.org/x/sys/unix"
@@ -808,32 +809,8 @@ func processAlive(pid int) bool {
 }
 
 // branchOwner reads the pid of the worker that made a branch of ours
-// (z9hG4bK, 8 hex digits, '-', the pid in base 36, '.').
-func branchOwner(branch []byte) (int, bool) {
-	const magic = "z9hG4bK"
-	if len(branch) < len(magic)+10 || string(branch[:len(magic)]) != magic || branch[len(magic)+8] != '-' {
-		return 0, false
-	}
-	pid := 0
-	for _, c := range branch[len(magic)+9:] {
-		var d int
-		switch {
-		case c == '.':
-			return pid, pid > 0
-		case '0' <= c && c <= '9':
-			d = int(c - '0')
-		case 'a' <= c && c <= 'z':
-			d = int(c-'a') + 10
-		default:
-			return 0, false
-		}
-		if pid > 1<<30 {
-			return 0, false
-		}
-		pid = pid*36 + d
-	}
-	return 0, false
-}
+// (wire.BranchOwner).
+func branchOwner(branch []byte) (int, bool) { return wire.BranchOwner(branch) }
 
 // passResponse passes a response whose branch another worker made to that
 // worker, and reports whether it did. A peer that answers to where the
