@@ -606,6 +606,13 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			sk.UDP.SetReadDeadline(time.Unix(1, 0))
 		}
 	}
+	// Requests under way are answered first: the answer to the ctl upgrade
+	// that handed this supervisor over may still be on its way when its
+	// workers have drained, which takes milliseconds without calls. A
+	// request that takes longer (a profile, a stream of events) is cut.
+	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+	srv.Shutdown(sctx)
+	scancel()
 	srv.Close()
 	serving.Wait()
 
