@@ -509,7 +509,7 @@ func (c *msgCtx) relayBytes() (ok, done bool) {
 	// headers: a 180, a BYE's 200 (txn.Server.Keep); one with a body, such
 	// as a 183 with SDP, is copied on its own.
 	n0, n1 := len(out), len(out)+len(trying)
-	buf := p.buffer(n1 + len(out) - len(m.Body) + spareSlack)
+	buf := w.buffer(p, n1+len(out)-len(m.Body)+spareSlack)
 	copy(buf, out)
 	copy(buf[n0:], trying)
 	t := &p.s

@@ -264,6 +264,9 @@ func (w *Worker) newServerTx(req *sip.Request, src source) *serverTx {
 // through the server transaction.
 func (w *Worker) reply(t *serverTx, code int, reason string) {
 	b := w.txReply(t, code, reason, nil)
+	if b == nil && t.State != txn.Trying {
+		return // a settled transaction (settle) has no request left to answer
+	}
 	if code < 200 {
 		t.Last, t.LastCode = b, code
 		d := w.replyDest(t)
@@ -283,6 +286,9 @@ func (w *Worker) sendFinal(t *serverTx, b []byte, code int) {
 	d := w.replyDest(t)
 	w.send(&d, b)
 	w.txns.Final(t, code, t.src.conn != nil, time.Now())
+	if t.Invite && code < 300 {
+		w.settle(t)
+	}
 }
 
 // fireServer runs t's due deadline.

@@ -148,3 +148,61 @@ func TestPairOutlivedByBranch(t *testing.T) {
 		t.Fatal("want a pair on the free list once")
 	}
 }
+
+// An INVITE answered 2xx gives its pair's buffer back at once (settle),
+// and what lingering is for still holds: a retransmitted INVITE is
+// absorbed, not relayed again nor answered from the transaction (RFC
+// 6026), and a retransmitted BYE gets the same 200 again.
+func TestSettledInviteLingers(t *testing.T) {
+	t.Parallel()
+	d := newCallDriver(t)
+	defer d.close()
+	w := d.w
+	uac := d.socks[1]
+	drain := func() [][]byte {
+		var got [][]byte
+		buf := make([]byte, 65535)
+		for {
+			// The worker writes before HandleMessage returns: what it sent
+			// is already queued at the socket.
+			uac.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			n, err := uac.Read(buf)
+			if err != nil {
+				return got
+			}
+			got = append(got, bytes.Clone(buf[:n]))
+		}
+	}
+	const callID = "settled"
+	inv := d.invite(callID)
+	d.up(callID)
+	br := d.lastBranch()
+	tx := w.txns.Server(inviteKeys(t, inv, br).server)
+	if tx == nil || tx.pair == nil || tx.State != txn.Accepted {
+		t.Fatal("want the INVITE's server transaction lingering in Accepted")
+	}
+	p := tx.pair
+	if p.buf != nil || tx.Last != nil || tx.Spare != nil || tx.firstRelay != nil || p.c.Bytes != nil || len(w.bufs) != 1 {
+		t.Fatalf("want the settled pair's buffer on the free list, have %d bytes kept, %d free buffers", cap(p.buf), len(w.bufs))
+	}
+	drain()
+	before := w.Stats
+	d.msg(d.uac, inv)
+	if got := drain(); len(got) != 0 || d.lastBranch() != br || w.Stats.Retransmissions != before.Retransmissions+1 {
+		t.Fatalf("retransmitted INVITE: want it absorbed, have %d messages sent, branch %s (was %s)", len(got), d.lastBranch(), br)
+	}
+
+	d.down(callID)
+	ok := drain()
+	if len(ok) != 1 || !bytes.HasPrefix(ok[0], []byte("SIP/2.0 200")) {
+		t.Fatalf("BYE: want its 200 upstream, have %q", ok)
+	}
+	d.msg(d.uac, crlf(inDialog("BYE", d.ruri, d.uac, "z9hG4bK-"+callID, callID, 2, "bob-tag", []string{d.rr})))
+	if again := drain(); len(again) != 1 || !bytes.Equal(again[0], ok[0]) {
+		t.Fatalf("retransmitted BYE: want the same 200 again, have %q", again)
+	}
+	w.Tick(time.Now().Add(time.Hour))
+	if w.Held() != 0 || w.txns.Pending() != 0 || len(w.pairs) != 2 {
+		t.Fatalf("want nothing held and both pairs free, have %d held, %d free pairs", w.Held(), len(w.pairs))
+	}
+}

@@ -213,6 +213,8 @@ type Worker struct {
 	txns *txTable
 	// pairs are the transaction pairs free to reuse (txpool.go).
 	pairs []*txPair
+	// bufs are the buffers free for pairs to take (txpool.go).
+	bufs [][]byte
 
 	conns    map[netip.AddrPort]*tcpConn
 	draining bool
