@@ -182,6 +182,7 @@ throttle_enable = no
 	log := s.Log.String()
 	for name, sipp := range map[string]*harness.SIPpRun{"UDP": udp, "TCP -t tn": tn, "TCP -t t1": t1} {
 		r := sipp.Wait()
+		t.Logf("calls over %s: %d placed, %d successful, %d failed", name, r.Created, r.Successful, r.Failed)
 		if r.Exit != 0 || r.Created < 100 || r.Successful != r.Created || r.Failed != 0 {
 			t.Errorf("calls over %s: want every call placed across three upgrades successful, have %d placed, %d/%d (exit %d)\n%s\n%s",
 				name, r.Created, r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 45), harness.Tail(log, 30))
