@@ -34,8 +34,8 @@ import (
 // What takes this path: an INVITE that starts a dialog, a request in a
 // dialog (a To tag) other than an INVITE or a CANCEL, and a REGISTER
 // (regbytes.go, which a REGISTER that is relayed leaves), that came over UDP
-// through the front door, or but a REGISTER over a TCP or TLS connection,
-// whose top Via names an IPv4 address, and whose next hop is an IPv4
+// through the front door or, a REGISTER excepted, over a TCP or TLS
+// connection, whose top Via names an IPv4 address, and whose next hop is an IPv4
 // address over UDP, or over TCP or TLS for one read from a connection (the
 // Request-URI, or the contact lookup found, not behind NAT nor over a flow
 // or Path). Everything else takes the decoded path from the start, as it
