@@ -5,7 +5,12 @@
 #
 #   bench/profile.sh [--server sipvisor|kamailio] [--kind call|register|idle]
 #                    [--rate 500] [--secs 20] [--warmup 0] [--freq 999]
-#                    [--bindings 0] [--children N] [--out DIR]
+#                    [--bindings 0] [--children N] [--transport u1|t1|tn]
+#                    [--out DIR]
+#
+# --transport is SIPp's -t on both sides, as in run.sh and ctxsw.sh: over TCP
+# (t1, one connection; tn, one per call) the server also listens on TCP with
+# --children TCP workers and relays to the UAS over TCP.
 #
 # --kind idle offers nothing and counts per second instead of per call: what
 # the server costs waiting (its timers, its supervisor's rounds).
@@ -36,9 +41,10 @@ freq=999
 CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/profile}
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-FLAGS=(server kind rate secs warmup bindings freq children=CHILDREN out)
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+FLAGS=(server kind rate secs warmup bindings freq children=CHILDREN transport=TRANSPORT out)
 parse_flags "$@"
+need_transport
 need_whole seconds warmup
 [[ $bindings =~ ^[0-9]+$ ]] || die "--bindings must be a whole number, have '$bindings'"
 ((bindings == 0)) || { [ "$kind" = idle ] && [ "$server" = sipvisor ]; } || die "--bindings is for --kind idle with sipvisor"

@@ -199,9 +199,12 @@ func (s *Supervisor) echoTick(now time.Time) {
 			gr.gate.Echoed(gr.steer.LongestWait())
 		}
 		s.ov.EchoTick(gr.gate, pending, now)
+		// The throttle opens and closes here, not by an event.
 		if gr.steer != nil {
-			// The throttle opens and closes here, not by an event.
 			gr.steer.NoteClosed(s.ov.Closed(gr.gate))
+		}
+		if gr.stream != nil {
+			gr.stream.NoteClosed(s.ov.Closed(gr.gate))
 		}
 		gr.g.Echo(now)
 	}

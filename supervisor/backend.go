@@ -86,6 +86,9 @@ func (b backend) Stats() ctl.Stats {
 		dropped, refused := gr.g.Stale()
 		st.Counters["stale_dropped"] += float64(dropped)
 		st.Counters["stale_refused"] += float64(refused)
+		if gr.stream != nil {
+			gr.stream.Collect()
+		}
 		if gr.door == nil {
 			for r := range gr.refusedConn {
 				if v := gr.refusedConn[r].Load(); v > 0 {

@@ -77,6 +77,9 @@ func (c *doorCollector) Collect(ch chan<- prometheus.Metric) {
 		case pool.KindTCP:
 			ch <- prometheus.MustNewConstMetric(c.staleRefused, prometheus.CounterValue, float64(refused), gr.g.Name())
 		}
+		if gr.stream != nil {
+			gr.stream.Collect()
+		}
 		if gr.door == nil {
 			if gr.g.Kind() == pool.KindTCP {
 				for r := overload.RefuseSuspended; r < overload.NumRefusals; r++ {

@@ -22,6 +22,7 @@ type metrics struct {
 	maxWorkers     *prometheus.GaugeVec
 	storeErrors    *prometheus.CounterVec
 	storeUp        prometheus.Gauge
+	admissionAsks  *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -61,6 +62,11 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		Help: "timer_route runs handed to the timer group (sent) or not (skipped: no worker could take one).",
 	}, []string{"result"})
 	reg.MustRegister(m.timerJobs)
+	m.admissionAsks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "sipvisor", Subsystem: "admission", Name: "asks_total",
+		Help: "New sessions a worker asked the supervisor about rather than deciding by the gate and quota in its page: while admission is not open to all (a throttle, queue admission, a suspension's REGISTER), once a quota is used up, or before a worker's first gate.",
+	}, []string{"group"})
+	reg.MustRegister(m.admissionAsks)
 	m.maxWorkers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "sipvisor", Subsystem: "profile", Name: "max_workers",
 		Help: "The most workers a scaling group's profile lets it have (scale up to N); only groups with a profile.",

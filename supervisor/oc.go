@@ -91,8 +91,12 @@ func (o *ocRun) feedback() (oc.Feedback, bool) { return wire.OCFeedback(o.word.L
 // for load, not those at max_registrations, which no shedding cures.
 func (s *Supervisor) admissionCounts() (admitted, refused uint64) {
 	for _, gr := range s.groupRuns() {
+		if gr.stream != nil {
+			gr.stream.Collect()
+		}
 		if gr.door == nil {
-			// The TCP group: what the supervisor decided when its workers
+			// The TCP group: what its workers decided by their gates
+			// (Collect adds it) and what the supervisor decided when they
 			// asked. A UDP group's workers that ask count the answers in
 			// their own doors' words, added below.
 			for r := overload.RefuseSuspended; r < overload.NumRefusals; r++ {

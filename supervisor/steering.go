@@ -35,9 +35,17 @@ func (s *Supervisor) newSteering(gr *groupRun, name string, sock *listeners.Sock
 		Log:        s.log})
 }
 
-// steerLoop refreshes a group's direct reads on every change of the group
-// and at the pace the last refresh set.
-func steerLoop(ctx context.Context, st *steering.Port) error {
+// refresher is a group's direct reads (steering.Port) or the gate of its
+// workers that read connections (steering.Stream).
+type refresher interface {
+	Refresh(time.Time)
+	Poked() <-chan struct{}
+	Pace() time.Duration
+}
+
+// steerLoop refreshes a group's direct reads or stream gate on every change
+// of the group and at the pace the last refresh set.
+func steerLoop(ctx context.Context, st refresher) error {
 	t := newTicks(steering.Every)
 	defer t.Stop()
 	for {
@@ -61,6 +69,9 @@ func (s *Supervisor) steerNow() {
 		if gr.steer != nil {
 			gr.steer.Refresh(time.Now())
 		}
+	}
+	if s.tcp != nil && s.tcp.stream != nil {
+		s.tcp.stream.Refresh(time.Now())
 	}
 }
 

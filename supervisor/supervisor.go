@@ -219,6 +219,9 @@ type groupRun struct {
 	door *frontdoor.Door // nil for TCP and timer groups
 	// steer is the group's direct reads, nil without them.
 	steer *steering.Port
+	// stream is the gate and quotas of a group whose workers read
+	// connections (TCP), nil for others.
+	stream *steering.Stream
 
 	groupAdmission
 }
@@ -232,7 +235,9 @@ type groupAdmission struct {
 	ramps *overload.Ramps[*pool.Worker]
 
 	// refusedConn counts the new sessions refused to workers that read
-	// their own connections (TCP), by reason, as the door counts its own.
+	// their own connections (TCP), by reason, as the door counts its own:
+	// those refused when they asked, and those they refused by their gates
+	// (steering.Stream adds them).
 	refusedConn [overload.NumRefusals]atomic.Uint64
 	// probesRefusedConn counts the probes of the server those workers
 	// answered 503 on the supervisor's word.
@@ -552,6 +557,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return steerLoop(ctx, gr.steer) }, func(error) { cancel() })
 	}
+	if s.tcp != nil && s.tcp.stream != nil {
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return steerLoop(ctx, s.tcp.stream) }, func(error) { cancel() })
+	}
 	{
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return s.timerLoop(ctx) }, func(error) { cancel() })
@@ -653,6 +662,17 @@ func (s *Supervisor) makeGroups() {
 		if sock != nil && cfg.Workers.DirectReads {
 			gr.steer = s.newSteering(gr, name, sock, udpIndex)
 			workerFiles, onRoutable = gr.steer.WorkerFiles, gr.steer.Poke
+		}
+		if kind != pool.KindTimer {
+			// From the start: a count that stays 0 is what the gate is for.
+			s.m.admissionAsks.WithLabelValues(name)
+		}
+		if kind == pool.KindTCP {
+			gr.stream = steering.NewStream(steering.StreamOptions{
+				Workers:   func() []*pool.Worker { return gr.g.Workers() },
+				Admission: s.ov, Gate: gr.gate, RetryAfter: s.retryAfter, HandedOver: s.up.old.Load,
+				Admitted: &gr.admittedConn, Refused: &gr.refusedConn, ProbesRefused: &gr.probesRefusedConn})
+			onRoutable = gr.stream.Poke
 		}
 		gr.g = pool.NewGroup(pool.GroupOptions{
 			WorkerFiles: workerFiles, OnRoutable: onRoutable, TicketKeys: func() []byte { return s.sockets.tickets.At(time.Now()) },
@@ -770,6 +790,9 @@ func (s *Supervisor) workerExited(group string, w *pool.Worker, reason string) {
 	s.mu.Unlock()
 	if gr != nil && gr.steer != nil {
 		gr.steer.Exited(w)
+	}
+	if gr != nil && gr.stream != nil {
+		gr.stream.Exited(w)
 	}
 	s.mu.Lock()
 	if gr := s.byName[group]; gr != nil {
@@ -953,6 +976,9 @@ func (s *Supervisor) answerAdmit(w *pool.Worker, method sipscan.Method, callID [
 	var gate *overload.Gate
 	if gr != nil {
 		gate = gr.gate
+	}
+	if gr != nil {
+		s.m.admissionAsks.WithLabelValues(gr.g.Name()).Inc()
 	}
 	ans, c, k := s.ov.AnswerAsk(gate, method, callID)
 	if ans.Refused() && s.up.old.Load() {

@@ -186,6 +186,52 @@ func TestOneAdmissionDecision(t *testing.T) {
 					local = overload.Answer{Refusal: r, RetryAfter: retry}
 				}
 				check(t, msg.name, "a worker's own gate", local, want, retryAfter)
+
+				// A worker reading connections: the gate and quota
+				// steering.PlanStream writes into its page, its own measure
+				// of the wait, and the ask beyond them (Env.Admit).
+				if askable {
+					a, g = server()
+					in := steering.Inputs{Now: time.Unix(100, 0), Workers: []steering.Worker{{ID: 1}}}
+					steering.ReadAdmission(&in, a, g, func() int { return retryAfter })
+					plan := steering.PlanStream(in)
+					pg := newPage(t)
+					pg.Store(wire.OffQueueDelayLimit, plan.QueueDelay)
+					for k, q := range plan.Quotas[0] {
+						pg.Store(wire.OffQuota+8*k, q)
+					}
+					pg.Store(wire.OffGate, plan.Gate)
+					env := askingEnv(a, g)
+					asks := 0
+					call := env.Call
+					env.Call = func(req []byte) ([]byte, error) { asks++; return call(req) }
+					env.page = pg
+					r, retry := env.Admit(c, k, m.Method, m.CallID, int64(tc.st.delay))
+					check(t, msg.name, "a TCP worker's gate", overload.Answer{Refusal: r, RetryAfter: retry}, want, retryAfter)
+					// Open to all, nothing is asked: the round trip is what
+					// the gate saves.
+					if in.Closed == "" && !in.ProbesRefused && in.Room[k] == overload.Unlimited && c != overload.ClassRegister && asks != 0 {
+						t.Errorf("%s through a TCP worker's gate: asked %d times with the gate open and no limit", msg.name, asks)
+					}
+					// What it decided alone is counted where the supervisor
+					// adds it up.
+					if asks == 0 {
+						var counted uint64
+						switch {
+						case r == overload.RefuseNone && c != overload.ClassProbe:
+							counted = pg.Load(wire.OffDoorAdmitted + 8*int(k))
+						case r == overload.RefuseNone:
+							counted = 1
+						case c == overload.ClassProbe:
+							counted = pg.Load(wire.OffDoorCounters + 8*wire.DoorProbesRefused)
+						default:
+							counted = pg.Load(wire.OffDoorRefused + 8*int(r))
+						}
+						if counted != 1 {
+							t.Errorf("%s through a TCP worker's gate: decided alone (%v) but counted %d times in the page", msg.name, r, counted)
+						}
+					}
+				}
 			}
 		})
 	}
@@ -250,6 +296,17 @@ func doorAnswer(t *testing.T, a *overload.Admission, g *overload.Gate, dgram []b
 		}
 	}
 	return ans
+}
+
+// newPage is a worker's stats page, as the supervisor maps it.
+func newPage(t *testing.T) *wire.StatsPage {
+	t.Helper()
+	f, pg, err := wire.NewStatsFile("admission-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Unmap(); f.Close() })
+	return pg
 }
 
 func mustScan(t *testing.T, b []byte) *sipscan.Msg {

@@ -99,6 +99,14 @@ type Env struct {
 	// (wire.OffOverloadControl), for the responses to clients that offer
 	// oc.
 	OverloadControl func() uint64
+
+	// page is the worker's stats page: Admit decides by its gate and quota
+	// words, and counts there what it decided alone.
+	page *wire.StatsPage
+	// refusals paces the log lines of what Admit refused alone, where
+	// names the worker in them.
+	refusals overload.RefusalLog
+	where    string
 }
 
 // Message is one SIP datagram handed to a worker. Data is valid only during
@@ -320,6 +328,7 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 
 	w := &workerLoop{env: env, ctl: ctl, stats: stats, dataFD: dataFD, submit: make(chan func(), 64)}
 	env.OverloadControl = func() uint64 { return stats.Load(wire.OffOverloadControl) }
+	env.page = stats
 	if s := os.Getenv(wire.EnvDirect); s != "" {
 		if env.Kind != wire.KindUDP {
 			return fmt.Errorf("%s is for UDP groups, not %q", wire.EnvDirect, env.Kind)

@@ -68,4 +68,11 @@ func TestSIPpCallsOverTCP(t *testing.T) {
 	if r.Exit != 0 || r.Successful != 100 || r.Failed != 0 {
 		t.Fatalf("want 100 successful calls over TCP and 0 failed, have %d/%d (exit %d)\n%s\n%s", r.Successful, r.Failed, r.Exit, harness.Tail(r.Out, 40), harness.Tail(s.Log.String(), 20))
 	}
+	// Admission open to all and no limit: the workers admit by the gate in
+	// their pages, without the supervisor's round trip. A worker asks until
+	// its first gate is written, which happens as it becomes routable; the
+	// bound leaves room for a loop slowed by a busy machine.
+	if asks := s.Metric("sipvisor_admission_asks_total", `group="tcp"`); asks > 10 {
+		t.Errorf("TCP workers asked the supervisor about %v of 100 new calls with admission open to all", asks)
+	}
 }

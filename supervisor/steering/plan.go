@@ -167,29 +167,8 @@ func Plan(in Inputs) Actions {
 		next.Refreshed, next.Closed, next.ChangedAt = true, in.Closed, now
 	}
 	open := in.Closed == ""
-	a := Actions{Gate: wire.Gate(open, in.ProbesRefused, in.RetryAfter), QueueDelay: in.QueueDelay, MaxCallDuration: in.MaxCallDuration}
-	if in.ProbesRefused {
-		// Suspended or stopping: every new session is refused, and the
-		// workers need not ask to refuse one.
-		a.Gate |= wire.GateRefuseAll
-	}
-	if in.HandedOver {
-		// Handed over: a worker reading what its socket still held before
-		// its drain asks about each new session, which the supervisor
-		// admits (the next generation weighs the node's load, not the old
-		// workers' queues); the program gives the workers nothing more.
-		a.Gate, a.QueueDelay = wire.Gate(false, false, in.RetryAfter), 0
-	}
-	limited := in.QueueAdmission
-	for _, r := range in.Room {
-		limited = limited || r != overload.Unlimited
-	}
-	a.Quotas = make([][Kinds]uint64, len(in.Workers))
-	for i, w := range in.Workers {
-		for k, r := range in.Room {
-			a.Quotas[i][k] = quota(w.Admitted[k], r, len(in.Workers))
-		}
-	}
+	a := Actions{MaxCallDuration: in.MaxCallDuration}
+	limited := gateWords(in, &a)
 
 	// A suspended group's workers read on: they refuse new sessions
 	// themselves (wire.GateRefuseAll), without the supervisor's hop.
@@ -268,6 +247,56 @@ func Plan(in Inputs) Actions {
 	}
 	a.Pace = pace(in.Closed, limited, next.Direct, now.Sub(next.ChangedAt))
 	a.Next = next
+	return a
+}
+
+// gateWords sets a's gate, queue delay and quotas, the words of every
+// worker that admits by itself, and reports whether a session limit or
+// queue admission is set.
+func gateWords(in Inputs, a *Actions) (limited bool) {
+	a.Gate, a.QueueDelay = wire.Gate(in.Closed == "", in.ProbesRefused, in.RetryAfter), in.QueueDelay
+	if in.ProbesRefused {
+		// Suspended or stopping: every new session is refused, and the
+		// workers need not ask to refuse one.
+		a.Gate |= wire.GateRefuseAll
+	}
+	if in.HandedOver {
+		// Handed over: a worker reading what its socket or connection
+		// still held before its drain asks about each new session, which
+		// the supervisor admits (the next generation weighs the node's
+		// load, not the old workers' queues).
+		a.Gate, a.QueueDelay = wire.Gate(false, false, in.RetryAfter), 0
+	}
+	limited = in.QueueAdmission
+	for _, r := range in.Room {
+		limited = limited || r != overload.Unlimited
+	}
+	a.Quotas = make([][Kinds]uint64, len(in.Workers))
+	for i, w := range in.Workers {
+		for k, r := range in.Room {
+			a.Quotas[i][k] = quota(w.Admitted[k], r, len(in.Workers))
+		}
+	}
+	return limited
+}
+
+// PlanStream decides a refresh of a group whose workers read connections
+// (TCP, TLS, WebSocket): the gate and quotas of each worker's page, as
+// Plan decides them for a port's, and the pace. Such a worker admits the
+// new sessions it reads by the words as a worker reading its own socket
+// does, and asks the supervisor beyond them; which worker holds a
+// connection the supervisor decides at accept, so there is no table.
+func PlanStream(in Inputs) Actions {
+	var a Actions
+	limited := gateWords(in, &a)
+	a.Next = in.Last
+	if !in.Last.Refreshed || in.Last.Closed != in.Closed {
+		a.Next.Refreshed, a.Next.Closed, a.Next.ChangedAt = true, in.Closed, in.Now
+	}
+	a.Pace = quiet
+	if in.Closed != "" || limited || in.Now.Sub(a.Next.ChangedAt) < settle {
+		a.Pace = Every
+	}
 	return a
 }
 

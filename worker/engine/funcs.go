@@ -56,14 +56,14 @@ func reportFor(env *worker.Env, logger *slog.Logger) func(uint64) {
 	}
 }
 
-// admitFor asks the supervisor's admission (worker.Env.Ask), when the
-// worker can call it.
-func admitFor(env *worker.Env) func(sipscan.Method, []byte) (bool, int) {
+// admitFor decides by the worker's gate and quota or asks the
+// supervisor's admission (worker.Env.Admit), when the worker can call it.
+func admitFor(env *worker.Env) func(overload.Class, sipscan.Kind, sipscan.Method, []byte, int64) (bool, int) {
 	if env.Call == nil {
 		return nil
 	}
-	return func(m sipscan.Method, callID []byte) (bool, int) {
-		r, retry := env.Ask(m, callID)
+	return func(c overload.Class, k sipscan.Kind, m sipscan.Method, callID []byte, wait int64) (bool, int) {
+		r, retry := env.Admit(c, k, m, callID, wait)
 		return r != overload.RefuseNone, retry
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/sipvisor/sipvisor/internal/sipscan"
 	"github.com/sipvisor/sipvisor/internal/testkit"
 	"github.com/sipvisor/sipvisor/location"
+	"github.com/sipvisor/sipvisor/overload"
 )
 
 // streamDriver is callDriver over TCP: the caller's connection accepted by
@@ -308,7 +309,10 @@ func TestAllocsTCP(t *testing.T) {
 	defer d.close()
 	d.drain()
 	var asked, noted int
-	d.w.opt.Admit = func(sipscan.Method, []byte) (bool, int) { asked++; return false, 0 }
+	d.w.opt.Admit = func(overload.Class, sipscan.Kind, sipscan.Method, []byte, int64) (bool, int) {
+		asked++
+		return false, 0
+	}
 	d.w.opt.NoteSession = func(sipscan.Method, bool, int32, []byte, []byte) { noted++ }
 	calls := d.calls(2*runs + 2)
 	i := 0

@@ -811,18 +811,28 @@ func (w *Worker) admit(req *sip.Request, src source) bool {
 		return true
 	}
 	r := admissionRequest(req)
-	switch c, _ := overload.Classify(r); c {
+	c, k := overload.Classify(r)
+	switch c {
 	case overload.ClassNew, overload.ClassRegister, overload.ClassProbe:
 	default:
 		return true
 	}
-	refuse, retry := w.opt.Admit(r.Method, []byte(*req.CallID()))
+	refuse, retry := w.opt.Admit(c, k, r.Method, []byte(*req.CallID()), waited(src.readAt))
 	if !refuse {
 		return true
 	}
 	w.Stats.Refused++
 	w.replyStateless(req, src, 503, "Service Unavailable", []string{"Retry-After: " + strconv.Itoa(retry)})
 	return false
+}
+
+// waited is how long ago a message read at readAt (unix ns, 0 for
+// unknown) was read.
+func waited(readAt int64) int64 {
+	if readAt == 0 {
+		return 0
+	}
+	return max(time.Now().UnixNano()-readAt, 0)
 }
 
 // admissionRequest is what admission reads of a parsed request, as the
@@ -952,12 +962,13 @@ func (w *Worker) refusedOnConn(m *sipmsg.Msg, src source) bool {
 	if w.opt.Admit == nil {
 		return false
 	}
-	switch c, _ := overload.Classify(overload.RequestOf(&m.Msg)); c {
+	c, k := overload.Classify(overload.RequestOf(&m.Msg))
+	switch c {
 	case overload.ClassNew, overload.ClassRegister, overload.ClassProbe:
 	default:
 		return false
 	}
-	refuse, retry := w.opt.Admit(m.Method, m.CallID)
+	refuse, retry := w.opt.Admit(c, k, m.Method, m.CallID, waited(src.readAt))
 	if !refuse {
 		return false
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/listeners"
 	"github.com/sipvisor/sipvisor/location"
+	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/overload/sessions"
 	"github.com/sipvisor/sipvisor/script"
 	"github.com/sipvisor/sipvisor/worker"
@@ -81,12 +82,13 @@ type Options struct {
 	// Submit runs fn on the worker's loop; TCP readers hand messages over
 	// with it.
 	Submit func(fn func())
-	// Admit, when set, asks the front door's admission control about a new
-	// session that came over a connection this worker reads itself (TCP),
-	// which no front door saw: a refusal gets the 503 with Retry-After the
-	// door sends over UDP: refuse says so, with the Retry-After seconds.
-	// Nil admits everything.
-	Admit func(method sipscan.Method, callID []byte) (refuse bool, retryAfter int)
+	// Admit, when set, is admission's decision (worker.Env.Admit) about a
+	// new session of class c and kind k that came over a connection this
+	// worker reads itself (TCP), which no front door saw, wait ns after it
+	// was read: a refusal gets the 503 with Retry-After the door sends over
+	// UDP: refuse says so, with the Retry-After seconds. Nil admits
+	// everything.
+	Admit func(c overload.Class, k sipscan.Kind, method sipscan.Method, callID []byte, wait int64) (refuse bool, retryAfter int)
 	// Late, when set, says whether a message read from a connection at
 	// readAt (unix ns) waited longer than max_queue_wait (worker.Env.Late);
 	// RefusedLate counts the requests refused for it.
