@@ -5,7 +5,10 @@
 # where two servers' CPU per call differs.
 #
 #   bench/syscalls.sh [--server sipvisor|kamailio] [--kind call|register]
-#                     [--rate 200] [--secs 10] [--children N] [--out DIR]
+#                     [--rate 200] [--secs 10] [--children N]
+#                     [--transport u1|t1|tn] [--out DIR]
+#
+# --transport is SIPp's -t on both sides, as in run.sh and ctxsw.sh.
 #
 # strace slows every system call it sees, so the server runs slower while
 # counted, and its batches may differ from an unwatched run's; the counts
@@ -21,9 +24,10 @@ secs=10
 CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/syscalls}
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-FLAGS=(server kind rate secs children=CHILDREN out)
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+FLAGS=(server kind rate secs children=CHILDREN transport=TRANSPORT out)
 parse_flags "$@"
+need_transport
 need_positive rate secs CHILDREN
 case $kind in call | register) ;; *) die "--kind must be call or register, have '$kind'" ;; esac
 command -v strace >/dev/null || die "strace not installed (apt-get install -y strace)"

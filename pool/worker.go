@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sipvisor/sipvisor/internal/rawio"
@@ -185,7 +186,7 @@ func (w *Worker) SendConn(c *net.TCPConn) error {
 
 // SendConnFile hands the worker a connection the supervisor holds a copy
 // of, with the bytes another worker read from it past its last message.
-func (w *Worker) SendConnFile(f *os.File, prefix []byte) error {
+func (w *Worker) SendConnFile(f syscall.Conn, prefix []byte) error {
 	if len(prefix)+1 > wire.MaxFrame {
 		return errors.New("hand-off prefix too large")
 	}
@@ -195,7 +196,7 @@ func (w *Worker) SendConnFile(f *os.File, prefix []byte) error {
 // SendTLSConnFile hands the worker a TLS connection the supervisor holds a
 // copy of, with the state another worker's record layer had
 // (wire.HandOffTLSNote).
-func (w *Worker) SendTLSConnFile(f *os.File, payload []byte) error {
+func (w *Worker) SendTLSConnFile(f syscall.Conn, payload []byte) error {
 	if len(payload)+1 > wire.MaxFrame {
 		return errors.New("hand-off state too large")
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"time"
 
@@ -29,7 +28,7 @@ import (
 type connCounts struct {
 	mu       sync.Mutex
 	byIP     map[netip.Addr]int
-	byWorker map[*pool.Worker]map[netip.AddrPort]*os.File
+	byWorker map[*pool.Worker]map[netip.AddrPort]*connCopy
 	total    int
 
 	open      prometheus.Gauge
@@ -39,7 +38,7 @@ type connCounts struct {
 }
 
 func newConnCounts(reg prometheus.Registerer) *connCounts {
-	c := &connCounts{byIP: map[netip.Addr]int{}, byWorker: map[*pool.Worker]map[netip.AddrPort]*os.File{},
+	c := &connCounts{byIP: map[netip.Addr]int{}, byWorker: map[*pool.Worker]map[netip.AddrPort]*connCopy{},
 		open: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "sipvisor", Subsystem: "frontdoor", Name: "connections",
 			Help: "TCP, TLS, WS and WSS connections open from clients.",
@@ -81,16 +80,16 @@ func (c *connCounts) admit(ap netip.AddrPort, max, perIP int) string {
 
 // handed records which worker reads the connection admitted from ap, and
 // keeps f, the supervisor's copy of it (nil: none).
-func (c *connCounts) handed(w *pool.Worker, ap netip.AddrPort, f *os.File) {
+func (c *connCounts) handed(w *pool.Worker, ap netip.AddrPort, f *connCopy) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.handedLocked(w, ap, f)
 }
 
-func (c *connCounts) handedLocked(w *pool.Worker, ap netip.AddrPort, f *os.File) {
+func (c *connCounts) handedLocked(w *pool.Worker, ap netip.AddrPort, f *connCopy) {
 	m := c.byWorker[w]
 	if m == nil {
-		m = map[netip.AddrPort]*os.File{}
+		m = map[netip.AddrPort]*connCopy{}
 		c.byWorker[w] = m
 	}
 	m[ap] = f
@@ -281,7 +280,7 @@ func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
 		}
 		// The supervisor's copy of the descriptor: a draining worker can
 		// give the connection back and another go on reading it.
-		f, ferr := c.File()
+		f, ferr := dupConn(c)
 		if ferr != nil {
 			f = nil
 		}

@@ -872,7 +872,7 @@ func (s *Supervisor) passToOtherGeneration(pid int, from string, msg []byte) boo
 }
 
 // takeConn is the new side's end of handOffToNext.
-func (s *Supervisor) takeConn(tls bool, b []byte, f *os.File) {
+func (s *Supervisor) takeConn(tls bool, b []byte, f *connCopy) {
 	fail := func(why string) {
 		if f != nil {
 			f.Close()
@@ -1093,7 +1093,7 @@ func (l *upLink) recv() ([]byte, error) {
 }
 
 // recvFile reads one message and the descriptor that came with it, if any.
-func (l *upLink) recvFile() ([]byte, *os.File, error) {
+func (l *upLink) recvFile() ([]byte, *connCopy, error) {
 	if l.rbuf == nil {
 		l.rbuf = make([]byte, 1<<20)
 		l.oob = make([]byte, unix.CmsgSpace(4*4))
@@ -1102,7 +1102,7 @@ func (l *upLink) recvFile() ([]byte, *os.File, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var f *os.File
+	var f *connCopy
 	if oobn > 0 {
 		if cms, err := unix.ParseSocketControlMessage(l.oob[:oobn]); err == nil {
 			for _, cm := range cms {
@@ -1113,7 +1113,7 @@ func (l *upLink) recvFile() ([]byte, *os.File, error) {
 				for _, fd := range fds {
 					unix.CloseOnExec(fd)
 					if f == nil {
-						f = os.NewFile(uintptr(fd), "conn")
+						f = &connCopy{fd: fd}
 					} else {
 						unix.Close(fd)
 					}
@@ -1128,7 +1128,7 @@ func (l *upLink) recvFile() ([]byte, *os.File, error) {
 }
 
 // sendFile sends a message with a descriptor.
-func (l *upLink) sendFile(b []byte, f *os.File) error {
+func (l *upLink) sendFile(b []byte, f syscall.Conn) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err

@@ -1,0 +1,62 @@
+package supervisor
+
+import (
+	"errors"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// connCopy is the supervisor's copy of the descriptor of a connection a
+// worker reads: what it hands to another worker when that one drains, or
+// to the next generation at an upgrade. The supervisor never reads or
+// writes it, so it stays out of the runtime's poller: a registered copy
+// shares the socket's edge-triggered readiness with the worker's, and
+// would wake the supervisor at every segment the worker reads or writes
+// on the connection, a few times a call.
+type connCopy struct{ fd int }
+
+// errConnCopy: a connCopy is never read or written.
+var errConnCopy = errors.New("a connection's copy is not for reading or writing")
+
+// dupConn copies the descriptor of c.
+func dupConn(c syscall.Conn) (*connCopy, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var nfd int
+	var derr error
+	if err := rc.Control(func(fd uintptr) { nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	return &connCopy{fd: nfd}, nil
+}
+
+// SyscallConn lets the copy be sent with SCM_RIGHTS (pool.Worker's
+// sendFile, the upgrade's link), which only calls Control.
+func (c *connCopy) SyscallConn() (syscall.RawConn, error) { return c, nil }
+
+func (c *connCopy) Control(f func(fd uintptr)) error {
+	if c.fd < 0 {
+		return errConnCopy
+	}
+	f(uintptr(c.fd))
+	return nil
+}
+
+func (c *connCopy) Read(func(fd uintptr) bool) error  { return errConnCopy }
+func (c *connCopy) Write(func(fd uintptr) bool) error { return errConnCopy }
+
+// Close closes the copy; the worker's descriptor stays open.
+func (c *connCopy) Close() error {
+	if c.fd < 0 {
+		return nil
+	}
+	err := unix.Close(c.fd)
+	c.fd = -1
+	return err
+}
