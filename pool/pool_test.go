@@ -607,9 +607,9 @@ func TestExitedWorkerStillReadable(t *testing.T) {
 	}
 }
 
-// A UDP worker runs its loop on one P unless the environment says
-// otherwise; other kinds keep the runtime's default.
-func TestUDPWorkersRunOnOneProc(t *testing.T) {
+// A UDP or TCP worker runs its loop on one P unless the environment says
+// otherwise; a timer worker keeps the runtime's default.
+func TestSIPWorkersRunOnOneProc(t *testing.T) {
 	t.Parallel()
 	if _, ok := os.LookupEnv("GOMAXPROCS"); ok {
 		t.Skip("GOMAXPROCS is set for the test, and so for its workers")
@@ -635,8 +635,11 @@ func TestUDPWorkersRunOnOneProc(t *testing.T) {
 	if got := procs(KindUDP, "GOMAXPROCS=2"); got != "procs=2" {
 		t.Errorf("UDP worker with GOMAXPROCS=2 set: want procs=2, have %s", got)
 	}
+	if got := procs(KindTCP); got != "procs=1" {
+		t.Errorf("TCP worker: want procs=1, have %s", got)
+	}
 	want := fmt.Sprintf("procs=%d", runtime.GOMAXPROCS(0)) // the same default as this process
-	if got := procs(KindTCP); got != want {
-		t.Errorf("TCP worker: want %s, the runtime's default, have %s", want, got)
+	if got := procs(KindTimer); got != want {
+		t.Errorf("timer worker: want %s, the runtime's default, have %s", want, got)
 	}
 }
