@@ -344,7 +344,7 @@ func (w *Worker) ackOfStatelessReplyBytes(m *sipmsg.Msg, f *viaFix) bool {
 		return false
 	}
 	w.keyBuf = appendServerKeyBytes(w.keyBuf[:0], m, f, true)
-	return w.txns.Server(w.keyBuf) == nil
+	return w.serverTx(w.keyBuf) == nil
 }
 
 // absorbBytes is absorb on the bytes.
@@ -352,7 +352,7 @@ func (c *msgCtx) absorbBytes() bool {
 	w := c.w
 	ack := c.m.Method == sipscan.Ack
 	w.keyBuf = appendServerKeyBytes(w.keyBuf[:0], c.m, &c.bs.via, ack)
-	t := w.txns.Server(w.keyBuf)
+	t := w.serverTx(w.keyBuf)
 	if t == nil {
 		return false
 	}

@@ -491,7 +491,7 @@ func fnTCheckTrans(c *msgCtx, _ []*script.Literal) bool {
 			return false
 		}
 		c.w.keyBuf = appendDialogKey(c.w.keyBuf[:0], c.m)
-		t := c.w.txns.Dialog(c.w.keyBuf)
+		t := c.w.dialogTx(c.w.keyBuf)
 		return t != nil && t.State == txn.Accepted
 	}
 	if !c.decode() {
@@ -510,7 +510,7 @@ func fnTCheckTrans(c *msgCtx, _ []*script.Literal) bool {
 			return true
 		}
 		w.keyBuf = appendDialogKeyOf(w.keyBuf[:0], req)
-		t := w.txns.Dialog(w.keyBuf)
+		t := w.dialogTx(w.keyBuf)
 		return t != nil && t.State == txn.Accepted
 	}
 	if w.absorb(req) {

@@ -98,7 +98,7 @@ func appendServerKey(b []byte, req *sip.Request, method string) []byte {
 // do are looked up more than once.
 func (w *Worker) findServerTx(req *sip.Request, method string) *serverTx {
 	w.keyBuf = appendServerKey(w.keyBuf[:0], req, method)
-	return w.txns.Server(w.keyBuf)
+	return w.serverTx(w.keyBuf)
 }
 
 // param is a header parameter's value as the front door reads it: names
@@ -285,10 +285,12 @@ func (w *Worker) sendFinal(t *serverTx, b []byte, code int) {
 	t.Last, t.LastCode = b, code
 	d := w.replyDest(t)
 	w.send(&d, b)
-	w.txns.Final(t, code, t.src.conn != nil, time.Now())
+	now := time.Now()
+	w.txns.Final(t, code, t.src.conn != nil, now)
 	if t.Invite && code < 300 {
 		w.settle(t)
 	}
+	w.compact(t, now)
 }
 
 // fireServer runs t's due deadline.
@@ -519,7 +521,7 @@ func (w *Worker) timeout(ct *clientTx) {
 // onResponse handles a reply from downstream.
 func (w *Worker) onResponse(res *sip.Response, src source) {
 	w.keyBuf = append(append(append(w.keyBuf[:0], branchOf(res.Via())...), '|'), methodOf(res)...)
-	ct := w.txns.Client(w.keyBuf)
+	ct := w.clientTx(w.keyBuf)
 	if ct == nil {
 		w.forwardResponse(res)
 		return
@@ -609,7 +611,7 @@ func (w *Worker) relayResponse(data []byte) bool {
 		return false
 	}
 	w.keyBuf = append(append(append(w.keyBuf[:0], m.Branch...), '|'), m.CSeqMethodBytes...)
-	ct := w.txns.Client(w.keyBuf)
+	ct := w.clientTx(w.keyBuf)
 	if ct == nil || ct.stx == nil || ct.stx.onReply != "" {
 		return false
 	}

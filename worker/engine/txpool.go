@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"net/netip"
+	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/sipvisor/sipvisor/worker/engine/txn"
@@ -141,4 +144,128 @@ func (w *Worker) release(t *serverTx) {
 	if len(w.pairs) < maxFreePairs {
 		w.pairs = append(w.pairs, p)
 	}
+}
+
+// compact trades t's pair, once both of its transactions have nothing
+// left to do but linger over UDP, for a settled record of the table
+// (txn.Settled): their keys, a non-INVITE's final reply, where replies go
+// upstream. The pair goes back to the free list at once, buffer and all,
+// rather than after Linger: at thousands of calls a second the pairs of
+// the last Linger of calls, an INVITE's and a BYE's each, were most of a
+// worker's heap. What a settled pair did while lingering its record does
+// the same (serverTx, clientTx below): absorb a retransmitted request,
+// resending a non-INVITE's final reply; pass on a 2xx its branch gets
+// again; match the ACK of an INVITE's 2xx and a CANCEL.
+//
+// Only a pair whose one branch took a 2xx, with nothing over a stream,
+// no script to run on a late reply (an onreply_route sees the
+// transaction) and upstream an IPv4 address is compacted: its record
+// notes where replies go in 8 bytes.
+func (w *Worker) compact(t *serverTx, now time.Time) {
+	p := t.pair
+	if p == nil || p.c.stx != t || t.open != 1 || t.relayed != 1 || len(t.branches) != 0 ||
+		p.c.State != txn.Accepted || t.Invite && t.State != txn.Accepted || !t.Invite && t.State != txn.Completed ||
+		w.opt.Script.OnReply[""] != nil || stream(p.c.dst.proto) {
+		return
+	}
+	up, ok := upstream(t)
+	if !ok {
+		return
+	}
+	var last []byte
+	if !t.Invite {
+		last = t.Last
+	}
+	w.txns.Settle(t, &p.c, last, up, now)
+	w.clientEnded(&p.c)
+}
+
+// upstream is where t's replies go, packed in a settled record's 8
+// bytes: an IPv4 address, a port and the socket; false when t's replies
+// go anywhere else.
+func upstream(t *serverTx) (uint64, bool) {
+	d := t.vdest
+	if !d.addr.Addr().Is4() || d.sock < 0 || d.sock > 0xffff {
+		return 0, false
+	}
+	a := d.addr.Addr().As4()
+	up := uint64(a[0])<<56 | uint64(a[1])<<48 | uint64(a[2])<<40 | uint64(a[3])<<32 | uint64(d.addr.Port())<<16 | uint64(d.sock)
+	// The source's address is the request's, which no reply over UDP
+	// reads: replies go by the Via (vdest).
+	src := t.src
+	src.addr = netip.AddrPort{}
+	if d != upDest(up) || src != upSource(up) {
+		return 0, false
+	}
+	return up, true
+}
+
+// upDest is the destination of replies upstream a record notes.
+func upDest(up uint64) dest {
+	a := netip.AddrFrom4([4]byte{byte(up >> 56), byte(up >> 48), byte(up >> 40), byte(up >> 32)})
+	return dest{proto: "udp", addr: netip.AddrPortFrom(a, uint16(up>>16)), sock: int(up & 0xffff)}
+}
+
+// upSource is the source a record's request came from, as far as its
+// replies read it: over UDP, by a socket.
+func upSource(up uint64) source { return source{proto: "udp", sock: int(up & 0xffff)} }
+
+// serverTx is the server transaction of key: a live one, else a settled
+// record read back as the transaction it was, lingering. That one is the
+// worker's, rewritten at the next lookup; what a lingering transaction
+// does (absorb, answer a CANCEL, match an ACK of a 2xx, refuse the ACK of
+// a non-2xx) neither schedules nor keeps it, and its pair is nil, so
+// nothing puts it on the free list.
+func (w *Worker) serverTx(key []byte) *serverTx {
+	if t := w.txns.Server(key); t != nil {
+		return t
+	}
+	if r := w.txns.SettledServer(key); r != nil {
+		return w.settledServer(r)
+	}
+	return nil
+}
+
+// dialogTx is the INVITE server transaction whose 2xx an ACK of dialog
+// key acknowledges, read back as serverTx does.
+func (w *Worker) dialogTx(key []byte) *serverTx {
+	if t := w.txns.Dialog(key); t != nil {
+		return t
+	}
+	if r := w.txns.SettledDialog(key); r != nil {
+		return w.settledServer(r)
+	}
+	return nil
+}
+
+// clientTx is the client transaction of key, read back as serverTx does:
+// a settled branch is in Accepted, its server transaction with it.
+func (w *Worker) clientTx(key []byte) *clientTx {
+	if ct := w.txns.Client(key); ct != nil {
+		return ct
+	}
+	r := w.txns.SettledClient(key)
+	if r == nil {
+		return nil
+	}
+	k := r.ClientKey()
+	branch := k
+	if i := strings.LastIndexByte(k, '|'); i >= 0 {
+		branch = k[:i]
+	}
+	g := &w.ghost.c
+	*g = clientTx{Client: txn.Client{Key: k, Branch: branch, Invite: r.Invite, State: txn.Accepted}, stx: w.settledServer(r)}
+	return g
+}
+
+// settledServer reads r back as its server transaction.
+func (w *Worker) settledServer(r *txn.Settled) *serverTx {
+	st := txn.Completed
+	if r.Invite {
+		st = txn.Accepted
+	}
+	g := &w.ghost.s
+	*g = serverTx{Server: txn.Server{Key: r.ServerKey(), DialogKey: r.DialogKey(), Invite: r.Invite, State: st, Last: r.Last()},
+		vdest: upDest(r.Up), src: upSource(r.Up)}
+	return g
 }

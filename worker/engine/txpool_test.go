@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"net"
 	"reflect"
 	"testing"
 	"time"
@@ -149,60 +150,121 @@ func TestPairOutlivedByBranch(t *testing.T) {
 	}
 }
 
-// An INVITE answered 2xx gives its pair's buffer back at once (settle),
-// and what lingering is for still holds: a retransmitted INVITE is
-// absorbed, not relayed again nor answered from the transaction (RFC
-// 6026), and a retransmitted BYE gets the same 200 again.
-func TestSettledInviteLingers(t *testing.T) {
-	t.Parallel()
-	d := newCallDriver(t)
-	defer d.close()
-	w := d.w
-	uac := d.socks[1]
-	drain := func() [][]byte {
+// udpPeer reads what the worker sent a peer's socket.
+func udpPeer(c *net.UDPConn) func() [][]byte {
+	return func() [][]byte {
 		var got [][]byte
 		buf := make([]byte, 65535)
 		for {
 			// The worker writes before HandleMessage returns: what it sent
 			// is already queued at the socket.
-			uac.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-			n, err := uac.Read(buf)
+			c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			n, err := c.Read(buf)
 			if err != nil {
 				return got
 			}
 			got = append(got, bytes.Clone(buf[:n]))
 		}
 	}
+}
+
+// A call's transactions, once they have nothing left to do but linger,
+// give their pairs back at once for settled records (compact), and what
+// lingering is for still holds: a retransmitted INVITE is absorbed (RFC
+// 6026), the callee's 2xx retransmissions are passed on, the ACK of the
+// 2xx matches its INVITE, a CANCEL is answered and goes no further, and a
+// retransmitted BYE gets the same 200 again. Once lingering is over, none
+// of it is matched any more.
+func TestSettledCallLingers(t *testing.T) {
+	t.Parallel()
+	d := newCallDriver(t)
+	defer d.close()
+	w := d.w
+	uac, uas := udpPeer(d.socks[1]), udpPeer(d.socks[2])
+	quiet := func(what string) {
+		t.Helper()
+		if a, b := uac(), uas(); len(a)+len(b) != 0 {
+			t.Fatalf("%s: want nothing sent, have %q upstream, %q downstream", what, a, b)
+		}
+	}
 	const callID = "settled"
 	inv := d.invite(callID)
-	d.up(callID)
+	d.msg(d.uac, inv)
 	br := d.lastBranch()
-	tx := w.txns.Server(inviteKeys(t, inv, br).server)
-	if tx == nil || tx.pair == nil || tx.State != txn.Accepted {
-		t.Fatal("want the INVITE's server transaction lingering in Accepted")
+	d.msg(d.uas, d.reply(180, "Ringing", br, callID, 1, "INVITE"))
+	d.msg(d.uas, d.reply(200, "OK", br, callID, 1, "INVITE"))
+	d.msg(d.uac, crlf(inDialog("ACK", d.ruri, d.uac, "z9hG4bK-a"+callID, callID, 1, "bob-tag", []string{d.rr})))
+	k := inviteKeys(t, inv, br)
+	if w.txns.Server(k.server) != nil || w.txns.Client(k.client) != nil || w.txns.Dialog(k.dialog) != nil {
+		t.Fatal("want the answered INVITE's transactions out of the table")
 	}
-	p := tx.pair
-	if p.buf != nil || tx.Last != nil || tx.Spare != nil || tx.firstRelay != nil || p.c.Bytes != nil || len(w.bufs) != 1 {
-		t.Fatalf("want the settled pair's buffer on the free list, have %d bytes kept, %d free buffers", cap(p.buf), len(w.bufs))
+	if r := w.txns.SettledServer(k.server); r == nil || w.txns.SettledClient(k.client) != r || w.txns.SettledDialog(k.dialog) != r || r.Last() != nil {
+		t.Fatal("want the answered INVITE settled, found by its three keys, with no reply to resend")
 	}
-	drain()
+	if len(w.pairs) != 1 || w.Held() != 1 || w.txns.Pending() != 1 {
+		t.Fatalf("want the INVITE's pair free at once and one settled record, have %d free pairs, %d held", len(w.pairs), w.Held())
+	}
+	uac()
+	uas()
+
 	before := w.Stats
 	d.msg(d.uac, inv)
-	if got := drain(); len(got) != 0 || d.lastBranch() != br || w.Stats.Retransmissions != before.Retransmissions+1 {
-		t.Fatalf("retransmitted INVITE: want it absorbed, have %d messages sent, branch %s (was %s)", len(got), d.lastBranch(), br)
+	quiet("retransmitted INVITE")
+	if w.Stats.Retransmissions != before.Retransmissions+1 {
+		t.Fatalf("retransmitted INVITE: want it absorbed, have %+v", w.Stats)
+	}
+
+	ok := d.reply(200, "OK", br, callID, 1, "INVITE")
+	d.msg(d.uas, ok)
+	if up := uac(); len(up) != 1 || !bytes.HasPrefix(up[0], []byte("SIP/2.0 200")) || bytes.Contains(up[0], []byte(br)) {
+		t.Fatalf("the callee's 2xx again: want it passed upstream less this proxy's Via, have %q", up)
+	}
+
+	// An ACK with no Route: t_check_trans matches it to the settled
+	// INVITE, and it is relayed.
+	ack := crlf(inDialog("ACK", d.ruri, d.uac, "z9hG4bK-a2"+callID, callID, 1, "bob-tag", nil))
+	d.msg(d.uac, ack)
+	if down := uas(); len(down) != 1 || !bytes.HasPrefix(down[0], []byte("ACK ")) {
+		t.Fatalf("ACK of the 2xx: want it matched and relayed, have %q", down)
+	}
+
+	cancel := crlf(inDialog("CANCEL", "sip:bob@example.com", d.uac, "z9hG4bK-"+callID, callID, 1, "", nil))
+	d.msg(d.uac, cancel)
+	if up, down := uac(), uas(); len(up) != 1 || !bytes.HasPrefix(up[0], []byte("SIP/2.0 200")) || len(down) != 0 {
+		t.Fatalf("CANCEL after the 2xx: want it answered 200 and not relayed, have %q upstream, %q downstream", up, down)
 	}
 
 	d.down(callID)
-	ok := drain()
-	if len(ok) != 1 || !bytes.HasPrefix(ok[0], []byte("SIP/2.0 200")) {
-		t.Fatalf("BYE: want its 200 upstream, have %q", ok)
+	byeBr := d.lastBranch()
+	okBye := uac()
+	if len(okBye) != 1 || !bytes.HasPrefix(okBye[0], []byte("SIP/2.0 200")) {
+		t.Fatalf("BYE: want its 200 upstream, have %q", okBye)
 	}
-	d.msg(d.uac, crlf(inDialog("BYE", d.ruri, d.uac, "z9hG4bK-"+callID, callID, 2, "bob-tag", []string{d.rr})))
-	if again := drain(); len(again) != 1 || !bytes.Equal(again[0], ok[0]) {
-		t.Fatalf("retransmitted BYE: want the same 200 again, have %q", again)
+	uas()
+	if r := w.txns.SettledServer(bytes.Replace(k.server, []byte("|INVITE"), []byte("|BYE"), 1)); r == nil || !bytes.Equal(r.Last(), okBye[0]) {
+		t.Fatal("want the BYE settled with its 200 to resend")
 	}
+	if len(w.pairs) != 1 || w.Held() != 2 {
+		t.Fatalf("want the BYE's pair free at once, have %d free pairs, %d held", len(w.pairs), w.Held())
+	}
+	bye := crlf(inDialog("BYE", d.ruri, d.uac, "z9hG4bK-"+callID, callID, 2, "bob-tag", []string{d.rr}))
+	d.msg(d.uac, bye)
+	if again, down := uac(), uas(); len(again) != 1 || !bytes.Equal(again[0], okBye[0]) || len(down) != 0 {
+		t.Fatalf("retransmitted BYE: want the same 200 again and nothing relayed, have %q upstream, %q downstream", again, down)
+	}
+	d.msg(d.uas, d.reply(200, "OK", byeBr, callID, 2, "BYE"))
+	if up := uac(); len(up) != 1 || !bytes.Equal(up[0], okBye[0]) {
+		t.Fatalf("the callee's 200 to the BYE again: want it passed upstream as before, have %q", up)
+	}
+
 	w.Tick(time.Now().Add(time.Hour))
-	if w.Held() != 0 || w.txns.Pending() != 0 || len(w.pairs) != 2 {
-		t.Fatalf("want nothing held and both pairs free, have %d held, %d free pairs", w.Held(), len(w.pairs))
+	if w.Held() != 0 || w.txns.Pending() != 0 || w.txns.Dialogs() != 0 || w.txns.SettledServer(k.server) != nil {
+		t.Fatalf("want nothing held once lingering is over, have %d held, %d deadlines", w.Held(), w.txns.Pending())
+	}
+	d.msg(d.uac, ack)
+	d.msg(d.uac, cancel)
+	uac()
+	if down := uas(); len(down) != 0 {
+		t.Fatalf("after lingering: want an ACK and a CANCEL of no transaction to go nowhere, have %q", down)
 	}
 }

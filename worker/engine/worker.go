@@ -217,6 +217,8 @@ type Worker struct {
 	pairs []*txPair
 	// bufs are the buffers free for pairs to take (txpool.go).
 	bufs [][]byte
+	// ghost is a settled record read back as its transactions (txpool.go).
+	ghost txPair
 
 	conns    map[netip.AddrPort]*tcpConn
 	draining bool
@@ -598,6 +600,7 @@ func (w *Worker) Tick(now time.Time) {
 	}
 	w.reportStoreErrors(now)
 	w.dsTick(now)
+	w.txns.Expire(now)
 	for {
 		t, ok := w.txns.Due(now)
 		if !ok {

@@ -36,11 +36,12 @@ type Table[S ServerTx, C ClientTx] struct {
 	dialogs map[string]S
 	clients map[string]C
 	heap    Heap
+	settled settledSet
 }
 
 // NewTable makes an empty table whose transactions run by t.
 func NewTable[S ServerTx, C ClientTx](t Timers) *Table[S, C] {
-	return &Table[S, C]{timers: t, servers: map[string]S{}, dialogs: map[string]S{}, clients: map[string]C{}}
+	return &Table[S, C]{timers: t, servers: map[string]S{}, dialogs: map[string]S{}, clients: map[string]C{}, settled: newSettledSet()}
 }
 
 // Server is the server transaction of key, or the zero S. The key is not
@@ -99,12 +100,49 @@ func (tb *Table[S, C]) EndClient(c C) {
 	}
 }
 
-// Len is the number of live transactions, server and client.
-func (tb *Table[S, C]) Len() int { return len(tb.servers) + len(tb.clients) }
+// Settle ends s and c, its one branch, which have nothing left to do but
+// linger (Settled), and keeps what that needs for Linger from now: their
+// keys, last (the reply a retransmitted request gets again, copied) and
+// up. Their keys' bytes and last may be reused once it returns. Settled
+// records are looked up after the transactions of the same keys.
+func (tb *Table[S, C]) Settle(s S, c C, last []byte, up uint64, now time.Time) {
+	t, ct := s.txServer(), c.txClient()
+	tb.settled.add(t.Key, t.DialogKey, ct.Key, last, t.Invite, up, now.Add(tb.timers.Linger))
+	tb.EndClient(c)
+	tb.EndServer(s)
+}
+
+// SettledServer is the settled record of a server transaction key, or nil.
+// It is valid until the next Settle or Expire.
+func (tb *Table[S, C]) SettledServer(key []byte) *Settled {
+	return tb.settled.find(tb.settled.servers, key)
+}
+
+// SettledDialog is the settled INVITE whose 2xx an ACK of dialog key
+// acknowledges, or nil; as SettledServer.
+func (tb *Table[S, C]) SettledDialog(key []byte) *Settled {
+	return tb.settled.find(tb.settled.dialogs, key)
+}
+
+// SettledClient is the settled record of a branch's key, or nil; as
+// SettledServer.
+func (tb *Table[S, C]) SettledClient(key []byte) *Settled {
+	return tb.settled.find(tb.settled.clients, key)
+}
+
+// Expire ends the settled records whose lingering is over at now.
+func (tb *Table[S, C]) Expire(now time.Time) { tb.settled.expire(now) }
+
+// Settled is the number of settled records.
+func (tb *Table[S, C]) Settled() int { return tb.settled.len() }
+
+// Len is the number of live transactions, server and client, a settled
+// pair counting as one.
+func (tb *Table[S, C]) Len() int { return len(tb.servers) + len(tb.clients) + tb.settled.len() }
 
 // Dialogs is the number of INVITE server transactions an ACK of their
-// 2xx may still match.
-func (tb *Table[S, C]) Dialogs() int { return len(tb.dialogs) }
+// 2xx may still match, settled ones included.
+func (tb *Table[S, C]) Dialogs() int { return len(tb.dialogs) + len(tb.settled.dialogs) }
 
 // Servers are the live server transactions.
 func (tb *Table[S, C]) Servers() iter.Seq[S] {
@@ -121,8 +159,15 @@ func (tb *Table[S, C]) Servers() iter.Seq[S] {
 // come: an S or a C.
 func (tb *Table[S, C]) Due(now time.Time) (Timed, bool) { return tb.heap.Due(now) }
 
-// Next is the earliest pending deadline.
-func (tb *Table[S, C]) Next() (time.Time, bool) { return tb.heap.Next() }
+// Next is the earliest pending deadline, a settled record's end included.
+func (tb *Table[S, C]) Next() (time.Time, bool) {
+	at, ok := tb.heap.Next()
+	if s, sok := tb.settled.next(); sok && (!ok || s.Before(at)) {
+		return s, true
+	}
+	return at, ok
+}
 
-// Pending is the number of pending deadlines: at most one a transaction.
-func (tb *Table[S, C]) Pending() int { return len(tb.heap) }
+// Pending is the number of pending deadlines: at most one a transaction
+// or settled record.
+func (tb *Table[S, C]) Pending() int { return len(tb.heap) + tb.settled.len() }
