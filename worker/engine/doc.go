@@ -52,8 +52,10 @@
 // transactions came from a free list, txpool.go); sendto takes most of
 // its time. Decoded requests and the worker's replies to them are written
 // by write.go rather than sipgo's writers, to the same bytes.
-// TestCallMemory measures what a call holds: about 2.6 KB while its
-// transactions live, nothing once their timers have ended.
+// TestCallMemory measures what a call holds: about 410 bytes while its
+// INVITE's and BYE's transactions linger (settled records, txpool.go;
+// 2.6 KB while they kept their pairs), nothing once their timers have
+// ended.
 //
 // # Transactions
 //
@@ -83,7 +85,9 @@
 //
 // Finished transactions linger for Options.Linger (T4, 5 s, like OpenSIPS's
 // wait timer, where RFC 3261 allows up to 64*T1 for timers D and J), over
-// UDP only; over TCP they end at once. So Held drops to 0 at most Linger
+// UDP only; over TCP they end at once. A pair relayed on the bytes over
+// UDP lingers as a settled record of its keys (txpool.go, compact), which
+// Held counts as one. So Held drops to 0 at most Linger
 // after the last reply of the last call, or 64*T1 after a final reply whose
 // ACK never came, well within the supervisor's drain timeout.
 //

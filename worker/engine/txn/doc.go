@@ -4,7 +4,10 @@
 // it is matched by), a worker's table of them, the heap of deadlines the
 // worker drives their timers by (one heap per worker, read from its loop,
 // no runtime timer per transaction), and the rules of timers A to K that
-// move a transaction on. The keys are written alike from a request's
+// move a transaction on. A server transaction and its one branch with
+// nothing left but to linger are kept as a settled record instead (Settle):
+// their keys and the reply to resend, in a ring and an arena that free in
+// the order records end. The keys are written alike from a request's
 // bytes (the engine's message path on offsets, package sipmsg) and from a
 // decoded message.
 //
