@@ -333,3 +333,72 @@ func TestAckOfStatelessReplyEndsAtWorker(t *testing.T) {
 		t.Fatalf("want the ACK of the 483 to end at the worker, have %s at the callee:\n%s", m, m.Raw)
 	}
 }
+
+// TestAnsweredCallAbsorbsRetransmissions runs a call answered 200 through
+// the real server and repeats what a lossy network repeats while its
+// transactions linger: the caller's INVITE after the 200 goes nowhere
+// (RFC 6026), the callee's 200 again reaches the caller, the ACK of the
+// 200 reaches the callee, the caller's BYE again gets the same 200 and
+// does not reach the callee, and the callee's 200 to the BYE again reaches
+// the caller.
+func TestAnsweredCallAbsorbsRetransmissions(t *testing.T) {
+	t.Parallel()
+	t.Run("through the supervisor", func(t *testing.T) { testAnsweredCallAbsorbs(t, false) })
+	t.Run("reply sockets", func(t *testing.T) { testAnsweredCallAbsorbs(t, true) })
+}
+
+func testAnsweredCallAbsorbs(t *testing.T, replySockets bool) {
+	caller, callee := harness.NewPeer(t), harness.NewPeer(t)
+	extra := "udp_workers = 2\ntcp_workers = 1"
+	if replySockets {
+		extra += "\nworker_reply_sockets = yes"
+	}
+	s := harness.Start(t, harness.ProxyCfg(callee.Port(), extra))
+	defer s.StopDrained()
+	proxy := harness.Local(s.SIPPort("udp"))
+	nothing := func(p *harness.Peer, what string) {
+		t.Helper()
+		if m, ok := p.Recv(time.Second); ok {
+			t.Fatalf("%s: want nothing more, have %s:\n%s", what, m, m.Raw)
+		}
+	}
+
+	id := fmt.Sprintf("settled-%d", time.Now().UnixNano())
+	invite := harness.Invite(caller, callee, id, "", 70)
+	caller.Send(proxy, invite)
+	caller.Expect(5*time.Second, "100 Trying", harness.IsStatus(100))
+	inv, _ := callee.Expect(5*time.Second, "the INVITE at the callee", harness.IsMethod("INVITE"))
+	ok := harness.ReplyTo(inv, 200, "OK", "callee1")
+	callee.Send(inv.From, ok)
+	caller.Expect(5*time.Second, "200 OK", harness.IsStatus(200))
+
+	caller.Send(proxy, invite)
+	nothing(callee, "the INVITE again after its 200")
+	nothing(caller, "the INVITE again after its 200")
+	callee.Send(inv.From, ok)
+	caller.Expect(5*time.Second, "the callee's 200 again", harness.IsStatus(200))
+
+	// In the dialog, as the caller's Via names it; the proxy's script
+	// relays what has a To tag and no Route to the callee.
+	inDialog := func(method string, cseq int) string {
+		return strings.NewReplacer("INVITE sip:", method+" sip:", "CSeq: 1 INVITE", fmt.Sprintf("CSeq: %d %s", cseq, method),
+			"branch=z9hG4bK-"+id, "branch=z9hG4bK-"+method+id).Replace(harness.Invite(caller, callee, id, ";tag=callee1", 70))
+	}
+	caller.Send(proxy, inDialog("ACK", 1))
+	callee.Expect(5*time.Second, "the ACK of the 200", harness.IsMethod("ACK"))
+
+	bye := inDialog("BYE", 2)
+	caller.Send(proxy, bye)
+	b, _ := callee.Expect(5*time.Second, "the BYE at the callee", harness.IsMethod("BYE"))
+	byeOK := harness.ReplyTo(b, 200, "OK", "")
+	callee.Send(b.From, byeOK)
+	first, _ := caller.Expect(5*time.Second, "200 OK to the BYE", harness.IsStatus(200))
+	caller.Send(proxy, bye)
+	again, _ := caller.Expect(5*time.Second, "the same 200 for the BYE again", harness.IsStatus(200))
+	if again.Raw != first.Raw {
+		t.Fatalf("want the BYE again answered with the same 200, have\n%s\nthen\n%s", first.Raw, again.Raw)
+	}
+	nothing(callee, "the BYE again")
+	callee.Send(b.From, byeOK)
+	caller.Expect(5*time.Second, "the callee's 200 to the BYE again", harness.IsStatus(200))
+}
