@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"hash/maphash"
 	"time"
 	"unsafe"
 )
@@ -17,13 +18,15 @@ import (
 // At thousands of calls a second a worker holds the transactions of the
 // last Linger of calls, two pairs a call (its INVITE's and its BYE's):
 // that was most of its heap.
+//
+// The fields are in the order that packs them in 48 bytes, a ring's slot.
 type Settled struct {
 	b          string // the keys then the reply, in the table's arena
 	sk, dk, ck uint32 // ends of the server, dialog and client keys in b
-	at         int64  // when it ends, unix ns
+	Invite     bool
+	at         int64 // when it ends, unix ns
 	// Up is the owner's note of where replies go upstream.
-	Up     uint64
-	Invite bool
+	Up uint64
 }
 
 // ServerKey is the key of the settled server transaction.
@@ -62,8 +65,14 @@ const (
 // freed from in that order, a chunk at a time, rather than memory of
 // their own. Settling allocates nothing once the ring and the arena have
 // grown to the rate's size.
+//
+// The indexes go by a hash of the key, which a lookup checks against the
+// record's key: an entry of a 64-bit hash and a sequence number takes 16
+// bytes of a map's room where one of the key's string took 24, and the
+// maps were as much of a lingering call's memory as its records.
 type settledSet struct {
-	servers, dialogs, clients map[string]uint64 // key → sequence number
+	seed                      maphash.Seed
+	servers, dialogs, clients map[uint64]uint64 // hash of the key → sequence number
 	ring                      []Settled         // by sequence number modulo its length, a power of 2
 	head, tail                uint64            // sequence numbers of the oldest record and the next
 	chunks                    []chunk           // the arena, oldest first; the last is written to
@@ -78,7 +87,7 @@ type chunk struct {
 }
 
 func newSettledSet() settledSet {
-	return settledSet{servers: map[string]uint64{}, dialogs: map[string]uint64{}, clients: map[string]uint64{}}
+	return settledSet{seed: maphash.MakeSeed(), servers: map[uint64]uint64{}, dialogs: map[uint64]uint64{}, clients: map[uint64]uint64{}}
 }
 
 func (s *settledSet) len() int { return int(s.tail - s.head) }
@@ -131,11 +140,13 @@ func (s *settledSet) add(server, dialog, client string, last []byte, invite bool
 	sk, dk := uint32(len(server)), uint32(len(server)+len(dialog))
 	r := s.at(seq)
 	*r = Settled{b: b, sk: sk, dk: dk, ck: dk + uint32(len(client)), at: at.UnixNano(), Up: up, Invite: invite}
-	put(s.servers, r.ServerKey(), seq)
+	// A later record of a key takes the earlier one's place; two keys of
+	// one hash, a chance of 2^-64 a pair, leave the earlier unfound.
+	s.servers[s.hash(server)] = seq
 	if dialog != "" {
-		put(s.dialogs, r.DialogKey(), seq)
+		s.dialogs[s.hash(dialog)] = seq
 	}
-	put(s.clients, r.ClientKey(), seq)
+	s.clients[s.hash(client)] = seq
 }
 
 // grow doubles the ring, keeping each record at its sequence number.
@@ -157,11 +168,11 @@ func (s *settledSet) expire(now time.Time) {
 			break
 		}
 		seq := s.head
-		drop(s.servers, r.ServerKey(), seq)
+		drop(s.servers, s.hash(r.ServerKey()), seq)
 		if r.dk > r.sk {
-			drop(s.dialogs, r.DialogKey(), seq)
+			drop(s.dialogs, s.hash(r.DialogKey()), seq)
 		}
-		drop(s.clients, r.ClientKey(), seq)
+		drop(s.clients, s.hash(r.ClientKey()), seq)
 		*r = Settled{}
 		s.head++
 	}
@@ -184,7 +195,7 @@ func (s *settledSet) expire(now time.Time) {
 
 // drop takes k out of m when it still names record seq: a later record
 // of the same key took its place.
-func drop(m map[string]uint64, k string, seq uint64) {
+func drop(m map[uint64]uint64, k uint64, seq uint64) {
 	if v, ok := m[k]; ok && v == seq {
 		delete(m, k)
 	}
@@ -198,10 +209,16 @@ func (s *settledSet) next() (time.Time, bool) {
 	return time.Unix(0, s.at(s.head).at), true
 }
 
-func (s *settledSet) find(m map[string]uint64, key []byte) *Settled {
-	seq, ok := m[string(key)]
+func (s *settledSet) hash(k string) uint64 { return maphash.String(s.seed, k) }
+
+// find is the record whose key, as key reads it, is k, by index m.
+func (s *settledSet) find(m map[uint64]uint64, k []byte, key func(*Settled) string) *Settled {
+	seq, ok := m[maphash.Bytes(s.seed, k)]
 	if !ok {
 		return nil
 	}
-	return s.at(seq)
+	if r := s.at(seq); key(r) == string(k) {
+		return r
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // A settled pair is found by its keys for Linger and by none after; its
@@ -124,5 +125,13 @@ func TestSettledArena(t *testing.T) {
 	}
 	if len(tb.settled.chunks) != 1 || len(tb.settled.chunks[0].b) != 0 || len(tb.settled.spare) > spareChunks {
 		t.Fatalf("want one empty chunk and at most %d spare once all ended, have %d and %d", spareChunks, len(tb.settled.chunks), len(tb.settled.spare))
+	}
+}
+
+// A ring's slot is a settled record: the size each lingering pair costs
+// beside its bytes.
+func TestSettledSize(t *testing.T) {
+	if n := unsafe.Sizeof(Settled{}); n > 48 {
+		t.Fatalf("want a settled record in 48 bytes, have %d", n)
 	}
 }
