@@ -268,3 +268,26 @@ func TestSettledCallLingers(t *testing.T) {
 		t.Fatalf("after lingering: want an ACK and a CANCEL of no transaction to go nowhere, have %q", down)
 	}
 }
+
+// With an unnamed onreply_route, which sees every reply with its
+// transaction, a late one after the 2xx included, nothing is settled: the
+// INVITE's transactions linger in the table as they were.
+func TestOnReplyRouteSettlesNothing(t *testing.T) {
+	t.Parallel()
+	d := newCallDriverScript(t, callScript+"onreply_route {\n\tappend_hf(\"X-Seen: $rs\");\n}\n")
+	defer d.close()
+	w := d.w
+	const callID = "onreply"
+	inv := d.invite(callID)
+	d.msg(d.uac, inv)
+	br := d.lastBranch()
+	d.msg(d.uas, d.reply(200, "OK", br, callID, 1, "INVITE"))
+	k := inviteKeys(t, inv, br)
+	if tx := w.txns.Server(k.server); tx == nil || tx.State != txn.Accepted || w.txns.Settled() != 0 {
+		t.Fatalf("want the INVITE's transaction lingering in the table, none settled, have %d settled", w.txns.Settled())
+	}
+	w.Tick(time.Now().Add(time.Hour))
+	if w.Held() != 0 {
+		t.Fatalf("want nothing held once lingering is over, have %d", w.Held())
+	}
+}
