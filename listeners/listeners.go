@@ -15,7 +15,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -102,6 +104,13 @@ type Socket struct {
 	// on TCP (the worker that takes a connection does the handshakes).
 	UDP *net.UDPConn
 	TCP *net.TCPListener
+
+	// accept is a copy of TCP's descriptor that Accept waits on in the
+	// runtime's poller (a listener's own RawConn cannot wait); CloseStream
+	// closes both.
+	acceptMu sync.Mutex
+	accept   *os.File
+	closed   bool
 }
 
 // Name is how the socket is named to workers: the bound address.
@@ -346,10 +355,150 @@ func Close(ss []*Socket) {
 		if s.UDP != nil {
 			s.UDP.Close()
 		}
-		if s.TCP != nil {
-			s.TCP.Close()
-		}
+		s.CloseStream()
 	}
+}
+
+// CloseStream stops a stream socket's listening: TCP and the copy Accept
+// waits on, which ends an Accept under way with net.ErrClosed.
+func (s *Socket) CloseStream() {
+	if s.TCP == nil {
+		return
+	}
+	s.acceptMu.Lock()
+	defer s.acceptMu.Unlock()
+	s.closed = true
+	s.TCP.Close()
+	if s.accept != nil {
+		s.accept.Close()
+	}
+}
+
+// Accept accepts one connection on a stream socket by the system call:
+// its descriptor (non-blocking, close-on-exec), which the caller owns, and
+// the peer's address, IPv4-mapped addresses unmapped. A caller that only
+// hands connections on (the supervisor) so spares what net's Accept does
+// for a connection it would read itself: a registration in the runtime's
+// poller, an address lookup and the socket options that SetAcceptOptions
+// sets once on the listener instead. A connection reset before it was
+// accepted is skipped; CloseStream ends the wait with net.ErrClosed.
+func (s *Socket) Accept() (int, netip.AddrPort, error) {
+	f, err := s.acceptFile()
+	if err != nil {
+		return -1, netip.AddrPort{}, err
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return -1, netip.AddrPort{}, err
+	}
+	for {
+		var nfd int
+		var sa unix.Sockaddr
+		var aerr error
+		err := rc.Read(func(fd uintptr) bool {
+			for {
+				nfd, sa, aerr = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+				if aerr != unix.EINTR {
+					return aerr != unix.EAGAIN
+				}
+			}
+		})
+		switch {
+		case errors.Is(err, os.ErrClosed):
+			return -1, netip.AddrPort{}, net.ErrClosed
+		case err != nil:
+			return -1, netip.AddrPort{}, err
+		case aerr == unix.ECONNABORTED:
+			continue
+		case aerr != nil:
+			return -1, netip.AddrPort{}, aerr
+		}
+		return nfd, sockaddrPort(sa), nil
+	}
+}
+
+// acceptFile is the copy of TCP's descriptor Accept waits on, made at the
+// first Accept.
+func (s *Socket) acceptFile() (*os.File, error) {
+	s.acceptMu.Lock()
+	defer s.acceptMu.Unlock()
+	if s.closed {
+		return nil, net.ErrClosed
+	}
+	if s.accept == nil {
+		rc, err := s.TCP.SyscallConn()
+		if err != nil {
+			return nil, err
+		}
+		// A copy made here, not by File, which would leave the socket
+		// blocking: the copy shares the listener's non-blocking mode, so
+		// NewFile registers it with the poller.
+		nfd, derr := -1, error(nil)
+		if err := rc.Control(func(fd uintptr) { nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+			return nil, err
+		}
+		if derr != nil {
+			return nil, derr
+		}
+		s.accept = os.NewFile(uintptr(nfd), "accept "+s.Name())
+	}
+	return s.accept, nil
+}
+
+// KeepAlive is the idle time before a connection's first keep-alive probe
+// and between probes: net's default for the connections it accepts.
+const KeepAlive = 15 * time.Second
+
+// KeepAliveProbes is how many probes go unanswered before a connection is
+// dropped (net's default, the system's).
+const KeepAliveProbes = 9
+
+// SetAcceptOptions sets on a stream socket's listener the options every
+// connection it accepts inherits (Linux copies them from the listener):
+// Nagle off, as a SIP message is written whole and a reply must not wait
+// on an ACK, and keep-alive probes, as net's Accept sets on each.
+func (s *Socket) SetAcceptOptions() error {
+	rc, err := s.TCP.SyscallConn()
+	if err != nil {
+		return err
+	}
+	cerr := rc.Control(func(fd uintptr) {
+		for _, o := range []struct{ level, name, v int }{
+			{unix.IPPROTO_TCP, unix.TCP_NODELAY, 1},
+			{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
+			{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, int(KeepAlive / time.Second)},
+			{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, int(KeepAlive / time.Second)},
+			{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, KeepAliveProbes},
+		} {
+			if err = unix.SetsockoptInt(int(fd), o.level, o.name, o.v); err != nil {
+				return
+			}
+		}
+	})
+	if cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// sockaddrPort is an accepted peer's address, IPv4-mapped addresses
+// unmapped.
+func sockaddrPort(sa unix.Sockaddr) netip.AddrPort {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+	case *unix.SockaddrInet6:
+		ip := netip.AddrFrom16(a.Addr).Unmap()
+		if a.ZoneId != 0 && ip.Is6() {
+			// A link-local peer: its zone is part of the address the
+			// worker reports when the connection ends.
+			if ifi, err := net.InterfaceByIndex(int(a.ZoneId)); err == nil {
+				ip = ip.WithZone(ifi.Name)
+			}
+		}
+		return netip.AddrPortFrom(ip, uint16(a.Port))
+	}
+	return netip.AddrPort{}
 }
 
 // Files duplicates the UDP sockets' descriptors for a child process, in order,

@@ -3,7 +3,6 @@ package pool
 import (
 	"errors"
 	"math"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -174,14 +173,10 @@ func (w *Worker) send(frame []byte, capped bool, now int64) (uint64, error) {
 	}
 }
 
-// SendConn hands the worker a TCP connection (by descriptor) and closes the
-// supervisor's copy once the worker has it.
-func (w *Worker) SendConn(c *net.TCPConn) error {
-	if err := w.sendFile([]byte{wire.FrameConn}, c); err != nil {
-		return err
-	}
-	c.Close()
-	return nil
+// SendConn hands the worker a connection the supervisor accepted (by
+// descriptor), which the supervisor keeps its copy of.
+func (w *Worker) SendConn(c syscall.Conn) error {
+	return w.sendFile([]byte{wire.FrameConn}, c)
 }
 
 // SendConnFile hands the worker a connection the supervisor holds a copy

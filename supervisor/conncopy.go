@@ -19,23 +19,6 @@ type connCopy struct{ fd int }
 // errConnCopy: a connCopy is never read or written.
 var errConnCopy = errors.New("a connection's copy is not for reading or writing")
 
-// dupConn copies the descriptor of c.
-func dupConn(c syscall.Conn) (*connCopy, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var nfd int
-	var derr error
-	if err := rc.Control(func(fd uintptr) { nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
-		return nil, err
-	}
-	if derr != nil {
-		return nil, derr
-	}
-	return &connCopy{fd: nfd}, nil
-}
-
 // SyscallConn lets the copy be sent with SCM_RIGHTS (pool.Worker's
 // sendFile, the upgrade's link), which only calls Control.
 func (c *connCopy) SyscallConn() (syscall.RawConn, error) { return c, nil }

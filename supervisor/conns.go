@@ -244,10 +244,17 @@ func (s *Supervisor) passToWorker(pid int, from string, msg []byte) bool {
 }
 
 // acceptLoop hands each accepted TCP connection to the least loaded worker of
-// the TCP group.
+// the TCP group. It accepts by the system call (listeners.Socket.Accept),
+// not net's Accept: the supervisor never reads a connection, and a
+// net.TCPConn cost a registration in its poller, an address lookup and
+// five socket options a connection, which the listener's options give
+// every connection it accepts instead.
 func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
+	if err := sk.SetAcceptOptions(); err != nil {
+		s.log.Warn("stream listener options not set; connections keep the system's", "socket", sk.Name(), "error", err)
+	}
 	for {
-		c, err := sk.TCP.AcceptTCP()
+		fd, ap, err := sk.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
@@ -256,8 +263,7 @@ func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		ap := c.RemoteAddr().(*net.TCPAddr).AddrPort()
-		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		c := &connCopy{fd: fd}
 		// A banned source costs no worker: its connection is closed as it
 		// is accepted.
 		if s.bans.list.Banned(ap.Addr(), time.Now().UnixNano()) {
@@ -278,17 +284,13 @@ func (s *Supervisor) acceptLoop(sk *listeners.Socket) error {
 			c.Close()
 			continue
 		}
-		// The supervisor's copy of the descriptor: a draining worker can
-		// give the connection back and another go on reading it.
-		f, ferr := dupConn(c)
-		if ferr != nil {
-			f = nil
-		}
-		s.sockets.conns.handed(w, ap, f)
+		// The accepted descriptor stays the supervisor's copy: a draining
+		// worker can give the connection back and another go on reading
+		// it. ended closes it.
+		s.sockets.conns.handed(w, ap, c)
 		if err := w.SendConn(c); err != nil {
 			s.sockets.conns.ended(w, ap, "not_handed")
 			s.m.dropped.WithLabelValues("tcp", "queue_full").Inc()
-			c.Close()
 		}
 	}
 }

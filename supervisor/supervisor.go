@@ -592,9 +592,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.ov.Stop()
 	for _, sk := range s.sockets.list {
-		if sk.TCP != nil {
-			sk.TCP.Close()
-		}
+		sk.CloseStream()
 	}
 	drained := make(chan struct{})
 	go func() {

@@ -653,9 +653,7 @@ func (s *Supervisor) handOverSockets(h *handover, doors *sync.WaitGroup, srv *ht
 		if sk.UDP != nil {
 			sk.UDP.SetReadDeadline(time.Unix(1, 0))
 		}
-		if sk.TCP != nil {
-			sk.TCP.Close()
-		}
+		sk.CloseStream()
 	}
 	s.stopDoors(doors)
 	s.sockets.httpLn.Close()
