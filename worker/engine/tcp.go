@@ -204,10 +204,13 @@ func (w *Worker) HandleConn(c net.Conn) {
 	}
 	switch {
 	case has(w.tlsListen) && w.tlsServer != nil:
-		rec := &recordConn{Conn: c}
+		// Under crypto/tls as under plain TCP, the socket is read and
+		// written with rawio's calls: through net.Conn's, each record read
+		// or written woke the runtime's monitor thread.
+		rec := &recordConn{Conn: rawStream(c)}
 		w.adoptWith(tls.Server(rec, serverTLSConfig(w.serverTLS(), rec)), true, true, false, false, func(tc *tcpConn) { tc.rec = rec })
 	case has(w.wssListen) && w.tlsServer != nil:
-		w.adopt(tls.Server(c, w.serverTLS()), true, true, true, false)
+		w.adopt(tls.Server(rawStream(c), w.serverTLS()), true, true, true, false)
 	case has(w.wsListen):
 		w.adopt(rawStream(c), true, false, true, handed)
 	default:
@@ -236,8 +239,8 @@ type rawTCP struct {
 }
 
 // rawStream is c read and written as a rawTCP, when it is a TCP
-// connection as accepted or dialed; any other (TLS, one with bytes read
-// before by another worker) as it is.
+// connection as accepted or dialed (under crypto/tls too); any other (one
+// with bytes read before by another worker) as it is.
 func rawStream(c net.Conn) net.Conn {
 	t, ok := c.(*net.TCPConn)
 	if !ok {
@@ -328,7 +331,7 @@ func (w *Worker) TakeTLS(c net.Conn, payload []byte) {
 	}
 	var m *movedTLS
 	if err == nil {
-		m, err = newMovedTLS(c, st)
+		m, err = newMovedTLS(rawStream(c), st)
 	}
 	if err != nil {
 		// The connection cannot go on without its state: closed, which
