@@ -249,9 +249,10 @@ func (m *movedTLS) readRecord() error {
 				return m.open(rec)
 			}
 		}
-		buf := make([]byte, 16<<10)
-		k, err := m.Conn.Read(buf)
-		m.raw = append(m.raw, buf[:k]...)
+		bp := readBufs.Get().(*[]byte)
+		k, err := m.Conn.Read(*bp)
+		m.raw = append(m.raw, (*bp)[:k]...)
+		readBufs.Put(bp)
 		if err != nil {
 			if err == io.EOF && len(m.raw) > 0 {
 				return io.ErrUnexpectedEOF
@@ -382,7 +383,8 @@ type recordConn struct {
 	net.Conn
 
 	// Reads, on the reader's goroutine.
-	buf      []byte // read from the socket, not yet handed on
+	buf      []byte  // read from the socket, not yet handed on
+	bp       *[]byte // buf's buffer, from readBufs
 	hdr      [recordHeaderLen]byte
 	hdrGot   int
 	bodyLeft int
@@ -404,14 +406,21 @@ type recordConn struct {
 	clientApp, serverApp []byte
 }
 
+// readBufs are the buffers the socket of a TLS connection is read into,
+// each held only while what it read is being handed on: one made per read
+// was 16 KB of garbage per message, and one kept per connection would be
+// 16 KB held by each idle one.
+var readBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
 func (r *recordConn) Read(p []byte) (int, error) {
 	if len(r.buf) == 0 {
-		b := make([]byte, 16<<10)
-		n, err := r.Conn.Read(b)
-		r.buf = b[:n]
+		bp := readBufs.Get().(*[]byte)
+		n, err := r.Conn.Read(*bp)
 		if n == 0 {
+			readBufs.Put(bp)
 			return 0, err
 		}
+		r.bp, r.buf = bp, (*bp)[:n]
 	}
 	var n int
 	if r.bodyLeft == 0 {
@@ -432,6 +441,11 @@ func (r *recordConn) Read(p []byte) (int, error) {
 		}
 	}
 	r.buf = r.buf[n:]
+	if len(r.buf) == 0 {
+		r.buf = nil
+		readBufs.Put(r.bp)
+		r.bp = nil
+	}
 	return n, nil
 }
 
