@@ -81,10 +81,14 @@ func (t *steerTable) newSettled(slot uint8, callID []byte, now int64) bool {
 // moved, or by the supervisor's door), which that one must absorb. Any
 // other message of a Call-ID unknown here goes there while its bucket is
 // not settled: its call may live in the worker that had the bucket, which
-// the supervisor's door knows.
-func toDoor(handed, draining, newSession bool, t *steerTable, slot uint8, callID []byte, now int64) bool {
+// the supervisor's door knows; but a response whose branch names the
+// worker that made it (owned), which the engine finds by its branch, not
+// by its Call-ID: its own transaction, or passed to that worker through
+// the supervisor (a TCP worker's call to a UDP callee, whose answers the
+// kernel places by Call-ID on a UDP worker).
+func toDoor(handed, draining, newSession, owned bool, t *steerTable, slot uint8, callID []byte, now int64) bool {
 	switch {
-	case handed:
+	case handed, owned:
 		return false
 	case newSession:
 		return draining || !t.newSettled(slot, callID, now)
@@ -324,7 +328,11 @@ func (t *passTarget) Waiting(uint64) bool { return false }
 func (t *passTarget) Passes() bool { return !t.d.door.IsHanded() }
 
 func (d *direct) pick(m *sipscan.Msg, newSession bool, now int64) frontdoor.Target {
-	if toDoor(d.door.IsHanded(), d.w.draining, newSession, &d.steer, d.slot, m.CallID, now) {
+	owned := false
+	if m.StatusCode != 0 {
+		_, owned = wire.BranchOwner(m.Branch)
+	}
+	if toDoor(d.door.IsHanded(), d.w.draining, newSession, owned, &d.steer, d.slot, m.CallID, now) {
 		return &d.pass
 	}
 	return &d.self
@@ -332,7 +340,7 @@ func (d *direct) pick(m *sipscan.Msg, newSession bool, now int64) frontdoor.Targ
 
 func (d *direct) admit(m *sipscan.Msg, now int64) (overload.Refusal, int) {
 	gate := d.w.stats.Load(wire.OffGate)
-	if toDoor(false, d.w.draining, true, &d.steer, d.slot, m.CallID, now) {
+	if toDoor(false, d.w.draining, true, false, &d.steer, d.slot, m.CallID, now) {
 		// The supervisor's door will decide (pick passes it there).
 		return overload.RefuseNone, wire.GateRetryAfter(gate)
 	}

@@ -60,25 +60,29 @@ func TestToDoor(t *testing.T) {
 	for _, c := range []struct {
 		name                         string
 		handed, draining, newSession bool
+		owned                        bool
 		table                        *steerTable
 		want                         bool
 	}{
-		{"a new session in a bucket long ours is ours", false, false, true, table(slot, long), false},
-		{"a new session in a bucket newly ours, none taken elsewhere: ours", false, false, true, table(slot, recent), false},
-		{"a new session another took one of lately: the supervisor's door, it may be a retransmission", false, false, true, fresh(table(slot, long), recent), true},
-		{"a new session another took one of a transaction's lifetime ago: ours", false, false, true, fresh(table(slot, long), now-int64(sessions.TransactionLifetime)), false},
-		{"a new session of a bucket another slot has: the supervisor's door", false, false, true, table(5, long), true},
-		{"a draining worker takes no new session", false, true, true, table(slot, long), true},
-		{"handed over: ours, even draining", true, true, true, table(slot, recent), false},
-		{"handed over: ours, in a new bucket", true, false, false, table(slot, recent), false},
-		{"unknown call in a bucket long ours: ours", false, false, false, table(slot, long), false},
-		{"unknown call in a bucket newly ours: the supervisor's door", false, false, false, table(slot, recent), true},
-		{"unknown call in a bucket just under the pending time", false, false, false, table(slot, long+2), true},
-		{"unknown call in a bucket another slot has", false, false, false, table(5, long), true},
-		{"unknown call before any table", false, false, false, &steerTable{}, true},
-		{"unknown call while draining, bucket long ours", false, true, false, table(slot, long), false},
+		{"a new session in a bucket long ours is ours", false, false, true, false, table(slot, long), false},
+		{"a new session in a bucket newly ours, none taken elsewhere: ours", false, false, true, false, table(slot, recent), false},
+		{"a new session another took one of lately: the supervisor's door, it may be a retransmission", false, false, true, false, fresh(table(slot, long), recent), true},
+		{"a new session another took one of a transaction's lifetime ago: ours", false, false, true, false, fresh(table(slot, long), now-int64(sessions.TransactionLifetime)), false},
+		{"a new session of a bucket another slot has: the supervisor's door", false, false, true, false, table(5, long), true},
+		{"a draining worker takes no new session", false, true, true, false, table(slot, long), true},
+		{"handed over: ours, even draining", true, true, true, false, table(slot, recent), false},
+		{"handed over: ours, in a new bucket", true, false, false, false, table(slot, recent), false},
+		{"unknown call in a bucket long ours: ours", false, false, false, false, table(slot, long), false},
+		{"unknown call in a bucket newly ours: the supervisor's door", false, false, false, false, table(slot, recent), true},
+		{"unknown call in a bucket just under the pending time", false, false, false, false, table(slot, long+2), true},
+		{"unknown call in a bucket another slot has", false, false, false, false, table(5, long), true},
+		{"unknown call before any table", false, false, false, false, &steerTable{}, true},
+		{"unknown call while draining, bucket long ours", false, true, false, false, table(slot, long), false},
+		{"a response of a branch a worker made, in a bucket newly ours: ours, found by its branch", false, false, false, true, table(slot, recent), false},
+		{"a response of a branch a worker made, in a bucket another slot has: ours", false, false, false, true, table(5, long), false},
+		{"a response of a branch a worker made, before any table: ours", false, false, false, true, &steerTable{}, false},
 	} {
-		if have := toDoor(c.handed, c.draining, c.newSession, c.table, slot, callID, now); have != c.want {
+		if have := toDoor(c.handed, c.draining, c.newSession, c.owned, c.table, slot, callID, now); have != c.want {
 			t.Errorf("%s: want %v, have %v", c.name, c.want, have)
 		}
 	}
