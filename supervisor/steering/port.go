@@ -82,12 +82,8 @@ type Port struct {
 	placed [steer.Buckets]atomic.Int64
 
 	view atomic.Pointer[view]
-	kick chan struct{}
-	// closed is admission's closed state as the last refresh found it,
-	// pace the time to the next refresh the loop makes unasked, members
-	// how many workers the program places datagrams on.
-	closed  atomic.Pointer[string]
-	pace    atomic.Int64
+	pacer
+	// members is how many workers the program places datagrams on.
 	members atomic.Int64
 }
 
@@ -134,9 +130,9 @@ var counterWords = func() []int {
 // the first refresh every datagram is the door's, since without a program
 // the kernel would spread them over the members by address.
 func New(o Options) *Port {
-	p := &Port{o: o, sent: map[int]int{}, kick: make(chan struct{}, 1), retired: map[int]uint64{}}
+	p := &Port{o: o, sent: map[int]int{}, retired: map[int]uint64{}}
+	p.pacer.init()
 	p.view.Store(&view{})
-	p.pace.Store(int64(Every))
 	if err := p.attach(steer.DoorProgram()); err != nil {
 		o.Log.Warn("steering program not installed; the kernel spreads datagrams by address until it is", "group", o.Group, "error", err)
 	}
@@ -168,32 +164,9 @@ func (p *Port) WorkerFiles(id int) ([]*os.File, []string, error) {
 	return []*os.File{p.slots[k].f}, []string{fmt.Sprintf("%s=%d:%d", wire.EnvDirect, p.o.UDPIndex, k+1)}, nil
 }
 
-// Poke asks for a refresh soon; it never blocks (pool.GroupOptions.OnRoutable).
-func (p *Port) Poke() {
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-}
-
-// Poked delivers the refreshes asked for.
-func (p *Port) Poked() <-chan struct{} { return p.kick }
-
-// Pace is the time to the next refresh no event asks for, as the last
-// refresh set it.
-func (p *Port) Pace() time.Duration { return time.Duration(p.pace.Load()) }
-
 // Members is how many workers the program places datagrams on: 0 while
 // every datagram goes to the door.
 func (p *Port) Members() int { return int(p.members.Load()) }
-
-// NoteClosed asks for a refresh if admission's closed state is no longer
-// the one the last refresh wrote (the throttle, which moves at its echo).
-func (p *Port) NoteClosed(closed string) {
-	if c := p.closed.Load(); c == nil || *c != closed {
-		p.Poke()
-	}
-}
 
 // Refresh writes the gate into every worker's page, places the buckets,
 // installs the program and tells the workers when the table changed: it
@@ -212,10 +185,7 @@ func (p *Port) Refresh(now time.Time) {
 	if p.o.MaxCallDuration != nil {
 		in.MaxCallDuration = uint64(p.o.MaxCallDuration())
 	}
-	if c := p.closed.Load(); c == nil || *c != in.Closed {
-		closed := in.Closed
-		p.closed.Store(&closed)
-	}
+	p.found(in.Closed)
 
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -44,9 +44,7 @@ type Stream struct {
 	// that read the workers before it exited must not count it anew.
 	exited map[int]time.Time
 
-	kick   chan struct{}
-	pace   atomic.Int64
-	closed atomic.Pointer[string]
+	pacer
 }
 
 // streamWords are the words of a worker's page a refresh adds to the
@@ -65,31 +63,9 @@ var streamWords = func() []int {
 // NewStream makes a group's stream admission. Until its first refresh
 // the workers' gates are closed (a zero word), so they ask.
 func NewStream(o StreamOptions) *Stream {
-	s := &Stream{o: o, seen: map[int][]uint64{}, exited: map[int]time.Time{}, kick: make(chan struct{}, 1)}
-	s.pace.Store(int64(Every))
+	s := &Stream{o: o, seen: map[int][]uint64{}, exited: map[int]time.Time{}}
+	s.pacer.init()
 	return s
-}
-
-// Poke asks the loop for a refresh at once.
-func (s *Stream) Poke() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
-
-// Poked is where Poke's requests arrive.
-func (s *Stream) Poked() <-chan struct{} { return s.kick }
-
-// Pace is the time to the next refresh no event asks for.
-func (s *Stream) Pace() time.Duration { return time.Duration(s.pace.Load()) }
-
-// NoteClosed asks for a refresh if admission's closed state is no longer
-// what the last refresh found.
-func (s *Stream) NoteClosed(closed string) {
-	if c := s.closed.Load(); c == nil || *c != closed {
-		s.Poke()
-	}
 }
 
 // Refresh writes every worker's gate and quotas, and adds what the
@@ -99,8 +75,7 @@ func (s *Stream) Refresh(now time.Time) {
 	in := Inputs{Now: now}
 	ReadAdmission(&in, s.o.Admission, s.o.Gate, s.o.RetryAfter)
 	in.HandedOver = s.o.HandedOver != nil && s.o.HandedOver()
-	closed := in.Closed
-	s.closed.Store(&closed)
+	s.found(in.Closed)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
