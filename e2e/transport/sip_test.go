@@ -19,6 +19,20 @@ import (
 // sees the INVITE twice. After the callee's 486, a retransmitted INVITE gets
 // the 486 again, and the caller's ACK ends at the proxy, which has ACKed the
 // 486 to the callee itself.
+// retransmissionProxy is a caller and a callee as raw UDP peers and the
+// proxy between them, with two UDP workers (a retransmission must reach the
+// worker that holds its transaction, by Call-ID), relaying through the
+// supervisor or, with replySockets, from the workers' reply sockets.
+func retransmissionProxy(t *testing.T, replySockets bool) (caller, callee *harness.Peer, s *harness.Server) {
+	t.Helper()
+	caller, callee = harness.NewPeer(t), harness.NewPeer(t)
+	extra := "udp_workers = 2\ntcp_workers = 1"
+	if replySockets {
+		extra += "\nworker_reply_sockets = yes"
+	}
+	return caller, callee, harness.Start(t, harness.ProxyCfg(callee.Port(), extra))
+}
+
 func TestRetransmissionsAbsorbed(t *testing.T) {
 	t.Parallel()
 	t.Run("through the supervisor", func(t *testing.T) { testRetransmissionsAbsorbed(t, false) })
@@ -28,14 +42,7 @@ func TestRetransmissionsAbsorbed(t *testing.T) {
 }
 
 func testRetransmissionsAbsorbed(t *testing.T, replySockets bool) {
-	caller, callee := harness.NewPeer(t), harness.NewPeer(t)
-	// Two workers: the retransmissions must reach the worker that holds the
-	// transaction, by Call-ID.
-	extra := "udp_workers = 2\ntcp_workers = 1"
-	if replySockets {
-		extra += "\nworker_reply_sockets = yes"
-	}
-	s := harness.Start(t, harness.ProxyCfg(callee.Port(), extra))
+	caller, callee, s := retransmissionProxy(t, replySockets)
 	defer s.StopDrained()
 	sip := s.SIPPort("udp")
 	proxy := harness.Local(sip)
@@ -348,12 +355,7 @@ func TestAnsweredCallAbsorbsRetransmissions(t *testing.T) {
 }
 
 func testAnsweredCallAbsorbs(t *testing.T, replySockets bool) {
-	caller, callee := harness.NewPeer(t), harness.NewPeer(t)
-	extra := "udp_workers = 2\ntcp_workers = 1"
-	if replySockets {
-		extra += "\nworker_reply_sockets = yes"
-	}
-	s := harness.Start(t, harness.ProxyCfg(callee.Port(), extra))
+	caller, callee, s := retransmissionProxy(t, replySockets)
 	defer s.StopDrained()
 	proxy := harness.Local(s.SIPPort("udp"))
 	nothing := func(p *harness.Peer, what string) {
