@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/rawio"
 	"golang.org/x/sys/unix"
 )
 
@@ -392,14 +393,18 @@ func (s *Socket) Accept() (int, netip.AddrPort, error) {
 		return -1, netip.AddrPort{}, err
 	}
 	for {
-		var nfd int
-		var sa unix.Sockaddr
-		var aerr error
+		var (
+			nfd  int
+			peer netip.AddrPort
+			aerr syscall.Errno
+		)
+		// rawio's accept4: through the scheduler's hooks, the first call
+		// after the supervisor was idle woke the runtime's monitor thread.
 		err := rc.Read(func(fd uintptr) bool {
 			for {
-				nfd, sa, aerr = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-				if aerr != unix.EINTR {
-					return aerr != unix.EAGAIN
+				nfd, peer, aerr = rawio.Accept4(int(fd))
+				if aerr != rawio.EINTR {
+					return aerr != rawio.EAGAIN
 				}
 			}
 		})
@@ -408,12 +413,12 @@ func (s *Socket) Accept() (int, netip.AddrPort, error) {
 			return -1, netip.AddrPort{}, net.ErrClosed
 		case err != nil:
 			return -1, netip.AddrPort{}, err
-		case aerr == unix.ECONNABORTED:
+		case aerr == syscall.ECONNABORTED:
 			continue
-		case aerr != nil:
+		case aerr != 0:
 			return -1, netip.AddrPort{}, aerr
 		}
-		return nfd, sockaddrPort(sa), nil
+		return nfd, peer, nil
 	}
 }
 
@@ -479,26 +484,6 @@ func (s *Socket) SetAcceptOptions() error {
 		return cerr
 	}
 	return err
-}
-
-// sockaddrPort is an accepted peer's address, IPv4-mapped addresses
-// unmapped.
-func sockaddrPort(sa unix.Sockaddr) netip.AddrPort {
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
-	case *unix.SockaddrInet6:
-		ip := netip.AddrFrom16(a.Addr).Unmap()
-		if a.ZoneId != 0 && ip.Is6() {
-			// A link-local peer: its zone is part of the address the
-			// worker reports when the connection ends.
-			if ifi, err := net.InterfaceByIndex(int(a.ZoneId)); err == nil {
-				ip = ip.WithZone(ifi.Name)
-			}
-		}
-		return netip.AddrPortFrom(ip, uint16(a.Port))
-	}
-	return netip.AddrPort{}
 }
 
 // Files duplicates the UDP sockets' descriptors for a child process, in order,

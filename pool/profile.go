@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/rawio"
 	"github.com/sipvisor/sipvisor/internal/wire"
-	"golang.org/x/sys/unix"
 )
 
 // Errors of Worker.Profile, besides those of wire.CheckProfile.
@@ -192,9 +192,15 @@ func (w *Worker) sendFile(frame []byte, f syscall.Conn) error {
 	var sendErr error
 	// Control, not Fd: Fd would switch the file to blocking mode.
 	if err := rc.Control(func(fd uintptr) {
+		// rawio's sendmsg: through the scheduler's hooks, the first call
+		// after the supervisor was idle woke the runtime's monitor thread,
+		// once a connection.
 		for {
-			sendErr = unix.Sendmsg(w.p.dataFD, frame, unix.UnixRights(int(fd)), nil, 0)
-			if sendErr != unix.EINTR {
+			e := rawio.SendFD(w.p.dataFD, frame, int(fd))
+			if e != rawio.EINTR {
+				if e != 0 {
+					sendErr = e
+				}
 				return
 			}
 		}
@@ -205,7 +211,7 @@ func (w *Worker) sendFile(frame []byte, f syscall.Conn) error {
 	case nil:
 		w.count(time.Now().UnixNano())
 		return nil
-	case unix.EAGAIN:
+	case rawio.EAGAIN:
 		return ErrQueueFull
 	}
 	return sendErr

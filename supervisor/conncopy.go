@@ -4,7 +4,7 @@ import (
 	"errors"
 	"syscall"
 
-	"golang.org/x/sys/unix"
+	"github.com/sipvisor/sipvisor/internal/rawio"
 )
 
 // connCopy is the supervisor's copy of the descriptor of a connection a
@@ -39,7 +39,12 @@ func (c *connCopy) Close() error {
 	if c.fd < 0 {
 		return nil
 	}
-	err := unix.Close(c.fd)
+	// rawio's close, not through the scheduler's hooks: it would wake the
+	// runtime's monitor thread once a connection.
+	e := rawio.Close(c.fd)
 	c.fd = -1
-	return err
+	if e != 0 {
+		return e
+	}
+	return nil
 }

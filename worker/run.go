@@ -428,6 +428,7 @@ type workerLoop struct {
 	timed    Timed
 	mem      [4]metrics.Sample // heap in use, GC CPU seconds, CPU seconds available and idle
 	heapDue  time.Time
+	closer   fileCloser    // the files of handed connections that ended
 	replies  []*sendSocket // the worker's own reply sockets, if opened
 	direct   *direct       // the socket read directly, with wire.EnvDirect
 
@@ -703,6 +704,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 				w.direct.tick(now.UnixNano())
 			}
 			w.checkDrained()
+			w.closer.flush(now)
 			if !now.Before(w.heapDue) {
 				w.reportHeap(now)
 			}
@@ -964,9 +966,7 @@ func (w *workerLoop) handle(f frame) bool {
 		if f.fd < 0 {
 			return false
 		}
-		file := os.NewFile(uintptr(f.fd), "tcp")
-		c, err := net.FileConn(file)
-		file.Close()
+		c, err := handedConn(f.fd, &w.closer)
 		if err != nil {
 			w.env.Logger.Warn("take tcp connection", "error", err)
 			return false
@@ -981,9 +981,7 @@ func (w *workerLoop) handle(f frame) bool {
 		if f.fd < 0 {
 			return false
 		}
-		file := os.NewFile(uintptr(f.fd), "tls")
-		c, err := net.FileConn(file)
-		file.Close()
+		c, err := handedConn(f.fd, &w.closer)
 		if err != nil {
 			w.env.Logger.Warn("take tls connection", "error", err)
 			return false
@@ -1121,6 +1119,15 @@ func (c *prefixConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 // HandedOver tells a Handler that another worker read the connection
 // before (HandedOver).
 func (c *prefixConn) HandedOver() bool { return true }
+
+// Release closes this process's descriptor only (rawio.Stream's), as a
+// hand-off to another worker does.
+func (c *prefixConn) Release() error {
+	if r, ok := c.Conn.(interface{ Release() error }); ok {
+		return r.Release()
+	}
+	return c.Conn.Close()
+}
 
 // HandedOver reports whether c was handed over by a draining worker,
 // rather than newly accepted: its handshakes are done.

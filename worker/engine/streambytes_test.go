@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/rawio"
+
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/sipvisor/sipvisor/config"
@@ -364,8 +366,8 @@ func TestRawStream(t *testing.T) {
 	}
 	c := rawStream(a)
 	defer c.Close()
-	if _, ok := c.(*rawTCP); !ok {
-		t.Fatalf("a TCP connection: want a rawTCP, have %T", c)
+	if _, ok := c.(*rawio.Stream); !ok {
+		t.Fatalf("a TCP connection: want a rawio.Stream, have %T", c)
 	}
 	buf := make([]byte, 64)
 	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))

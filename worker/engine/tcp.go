@@ -11,12 +11,10 @@ import (
 	"math"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/emiago/sipgo/sip"
@@ -218,29 +216,12 @@ func (w *Worker) HandleConn(c net.Conn) {
 	}
 }
 
-// rawTCP is a TCP connection read and written with rawio's calls through
-// its raw descriptor, rather than net.Conn's: those bracket each call with
-// the scheduler's system-call hooks, which woke the runtime's monitor
-// thread at each message (package rawio). The descriptor is non-blocking,
-// and the waits are the network poller's, deadlines included. One
-// goroutine reads (the connection's reader); writes, the loop's and a
-// WebSocket Upgrade's answer, take wmu.
-type rawTCP struct {
-	*net.TCPConn // Close, deadlines, addresses
-	rc           syscall.RawConn
-	wmu          sync.Mutex
-	// Each call's buffer and result, and the function the poller calls
-	// with the descriptor, made once: a closure made per call would be an
-	// allocation per message.
-	rb, wb         []byte
-	rn, wn         int
-	re, we         syscall.Errno
-	readFn, writeF func(uintptr) bool
-}
-
-// rawStream is c read and written as a rawTCP, when it is a TCP
-// connection as accepted or dialed (under crypto/tls too); any other (one
-// with bytes read before by another worker) as it is.
+// rawStream is c read and written with rawio's calls (rawio.Stream), when
+// it is a TCP connection as dialed or accepted here (under crypto/tls too):
+// net.Conn's bracket each call with the scheduler's system-call hooks,
+// which woke the runtime's monitor thread at each message. One the
+// supervisor handed over is one already (package worker); any other (one
+// with bytes read before by another worker) stays as it is.
 func rawStream(c net.Conn) net.Conn {
 	t, ok := c.(*net.TCPConn)
 	if !ok {
@@ -250,72 +231,7 @@ func rawStream(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	r := &rawTCP{TCPConn: t, rc: rc}
-	r.readFn, r.writeF = r.readFD, r.writeFD
-	return r
-}
-
-func (c *rawTCP) readFD(fd uintptr) bool {
-	for {
-		c.rn, _, c.re = rawio.Recvmsg(int(fd), c.rb, nil)
-		if c.re != rawio.EINTR {
-			return c.re != rawio.EAGAIN
-		}
-	}
-}
-
-func (c *rawTCP) Read(b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	c.rb, c.rn, c.re = b, 0, 0
-	err := c.rc.Read(c.readFn)
-	n, e := c.rn, c.re
-	c.rb = nil
-	switch {
-	case err != nil:
-		return 0, err
-	case e != 0:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("recvmsg", e)}
-	case n == 0:
-		return 0, io.EOF
-	}
-	return n, nil
-}
-
-func (c *rawTCP) writeFD(fd uintptr) bool {
-	for c.wn < len(c.wb) {
-		k, e := rawio.Write(int(fd), c.wb[c.wn:])
-		switch e {
-		case 0:
-			c.wn += k
-		case rawio.EINTR:
-		case rawio.EAGAIN:
-			return false
-		default:
-			c.we = e
-			return true
-		}
-	}
-	return true
-}
-
-// Write writes all of b, waiting for room in the socket's buffer as
-// net.Conn does, within the write deadline.
-func (c *rawTCP) Write(b []byte) (int, error) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.wb, c.wn, c.we = b, 0, 0
-	err := c.rc.Write(c.writeF)
-	n, e := c.wn, c.we
-	c.wb = nil
-	switch {
-	case err != nil:
-		return n, err
-	case e != 0:
-		return n, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("write", e)}
-	}
-	return n, nil
+	return rawio.NewStream(t, rc)
 }
 
 // TakeTLS takes a TLS connection another worker handed back, with its
@@ -1158,7 +1074,11 @@ func (w *Worker) handOffParked() {
 		w.opt.HandOff(tc.remote.String(), tc.prefix, state)
 		// The supervisor's copy keeps the connection open for the next
 		// worker: this closes only ours.
-		raw.Close()
+		if r, ok := raw.(interface{ Release() error }); ok {
+			r.Release()
+		} else {
+			raw.Close()
+		}
 		w.Stats.HandedOff++
 	}
 }
