@@ -89,6 +89,7 @@ type Group struct {
 
 	maxWait      atomic.Int64     // MaxQueueWait, ns
 	staleRetired [2]atomic.Uint64 // stale drops and refusals of workers already reaped
+	peerRetired  atomic.Uint64    // responses passed straight to workers already reaped
 }
 
 // NewGroup makes a group; Start spawns its initial workers.
@@ -164,6 +165,18 @@ func (g *Group) Stale() (dropped, refused uint64) {
 		refused += r
 	}
 	return dropped, refused
+}
+
+// PeerPassed is how many responses the group's workers, reaped ones
+// included, took straight from another worker (wire.FramePeerMessage).
+func (g *Group) PeerPassed() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := g.peerRetired.Load()
+	for _, w := range g.workers {
+		n += w.p.stats.Load(wire.OffPeerPassed)
+	}
+	return n
 }
 
 // SetOnReady sets the ready callback; call it before Start.
@@ -421,6 +434,7 @@ func (g *Group) removeLocked(w *Worker) {
 			d, r := w.Stale()
 			g.staleRetired[0].Add(d)
 			g.staleRetired[1].Add(r)
+			g.peerRetired.Add(w.p.stats.Load(wire.OffPeerPassed))
 			g.workers = append(g.workers[:i], g.workers[i+1:]...)
 			break
 		}

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"os"
@@ -177,6 +178,17 @@ func (w *Worker) send(frame []byte, capped bool, now int64) (uint64, error) {
 // descriptor), which the supervisor keeps its copy of.
 func (w *Worker) SendConn(c syscall.Conn) error {
 	return w.sendFile([]byte{wire.FrameConn}, c)
+}
+
+// SendPeer gives the worker a copy of the supervisor's end of peer's data
+// channel, with peer's pid (wire.FramePeer): a UDP worker then passes the
+// responses whose branch peer made straight to it.
+func (w *Worker) SendPeer(peer *Worker) error {
+	frame := []byte{wire.FramePeer, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(frame[1:], uint32(peer.Pid))
+	// The file, not its number: a peer that ends meanwhile closes it
+	// only once this send is done with it.
+	return w.sendFile(frame, peer.p.data)
 }
 
 // SendConnFile hands the worker a connection the supervisor holds a copy

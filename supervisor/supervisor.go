@@ -296,7 +296,16 @@ func New(o Options) (*Supervisor, error) {
 	s.bans = newBanAuthority(s.log, s.reg, o.Config.Bans, s.banWorkers)
 	s.sockets.passCounts = newPassCounts(s.reg)
 	s.pm = pool.NewMetrics(s.reg)
-	s.reg.MustRegister(newDoorCollector(s), newWorkerCollector(s))
+	s.reg.MustRegister(newDoorCollector(s), newWorkerCollector(s),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "sipvisor", Subsystem: "pool", Name: "responses_passed_directly_total",
+			Help: "Responses a UDP worker read for a transaction a TCP worker holds and passed straight to it, past the supervisor (the rest are in sipvisor_pool_responses_passed_total)."},
+			func() float64 {
+				var n uint64
+				for _, gr := range s.groupRuns() {
+					n += gr.g.PeerPassed()
+				}
+				return float64(n)
+			}))
 	s.ds = newDSRun(s)
 	s.oc = newOCRun(s)
 	s.reg.MustRegister(newDSCollector(s.ds))
@@ -705,6 +714,7 @@ func (s *Supervisor) makeGroups() {
 			if kind != pool.KindTimer && w.ID > workers {
 				s.startRamp(gr, w)
 			}
+			s.linkPeers(kind, w)
 		})
 		gr.g.SetOnEcho(func(w *pool.Worker, rtt time.Duration) { gr.gate.Echoed(rtt) })
 		s.resetScaling(gr)
@@ -736,6 +746,34 @@ func (s *Supervisor) makeGroups() {
 	}
 	if cfg.TimerWorkers.Workers > 0 {
 		s.timer = mk("timer", pool.KindTimer, cfg.TimerWorkers.Workers, cfg.TimerWorkers.Profile, nil)
+	}
+}
+
+// linkPeers gives each UDP worker the data channel of each TCP worker
+// (pool.Worker.SendPeer), as either becomes ready: the answers a callee
+// over UDP sends to a TCP worker's calls land on a UDP worker, which then
+// passes them on itself rather than through the supervisor. One not
+// linked (a send that failed, a worker that ended) passes them through the
+// supervisor, as before.
+func (s *Supervisor) linkPeers(kind pool.Kind, w *pool.Worker) {
+	if kind != pool.KindUDP && kind != pool.KindTCP {
+		return
+	}
+	for _, gr := range s.groupRuns() {
+		switch {
+		case kind == pool.KindTCP && gr.g.Kind() == pool.KindUDP:
+			for _, u := range gr.g.Workers() {
+				if err := u.SendPeer(w); err != nil {
+					s.log.Debug("link worker to peer", "worker", u.Pid, "peer", w.Pid, "error", err)
+				}
+			}
+		case kind == pool.KindUDP && gr.g.Kind() == pool.KindTCP:
+			for _, t := range gr.g.Workers() {
+				if err := w.SendPeer(t); err != nil {
+					s.log.Debug("link worker to peer", "worker", w.Pid, "peer", t.Pid, "error", err)
+				}
+			}
+		}
 	}
 }
 

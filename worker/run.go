@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -86,6 +87,11 @@ type Env struct {
 	// notes in order and all of them before it answers its call. Safe for
 	// concurrent use.
 	NoteSoon func(note []byte)
+	// Forward passes a response whose branch the worker with pid made
+	// straight to that worker, if the supervisor linked this one to it
+	// (wire.FramePeer); false leaves it to a wire.ForwardNote. Runs on
+	// the loop.
+	Forward func(pid int, from string, msg []byte) bool
 
 	// Banned reports whether a source is banned (package overload/pike),
 	// and whether its requests are answered 403 rather than dropped: a
@@ -383,6 +389,7 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 		return err
 	}
 	env.NoteSoon = w.notes.add
+	env.Forward = w.forward
 	h, err := newHandler(env)
 	if err != nil {
 		return fmt.Errorf("start handler: %w", err)
@@ -428,7 +435,9 @@ type workerLoop struct {
 	timed    Timed
 	mem      [4]metrics.Sample // heap in use, GC CPU seconds, CPU seconds available and idle
 	heapDue  time.Time
-	closer   fileCloser    // the files of handed connections that ended
+	closer   fileCloser  // the files of handed connections that ended
+	peers    map[int]int // by worker pid, its data channel (wire.FramePeer)
+	peerBuf  []byte
 	replies  []*sendSocket // the worker's own reply sockets, if opened
 	direct   *direct       // the socket read directly, with wire.EnvDirect
 
@@ -930,15 +939,34 @@ func (w *workerLoop) submitFn(fn func()) {
 
 // handle handles one frame; it reports true for the end frame.
 func (w *workerLoop) handle(f frame) bool {
-	defer w.stats.Add(wire.OffHandled, 1)
 	b := f.buf
-	// Only connection and profile frames bring a descriptor; one on any
-	// other frame would stay open for the worker's life.
-	if f.fd >= 0 && b[0] != wire.FrameConn && b[0] != wire.FrameConnTLS && b[0] != wire.FrameHandOff && b[0] != wire.FrameProfile {
+	if b[0] != wire.FramePeerMessage {
+		defer w.stats.Add(wire.OffHandled, 1)
+	}
+	// Only connection, peer and profile frames bring a descriptor; one on
+	// any other frame would stay open for the worker's life.
+	if f.fd >= 0 && b[0] != wire.FrameConn && b[0] != wire.FrameConnTLS && b[0] != wire.FrameHandOff && b[0] != wire.FrameProfile && b[0] != wire.FramePeer {
 		unix.Close(f.fd)
 		f.fd = -1
 	}
 	switch b[0] {
+	case wire.FramePeerMessage:
+		if len(b) < wire.MsgHeaderLen {
+			return false
+		}
+		sock, from, _ := wire.ParseMsgHeader(b)
+		m := Message{Socket: sock, From: from, Data: b[wire.MsgHeaderLen:]}
+		w.stats.Add(wire.OffPeerPassed, 1)
+		w.busy(func() { w.h.HandleMessage(&m) })
+	case wire.FramePeer:
+		if f.fd < 0 {
+			return false
+		}
+		if len(b) < 5 {
+			unix.Close(f.fd)
+			return false
+		}
+		w.setPeer(int(binary.BigEndian.Uint32(b[1:5])), f.fd)
 	case wire.FrameMessage:
 		if len(b) < wire.MsgHeaderLen {
 			return false

@@ -33,7 +33,12 @@
 //	               state (HandOffTLSNote), 'W' a message another worker
 //	               made, to write on a connection this one reads
 //	               (WriteFrame), 'X' the states of the destination
-//	               sets (dispatcher.EncodeStates)
+//	               sets (dispatcher.EncodeStates), 'L' a copy of the
+//	               supervisor's end of a TCP worker's data channel
+//	               (SCM_RIGHTS) and its pid, given to each UDP worker,
+//	               which writes on it 'm' a response whose branch that
+//	               worker made ('M''s layout, not counted as handled, as
+//	               the supervisor did not send it)
 //	fd 5  stats    a shared memory page. The worker writes and the
 //	               supervisor reads: frames handled, busy nanoseconds, the
 //	               start of the frame in progress, heap in use, sessions

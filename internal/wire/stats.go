@@ -36,7 +36,10 @@ const (
 	// Requests read from a connection that waited longer than that and were
 	// refused with a 503 (a stream's client does not retransmit).
 	OffStaleRefused = 80
-	pageSize        = 4096
+	// Responses another worker passed straight to this one
+	// (FramePeerMessage), past the supervisor.
+	OffPeerPassed = 640
+	pageSize      = 4096
 )
 
 // Written by the supervisor before the worker starts: the TLS session

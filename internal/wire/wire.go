@@ -72,6 +72,16 @@ const (
 	// FrameConnTLS hands over a TLS connection (SCM_RIGHTS) with its
 	// record layer's state (HandOffTLSNote's payload).
 	FrameConnTLS = 'S'
+	// FramePeer brings, with SCM_RIGHTS, a copy of the supervisor's end of
+	// another worker's data channel, and that worker's pid (4 bytes, big
+	// endian): a UDP worker passes the responses whose branch a TCP worker
+	// made straight to it (FramePeerMessage), not through the supervisor.
+	FramePeer = 'L'
+	// FramePeerMessage is a message frame (PutMsgHeader's layout) another
+	// worker wrote on this worker's data channel. The supervisor did not
+	// send it, so it is not counted in OffHandled, which the supervisor
+	// compares with what it sent.
+	FramePeerMessage = 'm'
 )
 
 // Control message kinds (worker → supervisor).

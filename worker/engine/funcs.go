@@ -141,7 +141,12 @@ func passResponseFor(env *worker.Env) func(int, string, []byte) {
 	if env.Note == nil {
 		return nil
 	}
-	return func(pid int, from string, msg []byte) { env.Note(wire.ForwardNote(pid, from, msg)) }
+	return func(pid int, from string, msg []byte) {
+		if env.Forward != nil && env.Forward(pid, from, msg) {
+			return
+		}
+		env.Note(wire.ForwardNote(pid, from, msg))
+	}
 }
 
 // funcImpl runs one script function; its result is the condition value.
