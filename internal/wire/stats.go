@@ -45,7 +45,7 @@ const (
 // Written by the supervisor before the worker starts: the TLS session
 // ticket keys (package ticketkey), TicketKeysLen bytes.
 const (
-	OffTicketKeys = 1024
+	OffTicketKeys = 2048
 	TicketKeysLen = 73
 )
 
