@@ -43,7 +43,7 @@ done
 sleep "$warmup"
 case $server in
 sipvisor) root=$(pgrep -f "^$out/tls/bin/sipvisor" -o) ;;
-kamailio) root=$(pgrep -f "kamailio.*$out/tls" -o) ;;
+kamailio) root=$(pgrep -f "^kamailio -f $out/tls" -o) ;;
 esac
 [ -n "$root" ] || die "no $server process found under $out/tls"
 pids=$(tree_pids "$root" | paste -sd,)
