@@ -164,8 +164,9 @@ func (s *Stream) Read(b []byte) (int, error) {
 	n, e := s.rn, s.re
 	s.rb = nil
 	switch {
-	case err != nil && s.closed.Load():
-		// Closed while it waited (its base may only have woken it).
+	case (err != nil || e != 0 || n == 0) && s.closed.Load():
+		// Closed while it waited: woken by its base, or finding the
+		// socket shut down (EOF), it says so alike.
 		return 0, net.ErrClosed
 	case err != nil:
 		return 0, err
