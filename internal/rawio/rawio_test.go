@@ -140,10 +140,21 @@ func TestRecvmsgPassesDescriptorCloseOnExec(t *testing.T) {
 	if err := syscall.Sendmsg(a, []byte{'c'}, syscall.UnixRights(int(f.Fd())), nil, 0); err != nil {
 		t.Fatal(err)
 	}
+	_, passed := recvPassed(t, b)
+	defer syscall.Close(passed)
+	flags, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(passed), syscall.F_GETFD, 0)
+	if e != 0 || flags&syscall.FD_CLOEXEC == 0 {
+		t.Errorf("want the passed descriptor close-on-exec, have flags %#x (%v)", flags, e)
+	}
+}
+
+// recvPassed reads one frame with one passed descriptor from fd.
+func recvPassed(t *testing.T, fd int) ([]byte, int) {
+	t.Helper()
 	buf, oob := make([]byte, 8), make([]byte, syscall.CmsgSpace(4))
-	n, oobn, e := Recvmsg(b, buf, oob)
-	if e != 0 || n != 1 || oobn == 0 {
-		t.Fatalf("want one byte and a control message, have %d, %d (%v)", n, oobn, e)
+	n, oobn, e := Recvmsg(fd, buf, oob)
+	if e != 0 || oobn == 0 {
+		t.Fatalf("want a frame and a control message, have %d, %d (%v)", n, oobn, e)
 	}
 	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
 	if err != nil || len(msgs) != 1 {
@@ -153,11 +164,7 @@ func TestRecvmsgPassesDescriptorCloseOnExec(t *testing.T) {
 	if err != nil || len(fds) != 1 {
 		t.Fatalf("rights: %v (%d)", err, len(fds))
 	}
-	defer syscall.Close(fds[0])
-	flags, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(fds[0]), syscall.F_GETFD, 0)
-	if e != 0 || flags&syscall.FD_CLOEXEC == 0 {
-		t.Errorf("want the passed descriptor close-on-exec, have flags %#x (%v)", flags, e)
-	}
+	return buf[:n], fds[0]
 }
 
 // Not parallel: it measures the process's allocations.

@@ -95,20 +95,11 @@ func TestSendFD(t *testing.T) {
 	if e := SendFD(a, []byte{'c'}, int(f.Fd())); e != 0 {
 		t.Fatal(e)
 	}
-	buf, oob := make([]byte, 8), make([]byte, syscall.CmsgSpace(4))
-	n, oobn, e := Recvmsg(b, buf, oob)
-	if e != 0 || n != 1 || buf[0] != 'c' || oobn == 0 {
-		t.Fatalf("want the frame and a control message, have %d, %d (%v)", n, oobn, e)
+	frame, passed := recvPassed(t, b)
+	if string(frame) != "c" {
+		t.Errorf("want the frame c, have %q", frame)
 	}
-	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		t.Fatalf("control message: %v (%d)", err, len(msgs))
-	}
-	fds, err := syscall.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
-		t.Fatalf("rights: %v (%d)", err, len(fds))
-	}
-	got := os.NewFile(uintptr(fds[0]), "got")
+	got := os.NewFile(uintptr(passed), "got")
 	defer got.Close()
 	b2 := make([]byte, 64)
 	k, _ := got.ReadAt(b2, 0)
