@@ -334,6 +334,18 @@ func BenchmarkSQLiteCallIDs10k(b *testing.B) {
 	}
 }
 
+// BenchmarkSQLiteCount10k is the supervisor's periodic count over 10,000
+// bindings when max_registrations is off and their Call-IDs are not read.
+func BenchmarkSQLiteCount10k(b *testing.B) {
+	s := sqlite10k(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if n, err := s.Count(); err != nil || n != 10000 {
+			b.Fatal(err, n)
+		}
+	}
+}
+
 // Every store that keeps users keeps their HA1s, refuses a nonce-count not
 // above the last one seen of its nonce, and gives every caller one secret.
 func TestUsers(t *testing.T) {
