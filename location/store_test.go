@@ -451,3 +451,25 @@ func TestSQLiteCloseRemovesWAL(t *testing.T) {
 		t.Fatalf("after Close: want the database alone, have %v beside it", left)
 	}
 }
+
+// A store as Open makes it counts through the SQLite store's own count,
+// not through a read of every Call-ID.
+func TestOpenedSQLiteCounts(t *testing.T) {
+	t.Parallel()
+	st, err := Open(Spec{Kind: KindSQLite, Path: filepath.Join(t.TempDir(), "location.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, ok := st.(Counter); !ok {
+		t.Fatalf("an opened SQLite store (%T) has no count of its own", st)
+	}
+	for i, life := range []time.Duration{time.Hour, time.Hour, -time.Second} {
+		if err := st.Save("sip:u"+itoa(i)+"@example.com", Binding{Contact: "sip:u@10.0.0.1", Expires: time.Now().Add(life), CallID: "c" + itoa(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := Count(st); err != nil || n != 2 {
+		t.Fatalf("Count: %d, %v; want the 2 live bindings", n, err)
+	}
+}
