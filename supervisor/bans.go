@@ -38,6 +38,10 @@ type banAuthority struct {
 
 	list pike.List
 	poke chan struct{}
+	// asleep is set while the loop waits for a poke alone: the table
+	// empty and every worker told. Whatever then puts something in the
+	// table pokes it (wakeLocked). Guarded by mu.
+	asleep bool
 	// sent is, by worker, the gen it last learned; the loop's own.
 	sent map[*pool.Worker]uint64
 
@@ -65,8 +69,8 @@ type banMetrics struct {
 const banLogsPerSecond = 10
 
 // bansEvery is how often the bans are sent to workers that have not
-// learned them (a new worker), and expired ones dropped, when no change
-// pokes the loop sooner.
+// learned them, and expired ones dropped, when no change pokes the loop
+// sooner.
 const bansEvery = 250 * time.Millisecond
 
 func newBanAuthority(log *slog.Logger, reg prometheus.Registerer, cfg config.Bans, workers func() []*pool.Worker) *banAuthority {
@@ -120,10 +124,31 @@ func (b *banAuthority) changedLocked() {
 	b.gen++
 	b.frame = nil
 	b.list.Set(b.t.Until())
+	b.pokeLocked()
+}
+
+// pokeLocked has the loop run now.
+func (b *banAuthority) pokeLocked() {
+	b.asleep = false
 	select {
 	case b.poke <- struct{}{}:
 	default:
 	}
+}
+
+// wakeLocked has a sleeping loop wake up to keep time for what the
+// table now holds.
+func (b *banAuthority) wakeLocked() {
+	if b.asleep {
+		b.pokeLocked()
+	}
+}
+
+// workerReady has a new worker learn the bans now.
+func (b *banAuthority) workerReady() {
+	b.mu.Lock()
+	b.pokeLocked()
+	b.mu.Unlock()
 }
 
 // requests counts n requests of src that a reader reported.
@@ -134,6 +159,7 @@ func (b *banAuthority) requests(src netip.Addr, n uint32) {
 	if ban, ok := b.t.Requests(src, int(n), now.UnixNano()); ok {
 		b.imposedLocked(ban, now)
 	}
+	b.wakeLocked()
 }
 
 // authFailed counts a failed authentication of user from src.
@@ -145,6 +171,7 @@ func (b *banAuthority) authFailed(src netip.Addr, user string) {
 	if ban, ok := b.t.AuthFailed(src, user, now.UnixNano()); ok {
 		b.imposedLocked(ban, now)
 	}
+	b.wakeLocked()
 }
 
 func (b *banAuthority) imposedLocked(ban pike.Ban, now time.Time) {
@@ -212,10 +239,13 @@ func (b *banAuthority) lift(source string) error {
 	return nil
 }
 
-// loop drops the bans that ended and sends the table to the workers that
-// have not learned it.
+// loop drops the bans that ended and the counts whose windows did, and
+// sends the table to the workers that have not learned it, every
+// bansEvery while there is any of that to do. With nothing, it waits for
+// a poke alone: an idle server's supervisor wakes for its cycle, not four
+// times a second for an empty table.
 func (b *banAuthority) loop(ctx context.Context) error {
-	t := time.NewTicker(bansEvery)
+	t := time.NewTimer(bansEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -224,11 +254,19 @@ func (b *banAuthority) loop(ctx context.Context) error {
 		case <-t.C:
 		case <-b.poke:
 		}
-		b.send(time.Now())
+		if b.send(time.Now()) {
+			t.Reset(bansEvery)
+		} else {
+			t.Stop()
+		}
 	}
 }
 
-func (b *banAuthority) send(now time.Time) {
+// send expires what ended, sends the table to the workers that have not
+// learned it, and reports whether there is more to do later: a ban or a
+// count in the table, or a worker not told. When there is not, the loop
+// is asleep from here on.
+func (b *banAuthority) send(now time.Time) (more bool) {
 	b.mu.Lock()
 	if b.t.Expire(now.UnixNano()) {
 		b.changedLocked()
@@ -241,6 +279,7 @@ func (b *banAuthority) send(now time.Time) {
 	frame := b.frame
 	b.mu.Unlock()
 	live := map[*pool.Worker]bool{}
+	told := true
 	for _, w := range b.workers() {
 		live[w] = true
 		if b.sent[w] == gen {
@@ -249,6 +288,7 @@ func (b *banAuthority) send(now time.Time) {
 		if err := w.SendOwn(frame); err == nil {
 			b.sent[w] = gen
 		} else if !errors.Is(err, pool.ErrEnded) {
+			told = false
 			b.log.Debug("bans not sent; retrying", "worker", w.ID, "error", err)
 		}
 	}
@@ -257,4 +297,12 @@ func (b *banAuthority) send(now time.Time) {
 			delete(b.sent, w)
 		}
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// A change since the lock was let go bumped gen and poked the loop.
+	if told && gen == b.gen && b.t.Empty() {
+		b.asleep = true
+		return false
+	}
+	return true
 }

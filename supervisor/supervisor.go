@@ -717,6 +717,9 @@ func (s *Supervisor) makeGroups() {
 				s.startRamp(gr, w)
 			}
 			s.linkPeers(kind, w)
+			if kind != pool.KindTimer {
+				s.bans.workerReady()
+			}
 		})
 		gr.g.SetOnEcho(func(w *pool.Worker, rtt time.Duration) { gr.gate.Echoed(rtt) })
 		s.resetScaling(gr)

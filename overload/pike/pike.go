@@ -285,6 +285,12 @@ func (t *Table) Expire(now int64) (changed bool) {
 	return changed
 }
 
+// Empty reports whether the table holds neither a ban nor a count, so that
+// nothing in it can end or expire.
+func (t *Table) Empty() bool {
+	return len(t.bans) == 0 && len(t.reqs) == 0 && len(t.fails) == 0 && len(t.users) == 0
+}
+
 // Bans lists the bans in force at now, the soonest to end first.
 func (t *Table) Bans(now int64) []Ban {
 	out := make([]Ban, 0, len(t.bans))
