@@ -19,7 +19,8 @@ import (
 // measure.
 const ocInterval = 250 * time.Millisecond
 
-// ocRun is the server's side of RFC 7339: every ocInterval it weighs what
+// ocRun is the server's side of RFC 7339: every ocInterval (ocQuiet while
+// quiet) it weighs what
 // admission refused of the new sessions offered since the last, and
 // publishes the loss to send to the clients that offer oc: to its own
 // doors (word) and to every worker's stats page (wire.OffOverloadControl),
@@ -42,20 +43,34 @@ func newOCRun(s *Supervisor) *ocRun {
 	return o
 }
 
+// ocQuiet is the interval while there is nothing to weigh: no new session
+// offered in the last interval, no loss to decay, no suspension; or
+// oc_feedback off. It falls on the cycle's whole seconds, so that an idle
+// supervisor wakes once a second for both, not five times; the first
+// sessions offered after it are weighed within a second, and every
+// ocInterval from then on.
+const ocQuiet = time.Second
+
 func (o *ocRun) loop(ctx context.Context) error {
-	t := time.NewTicker(ocInterval)
+	t := newTicks(ocInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case now := <-t.C:
-			o.tick(now)
+			every := ocInterval
+			if o.tick(now) {
+				every = ocQuiet
+			}
+			t.arm(every, true)
 		}
 	}
 }
 
-func (o *ocRun) tick(now time.Time) {
+// tick weighs the interval that ended at now and publishes the loss; it
+// reports whether the interval was quiet (ocQuiet).
+func (o *ocRun) tick(now time.Time) (quiet bool) {
 	var word uint64
 	if o.s.config().OC.Feedback {
 		admitted, refused := o.s.admissionCounts()
@@ -68,9 +83,13 @@ func (o *ocRun) tick(now time.Time) {
 		fb := o.ctl.Observe(smp, now)
 		o.loss.Set(float64(fb.Loss) / 100)
 		word = wire.OCWord(fb.Loss, o.s.config().OC.Validity, int64(fb.Seq.Sec)*1000+int64(fb.Seq.Frac/1000))
-	} else if o.word.Load() != 0 {
-		o.ctl = oc.Controller{}
-		o.loss.Set(0)
+		quiet = smp.Admitted+smp.Refused == 0 && !smp.RefuseAll && fb.Loss == 0
+	} else {
+		quiet = true
+		if o.word.Load() != 0 {
+			o.ctl = oc.Controller{}
+			o.loss.Set(0)
+		}
 	}
 	o.word.Store(word)
 	for _, gr := range o.s.groupRuns() {
@@ -81,6 +100,7 @@ func (o *ocRun) tick(now time.Time) {
 			w.Page().Store(wire.OffOverloadControl, word)
 		}
 	}
+	return quiet
 }
 
 // feedback is the feedback to stamp into a response now, for the doors.
