@@ -114,19 +114,20 @@ func (d *dsRun) loop(ctx context.Context) error {
 		d.mu.Unlock()
 	}()
 	d.update(time.Now())
-	// Without destinations the loop only looks for a reload that brings
-	// some, once a second, rather than waking the supervisor 20 times.
-	every := func() time.Duration {
+	// Without destinations the loop sleeps until a reload, which pokes it,
+	// brings some: an idle supervisor wakes for its cycle, not for a
+	// dispatcher it does not run.
+	some := func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		if len(d.dests) == 0 {
-			return time.Second
-		}
-		return dsTick
+		return len(d.dests) > 0
 	}
-	tick := every()
-	t := time.NewTicker(tick)
+	t := time.NewTicker(dsTick)
 	defer t.Stop()
+	ticking := some()
+	if !ticking {
+		t.Stop()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -136,9 +137,13 @@ func (d *dsRun) loop(ctx context.Context) error {
 		}
 		d.resolve()
 		d.update(time.Now())
-		if e := every(); e != tick {
-			tick = e
-			t.Reset(tick)
+		if s := some(); s != ticking {
+			ticking = s
+			if s {
+				t.Reset(dsTick)
+			} else {
+				t.Stop()
+			}
 		}
 	}
 }

@@ -160,6 +160,7 @@ func (s *Supervisor) doReload() (reloadPlan, error) {
 	s.applySettings(plan, cfg)
 	timers := !sameTimers(old, cfg)
 	s.cfg.Store(cfg)
+	s.ds.poke() // it sleeps while the config has no destinations
 	s.bans.apply(cfg.Bans)
 	for _, u := range s.sockets.doors {
 		u.mu.Lock()

@@ -381,3 +381,33 @@ func TestListReload(t *testing.T) {
 		t.Errorf("INVITEs per backend %v, want [0 10]", got)
 	}
 }
+
+// A server started without destinations has nothing to probe and its
+// dispatcher sleeps until a reload: the reload that brings a list has its
+// destination probed.
+func TestListReloadFromNone(t *testing.T) {
+	t.Parallel()
+	harness.NeedSIPp(t)
+	dir := t.TempDir()
+	b := startBackend(t, dir, "b1")
+	cfg := harness.ProxyCfg(harness.SIPpUAS(t).Port, "")
+	s := harness.StartIn(t, dir, cfg)
+	if n := len(destinations(t, s)); n != 0 {
+		t.Fatalf("no list: want no destination, have %d", n)
+	}
+	list := filepath.Join(dir, "backends.list")
+	if err := os.WriteFile(list, []byte("1 "+b.uri+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg = strings.Replace(cfg, "route {", fmt.Sprintf("ds_list_file = %q\nds_ping_interval = 200ms\nroute {", list), 1)
+	if err := os.WriteFile(s.ConfigPath(), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.Ctl("reload"); err != nil {
+		t.Fatalf("ctl reload: %v: %s", err, out)
+	}
+	harness.WaitFor(t, "the listed backend answering its probes", 10*time.Second, func() bool {
+		d := destinations(t, s)[b.uri]
+		return d.State == "active" && d.RTTSeconds > 0
+	})
+}
