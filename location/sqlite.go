@@ -115,9 +115,12 @@ const (
 		instance = excluded.instance, reg_id = excluded.reg_id, path = excluded.path`
 	deleteSQL    = `DELETE FROM location WHERE aor = ? AND contact = ?`
 	deleteAllSQL = `DELETE FROM location WHERE aor = ?`
-	lookupSQL    = `SELECT ` + bindingCols + ` FROM location WHERE aor = ? AND +expires > ? ORDER BY expires DESC`
-	listedSQL    = `SELECT contact, expires FROM location WHERE aor = ? AND +expires > ? ORDER BY expires DESC`
-	getUserSQL   = `SELECT ha1_md5, ha1_sha256 FROM subscriber WHERE name = ? AND realm = ?`
+	// CAST(? AS TEXT): with aor = ? beside ORDER BY expires, SQLite
+	// made the plan from the bound value and prepared the statement
+	// again on every run (TestRawStatementsPreparedOnce).
+	lookupSQL  = `SELECT ` + bindingCols + ` FROM location WHERE aor = CAST(? AS TEXT) AND +expires > ? ORDER BY expires DESC`
+	listedSQL  = `SELECT contact, expires FROM location WHERE aor = CAST(? AS TEXT) AND +expires > ? ORDER BY expires DESC`
+	getUserSQL = `SELECT ha1_md5, ha1_sha256 FROM subscriber WHERE name = ? AND realm = ?`
 	// A nonce-count is accepted only above every count seen of its
 	// nonce, or once the record of the nonce has lapsed.
 	useNonceSQL = `INSERT INTO nonce (nonce, nc, expires) VALUES (?1, ?2, ?3)
