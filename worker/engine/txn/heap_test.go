@@ -19,8 +19,8 @@ func (f *fakeTimed) Deadline() *Deadline { return &f.d }
 func checkHeap(t *testing.T, h Heap) {
 	t.Helper()
 	for i, x := range h {
-		if x.Deadline().pos != i+1 {
-			t.Fatalf("entry %d thinks it is at %d", i, x.Deadline().pos-1)
+		if x.d.pos != i+1 || x.t.Deadline() != x.d || !x.at.Equal(x.d.At) {
+			t.Fatalf("entry %d thinks it is at %d, or is not its transaction's deadline", i, x.d.pos-1)
 		}
 		if i > 0 && h.less(i, (i-1)/2) {
 			t.Fatalf("entry %d is due before its parent", i)
@@ -79,7 +79,7 @@ func TestTimerHeapOrder(t *testing.T) {
 		if !slices.Equal(have, wantOrder) {
 			t.Fatalf("%d deadlines: want %v, have %v", n, wantOrder, have)
 		}
-		if len(h) != 0 || cap(h) > 0 && h[:cap(h)][0] != nil {
+		if len(h) != 0 || cap(h) > 0 && h[:cap(h)][0].t != nil {
 			t.Fatalf("%d deadlines: %d entries left", n, len(h))
 		}
 	}
@@ -103,5 +103,37 @@ func TestHeapNext(t *testing.T) {
 	h.Set(&fakeTimed{}, base.Add(time.Second))
 	if at, ok := h.Next(); !ok || !at.Equal(base.Add(time.Second)) {
 		t.Fatalf("want %v, have %v %v", base.Add(time.Second), at, ok)
+	}
+}
+
+// txSized is a deadline in an object the size of a transaction, so that
+// the deadlines lie as far apart as a worker's do.
+type txSized struct {
+	d Deadline
+	_ [1500]byte
+}
+
+func (x *txSized) Deadline() *Deadline { return &x.d }
+
+// BenchmarkHeap is a transaction's deadlines in a worker holding 20,000
+// pending ones: scheduled, moved once (a retransmission's next time),
+// then removed when it ends.
+func BenchmarkHeap(b *testing.B) {
+	const pending = 20000
+	base := time.Unix(1_000_000, 0)
+	r := rand.New(rand.NewPCG(1, 2))
+	items := make([]*txSized, pending)
+	var h Heap
+	for i := range items {
+		items[i] = new(txSized)
+		h.Set(items[i], base.Add(time.Duration(r.IntN(32_000))*time.Millisecond))
+	}
+	i := 0
+	for b.Loop() {
+		f := items[i%pending]
+		h.Remove(f)
+		h.Set(f, base.Add(time.Duration(r.IntN(32_000))*time.Millisecond))
+		h.Set(f, base.Add(time.Duration(r.IntN(32_000))*time.Millisecond))
+		i++
 	}
 }
