@@ -171,6 +171,7 @@ func BindFrom(addrs []Addr, groups bool, inherited func(Addr) *os.File) ([]*Sock
 			}
 			_ = c.SetReadBuffer(ReadBuffer)
 			_ = c.SetWriteBuffer(ReadBuffer)
+			pollReadsOnly(c)
 			s.UDP = c
 			s.Bound = boundAddr("udp", c.LocalAddr())
 		case "tcp", "tls", "ws", "wss":
@@ -192,6 +193,19 @@ func BindFrom(addrs []Addr, groups bool, inherited func(Addr) *os.File) ([]*Sock
 	return out, nil
 }
 
+// pollReadsOnly keeps the network poller of the process that holds c (the
+// SIP socket or a copy of it), the supervisor, from waking at each
+// datagram sent on c: the door only reads c through the poller and sends
+// raw, and workers send on the same socket (rawio.PollReadsOnly). Without
+// it, over TLS, the supervisor woke twice a call for the TCP workers'
+// relays. Where it cannot, the poller wakes as before, which costs time
+// and loses nothing.
+func pollReadsOnly(c syscall.Conn) {
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { _ = rawio.PollReadsOnly(int(fd)) })
+	}
+}
+
 // adopt makes s of an inherited descriptor, which must be a socket of the
 // kind s.Addr names.
 func (s *Socket) adopt(f *os.File) error {
@@ -205,6 +219,7 @@ func (s *Socket) adopt(f *os.File) error {
 			pc.Close()
 			return fmt.Errorf("descriptor %s is not a UDP socket", f.Name())
 		}
+		pollReadsOnly(c)
 		s.UDP = c
 		s.Bound = boundAddr("udp", c.LocalAddr())
 		return nil
@@ -501,6 +516,9 @@ func Files(ss []*Socket) (files []*os.File, names []string, err error) {
 			}
 			return nil, nil, fmt.Errorf("export %s: %w", s.Name(), err)
 		}
+		// The copy is a file of the poller too, kept for the server's
+		// life: the workers' sends on it would wake the poller as on s.UDP.
+		pollReadsOnly(f)
 		files = append(files, f)
 		names = append(names, s.Name())
 	}

@@ -528,6 +528,10 @@ func (w *workerLoop) run(ctx context.Context) error {
 		}
 		unix.CloseOnExec(fd)
 		wait = os.NewFile(uintptr(fd), "direct")
+		// The loop sends on the socket raw: without the registration for
+		// writability, each datagram sent made the next wait return at
+		// once (rawio.PollReadsOnly). Where it cannot, that goes on.
+		_ = rawio.PollReadsOnly(fd)
 		data := os.NewFile(uintptr(w.dataFD), "data")
 		defer data.Close()
 		drc, err := data.SyscallConn()
