@@ -79,21 +79,6 @@ type CallIDLister interface {
 	EachCallID(fn func(callID []byte)) (int, error)
 }
 
-// A Counter counts the live bindings without reading them: the
-// supervisor's periodic count when no limit asks for their Call-IDs.
-type Counter interface {
-	Count() (int, error)
-}
-
-// Count is st's Count, or the number of its Call-IDs for a store that
-// cannot count otherwise.
-func Count(st Store) (int, error) {
-	if c, ok := st.(Counter); ok {
-		return c.Count()
-	}
-	return EachCallID(st, func([]byte) {})
-}
-
 // EachCallID is st's EachCallID, or a walk over List for a store that has
 // none.
 func EachCallID(st Store, fn func(callID []byte)) (int, error) {

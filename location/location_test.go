@@ -377,8 +377,7 @@ func FuzzServe(f *testing.F) {
 }
 
 // EachCallID goes through the Call-IDs of the live bindings, lapsed ones
-// left out, in every store: through its own walk or through List; Count
-// counts the same bindings, through its own count or through EachCallID.
+// left out, in every store: through its own walk or through List.
 func TestEachCallID(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
@@ -406,9 +405,6 @@ func TestEachCallID(t *testing.T) {
 			}
 			if n != 3 || len(seen) != 3 || !seen["ca"] || !seen["cb"] || !seen["cb2"] {
 				t.Fatalf("want ca, cb and cb2 (3), have %v (%d)", seen, n)
-			}
-			if n, err := Count(s); err != nil || n != 3 {
-				t.Fatalf("Count: %d, %v; want 3", n, err)
 			}
 		})
 	}

@@ -228,14 +228,6 @@ func (g *guarded) EachCallID(fn func(callID []byte)) (int, error) {
 	return n, g.note(err)
 }
 
-// Count implements Counter, as List, through the store's own count if it
-// has one.
-func (g *guarded) Count() (int, error) {
-	n, err := Count(g.Store)
-	g.reset(err)
-	return n, g.note(err)
-}
-
 func (g *guarded) reset(err error) {
 	if err == nil {
 		g.mu.Lock()

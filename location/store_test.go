@@ -334,18 +334,6 @@ func BenchmarkSQLiteCallIDs10k(b *testing.B) {
 	}
 }
 
-// BenchmarkSQLiteCount10k is the supervisor's periodic count over 10,000
-// bindings when max_registrations is off and their Call-IDs are not read.
-func BenchmarkSQLiteCount10k(b *testing.B) {
-	s := sqlite10k(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		if n, err := s.Count(); err != nil || n != 10000 {
-			b.Fatal(err, n)
-		}
-	}
-}
-
 // Every store that keeps users keeps their HA1s, refuses a nonce-count not
 // above the last one seen of its nonce, and gives every caller one secret.
 func TestUsers(t *testing.T) {
@@ -449,27 +437,5 @@ func TestSQLiteCloseRemovesWAL(t *testing.T) {
 	left, _ := filepath.Glob(path + "-*")
 	if len(left) != 0 {
 		t.Fatalf("after Close: want the database alone, have %v beside it", left)
-	}
-}
-
-// A store as Open makes it counts through the SQLite store's own count,
-// not through a read of every Call-ID.
-func TestOpenedSQLiteCounts(t *testing.T) {
-	t.Parallel()
-	st, err := Open(Spec{Kind: KindSQLite, Path: filepath.Join(t.TempDir(), "location.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if _, ok := st.(Counter); !ok {
-		t.Fatalf("an opened SQLite store (%T) has no count of its own", st)
-	}
-	for i, life := range []time.Duration{time.Hour, time.Hour, -time.Second} {
-		if err := st.Save("sip:u"+itoa(i)+"@example.com", Binding{Contact: "sip:u@10.0.0.1", Expires: time.Now().Add(life), CallID: "c" + itoa(i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n, err := Count(st); err != nil || n != 2 {
-		t.Fatalf("Count: %d, %v; want the 2 live bindings", n, err)
 	}
 }

@@ -140,7 +140,7 @@ func (s *Supervisor) registrationsLoop(ctx context.Context) error {
 			return ctx.Err()
 		case now := <-t.C:
 			start := time.Now()
-			err := s.countBindings()
+			err := s.store.refresh()
 			// A count that failed (the store unreachable, waiting out its
 			// timeout) says nothing of the store's size: the next comes at
 			// the base pace, so that its return is seen as soon as before.
@@ -154,25 +154,6 @@ func (s *Supervisor) registrationsLoop(ctx context.Context) error {
 			}
 			s.noteStore(err)
 		}
-	}
-}
-
-// countBindings counts the bindings, with their Call-IDs when
-// max_registrations is on. One count at a time: a count without them that
-// ended after one with them would leave none until the next.
-func (s *Supervisor) countBindings() error {
-	s.store.countMu.Lock()
-	defer s.store.countMu.Unlock()
-	return s.store.refresh(s.ov.Limits().MaxByKind[sipscan.KindRegistration].Load() > 0)
-}
-
-// wantRegIDs reads the bindings' Call-IDs before it returns, not at the
-// next count, once max_registrations is turned on (by a reload or ctl
-// set): until they are read, every refresh of a binding would be weighed
-// as a new registration.
-func (s *Supervisor) wantRegIDs() {
-	if s.ov.Limits().MaxByKind[sipscan.KindRegistration].Load() > 0 && s.store.regIDs.Load() == nil {
-		s.noteStore(s.countBindings())
 	}
 }
 
@@ -276,33 +257,19 @@ func (st *store) bindingsOf(aor string) ([]location.Binding, error) {
 // users is the credentials side of the location store.
 func (st *store) users() (location.Users, error) { return location.UsersOf(st.locations) }
 
-// refresh recounts the bindings and, when ids (max_registrations is on,
-// and a refresh must be told from a new registration), their REGISTER
-// Call-IDs. A count alone is what the gauge reads otherwise, and costs an
-// SQLite store a read of its index of expiries, not of every binding:
-// 0.11 ms against 2.7 for 10,000 bindings (BenchmarkSQLiteCount10k,
-// BenchmarkSQLiteCallIDs10k), before the map of Call-IDs is even made.
+// refresh recounts the bindings and their REGISTER Call-IDs.
 // A store out of reach keeps the last counts.
-func (st *store) refresh(ids bool) error {
-	if !ids {
-		n, err := location.Count(st.locations)
-		if err != nil {
-			return err
-		}
-		st.regIDs.Store(nil)
-		st.regCount.Store(int64(n))
-		return nil
-	}
-	set := make(map[uint64]struct{}, st.regCount.Load())
+func (st *store) refresh() error {
+	ids := make(map[uint64]struct{}, st.regCount.Load())
 	n, err := location.EachCallID(st.locations, func(id []byte) {
 		if len(id) > 0 {
-			set[sipscan.CallIDHash(id)] = struct{}{}
+			ids[sipscan.CallIDHash(id)] = struct{}{}
 		}
 	})
 	if err != nil {
 		return err
 	}
-	st.regIDs.Store(&set)
+	st.regIDs.Store(&ids)
 	st.regCount.Store(int64(n))
 	return nil
 }

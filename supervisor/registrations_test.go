@@ -189,20 +189,11 @@ func TestStorePart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := st.refresh(false); err != nil {
+	if err := st.refresh(); err != nil {
 		t.Fatal(err)
 	}
 	if n := st.regCount.Load(); n != 2 {
 		t.Errorf("counted %d bindings, want 2", n)
-	}
-	if st.refreshesBinding([]byte("a@x")) {
-		t.Fatal("a refresh told without the Call-IDs read")
-	}
-	if err := st.refresh(true); err != nil {
-		t.Fatal(err)
-	}
-	if n := st.regCount.Load(); n != 2 {
-		t.Errorf("counted %d bindings with their Call-IDs, want 2", n)
 	}
 	for id, want := range map[string]bool{"a@x": true, "b@x": true, "c@x": false} {
 		if got := st.refreshesBinding([]byte(id)); got != want {

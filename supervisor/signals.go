@@ -244,7 +244,6 @@ func (s *Supervisor) applySettings(plan reloadPlan, cfg *config.Config) {
 		s.setThrottle(want)
 	}
 	setLimits(o.Limits(), cfg.Limits)
-	s.wantRegIDs()
 	s.connSess.t.MaxCallDuration.Store(int64(cfg.Limits.MaxCallDuration))
 	o.SetFlipHealth(cfg.FlipHealth)
 	for _, gr := range s.groupRuns() {

@@ -174,14 +174,12 @@ type store struct {
 	spec      location.Spec
 	// down is set while the supervisor's calls to the store fail.
 	down atomic.Bool
-	// regCount is the bindings in the location store, as last counted.
+	// regCount is the bindings in the location store, counted each cycle.
 	regCount atomic.Int64
 	// regIDs holds the Call-ID hashes of the live bindings' REGISTERs, so
 	// that a refresh of an existing registration is never refused: it is
 	// an existing session, not a new one.
 	regIDs atomic.Pointer[map[uint64]struct{}]
-	// countMu makes counts one at a time (countBindings).
-	countMu sync.Mutex
 }
 
 // control is what the control server and the signals act on.
@@ -288,7 +286,7 @@ func New(o Options) (*Supervisor, error) {
 	s.sockets.tickets = tickets
 	s.profileWait.Store(int64(defaultProfileWait))
 	s.params = ctl.NewParams()
-	s.params.Changed = func(string) { s.steerNow(); s.wantRegIDs() }
+	s.params.Changed = func(string) { s.steerNow() }
 	s.store.locations = location.NewMemory()
 	s.connSess = newConnSessions(s.frontDoors)
 	s.connSess.t.MaxCallDuration.Store(int64(o.Config.Limits.MaxCallDuration))

@@ -117,39 +117,3 @@ func TestMaxRegistrations(t *testing.T) {
 		t.Errorf("suspended at max_registrations: want 0 (a bound, not a suspension), have %v", v)
 	}
 }
-
-// max_registrations turned on at run time, over a store whose count comes
-// every 5 s: the refresh of a binding made before, over TCP, so that the
-// door of the UDP socket does not know its Call-ID, is told from a new
-// registration at once, not at the next count.
-func TestMaxRegistrationsTurnedOn(t *testing.T) {
-	t.Parallel()
-	s := harness.Start(t, harness.RegistrarCfg())
-	tu := harness.NewTCPUA(t, s.SIPPort("tcp"))
-	regID := harness.NewID() + "@reg"
-	tu.Send("REGISTER", regID, 1, "<sip:alice@example.com>", "Expires: 3600")
-	if m := tu.Final(regID, "REGISTER"); m.Code != 200 {
-		t.Fatalf("the binding: want 200, have %d\n%s", m.Code, m.Raw)
-	}
-	s.AwaitMetric(1, "sipvisor_location_bindings")
-	if out, err := s.Ctl("set", "limits/max_registrations", "1"); err != nil {
-		t.Fatalf("ctl set: %v: %s", err, out)
-	}
-	ua := harness.NewUA(t, s.SIPPort("udp"))
-	// The bound in force where the REGISTERs are read: a new one refused.
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; ; i++ {
-		newID := harness.NewID() + "@new"
-		ua.Send("REGISTER", "sip:example.com", newID, 1, "<sip:p"+strconv.Itoa(i)+"@example.com>", "Expires: 3600")
-		m := ua.Final(newID, "REGISTER")
-		if m.Code == 503 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a new REGISTER at the bound: want 503 within 10 s, have %d\n%s", m.Code, m.Raw)
-		}
-	}
-	if m := ua.Register(regID, 2); m.Code != 200 {
-		t.Errorf("a refresh of the binding made before the bound: want 200, have %d\n%s", m.Code, m.Raw)
-	}
-}
