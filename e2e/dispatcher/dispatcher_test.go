@@ -362,9 +362,15 @@ func TestListReload(t *testing.T) {
 	if err := os.WriteFile(list, []byte("1 "+bs[0].uri+"\n1 "+bs[1].uri+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	group := "udp:" + s.SIPAddr("udp")
+	before := s.GroupPids(group)
 	if out, err := s.Ctl("reload"); err != nil {
 		t.Fatalf("ctl reload: %v: %s", err, out)
 	}
+	// The reload answers once the new config is in force in the supervisor;
+	// the workers that run the new list take over when they are ready, and
+	// until then the old ones, whose only destination is drained, serve.
+	s.WaitRenewed(group, before, 30*time.Second)
 	harness.WaitFor(t, "the added backend answering its probes", 10*time.Second, func() bool {
 		d := destinations(t, s)
 		return d[bs[1].uri].State == "active" && d[bs[1].uri].RTTSeconds > 0
