@@ -38,7 +38,13 @@ audio_source nil
 	if err := os.WriteFile(filepath.Join(dir, "accounts"), []byte(account+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return harness.StartProc(t, "baresip", "-f", dir)
+	p := harness.StartProc(t, "baresip", "-f", dir)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("baresip's output:\n%s", harness.Tail(p.Out.String(), 40))
+		}
+	})
+	return p
 }
 
 // baresip 1.0 registers with the built-in config's digest defaults, as
