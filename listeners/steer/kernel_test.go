@@ -19,7 +19,14 @@ const workers = 4
 // when a datagram is lost, which the test then reports.
 const arrival = time.Minute
 
-// group is a UDP SO_REUSEPORT group on 127.0.0.1: fds[0] the door, then
+// groupAddr is the loopback address the test groups bind. Not 127.0.0.1:
+// a socket another package's test binds there to port 0 with SO_REUSEPORT,
+// as the same user, may be given a port already in a test group (the
+// kernel counts a compatible reuseport socket as no conflict) and join it,
+// shifting the indexes the programs select.
+var groupAddr = [4]byte{127, 0, 83, 1}
+
+// group is a UDP SO_REUSEPORT group on groupAddr: fds[0] the door, then
 // the workers, in bind order (the kernel's socket indexes).
 type group struct {
 	fds    []int
@@ -37,7 +44,7 @@ func reuseportSocket(t testing.TB, port int) (int, int) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: groupAddr}); err != nil {
 		t.Fatal(err)
 	}
 	sa, err := unix.Getsockname(fd)
@@ -58,7 +65,7 @@ func newGroup(t testing.TB, prog []unix.SockFilter) *group {
 	if err := Attach(g.fds[len(g.fds)-1], prog); err != nil {
 		t.Fatal(err)
 	}
-	c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+	c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: groupAddr[:], Port: port})
 	if err != nil {
 		t.Fatal(err)
 	}
