@@ -17,7 +17,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/sipvisor/sipvisor/internal/rawio"
@@ -574,133 +573,8 @@ func (w *workerLoop) run(ctx context.Context) error {
 			}
 		}()
 	}
-	buf := make([]byte, wire.MaxFrame)
-	oob := make([]byte, unix.CmsgSpace(4))
-	var (
-		n, oobn int
-		rerr    error
-		// -1: the data channel; else the reply socket read, or the direct
-		// socket after them.
-		src  int
-		from netip.AddrPort
-		turn int
-		// The direct socket is read in batches (recvmmsg); dframe and doob
-		// are the datagram of it in hand, bn and bi how many the last batch
-		// read and which is next.
-		batch        *rawio.Batch
-		bn, bi       int
-		dframe, doob []byte
-	)
-	// The sources read in turn: the data channel, the reply sockets, the
-	// direct socket.
-	sources := 1 + len(w.replies)
-	if w.direct != nil {
-		sources++
-		batch = rawio.NewBatch(directBatch, wire.MsgHeaderLen, wire.MaxFrame-wire.MsgHeaderLen, len(w.direct.oob))
-	}
-	// maybe says, by source (the data channel first), whether it may have
-	// something to read: a source found empty is not read again until the
-	// poll set says it is ready, so that a wake-up costs a read of what
-	// came and no read that finds nothing.
-	maybe := make([]bool, sources)
-	for j := range maybe {
-		maybe[j] = true
-	}
-	sourceOf := map[int32]int{int32(w.dataFD): 0}
-	for i, r := range w.replies {
-		sourceOf[int32(r.fd)] = 1 + i
-	}
-	if w.direct != nil {
-		sourceOf[int32(w.direct.fd)] = sources - 1
-	}
-	var ready [4]syscall.EpollEvent
-	// recv reads from the data channel and the sockets in turn, so that
-	// none can starve another.
-	recv := func(set uintptr) bool {
-		var e syscall.Errno
-		if sources == 1 {
-			n, oobn, e = rawio.Recvmsg(w.dataFD, buf, oob)
-			src, rerr = -1, nil
-			if e != 0 {
-				rerr = e
-			}
-			return e != rawio.EAGAIN && e != rawio.EINTR
-		}
-		if split && dataReady.Swap(false) {
-			maybe[0] = true
-		}
-		for {
-			if bi < bn {
-				dframe, doob, from = batch.Msg(bi)
-				bi++
-				src, rerr = len(w.replies), nil
-				return true
-			}
-			for k := 0; k < sources; k++ {
-				j := (turn + k) % sources
-				if !maybe[j] {
-					continue
-				}
-				i := j - 1
-				switch {
-				case i < 0:
-					n, oobn, e = rawio.Recvmsg(w.dataFD, buf, oob)
-				case i < len(w.replies):
-					n, from, e = rawio.Recvfrom(w.replies[i].fd, buf[wire.MsgHeaderLen:])
-				default:
-					// Whatever the batch read, the socket is read again
-					// only once the set says it is ready: after a short
-					// batch it was empty, and after a full one the other
-					// sources get their turn first.
-					bn, bi = 0, 0
-					bn, e = rawio.Recvmmsg(w.direct.fd, batch)
-					maybe[j] = false
-				}
-				if e == rawio.EAGAIN {
-					maybe[j] = false
-					continue
-				}
-				turn = j + 1
-				if e == 0 && i >= len(w.replies) {
-					break
-				}
-				src, rerr = i, nil
-				if e != 0 {
-					rerr = e
-				}
-				return e != rawio.EINTR
-			}
-			if bi < bn {
-				continue
-			}
-			if split {
-				// The poller wakes the wait when the socket becomes
-				// readable; the data channel's goroutine sets its flag.
-				maybe[sources-1] = true
-				rerr = nil
-				return false
-			}
-			// Nothing known to wait: the set says what is ready, and the
-			// poll empties it of what was ready and no longer is, without
-			// which it never signals again once the poller waits on it.
-			k, _ := rawio.EpollPoll(int(set), ready[:])
-			if k <= 0 {
-				// What wakes the wait is most often a datagram of the
-				// direct socket: it is read first then, without asking
-				// the set.
-				if w.direct != nil {
-					maybe[sources-1] = true
-				}
-				rerr = nil
-				return false
-			}
-			for _, ev := range ready[:k] {
-				if j, ok := sourceOf[ev.Fd]; ok {
-					maybe[j] = true
-				}
-			}
-		}
-	}
+	rd := newSourceReader(w.dataFD, w.replies, w.direct, split, &dataReady)
+	recv := rd.recv
 	// armed is the read deadline in force, so that it is set only when it
 	// moves: every change of a timer that may be the earliest wakes another
 	// thread of the runtime, which a deadline set per frame paid each time.
@@ -781,43 +655,43 @@ func (w *workerLoop) run(ctx context.Context) error {
 				return fmt.Errorf("data channel: %w", err)
 			}
 		}
-		if src >= len(w.replies) {
-			if rerr == nil {
-				w.direct.behind, w.direct.emptied = bn-bi, bn < batch.Len()
-				w.direct.read(dframe, from, doob)
+		if rd.src >= len(w.replies) {
+			if rd.rerr == nil {
+				w.direct.behind, w.direct.emptied = rd.bn-rd.bi, rd.bn < rd.batch.Len()
+				w.direct.read(rd.dframe, rd.from, rd.doob)
 				w.checkDrained()
 				// The wait the datagram showed falls at a tick.
 				if t := w.direct.due(); t != 0 && t < next.UnixNano() {
 					next = time.Unix(0, t)
 				}
 			} else {
-				w.env.Logger.Warn("read direct socket", "error", rerr)
+				w.env.Logger.Warn("read direct socket", "error", rd.rerr)
 			}
 			continue
 		}
-		if src >= 0 {
-			if rerr == nil {
-				w.handleReply(src, from, buf[wire.MsgHeaderLen:wire.MsgHeaderLen+n])
+		if rd.src >= 0 {
+			if rd.rerr == nil {
+				w.handleReply(rd.src, rd.from, rd.buf[wire.MsgHeaderLen:wire.MsgHeaderLen+rd.n])
 			} else {
-				w.env.Logger.Warn("read reply socket", "socket", w.replies[src].local.String(), "error", rerr)
+				w.env.Logger.Warn("read reply socket", "socket", w.replies[rd.src].local.String(), "error", rd.rerr)
 			}
 			continue
 		}
-		if rerr != nil {
-			return fmt.Errorf("data channel: %w", rerr)
+		if rd.rerr != nil {
+			return fmt.Errorf("data channel: %w", rd.rerr)
 		}
-		if n == 0 {
+		if rd.n == 0 {
 			return errors.New("supervisor closed the data channel")
 		}
 		fd := -1
-		if oobn > 0 {
-			if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) > 0 {
+		if rd.oobn > 0 {
+			if msgs, err := unix.ParseSocketControlMessage(rd.oob[:rd.oobn]); err == nil && len(msgs) > 0 {
 				if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) > 0 {
 					fd = fds[0]
 				}
 			}
 		}
-		if w.handle(frame{buf: buf[:n], fd: fd}) {
+		if w.handle(frame{buf: rd.buf[:rd.n], fd: fd}) {
 			return nil
 		}
 		// The frame may have started a timer due before the wake-up armed.

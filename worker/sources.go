@@ -1,0 +1,172 @@
+package worker
+
+import (
+	"net/netip"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/sipvisor/sipvisor/internal/rawio"
+	"github.com/sipvisor/sipvisor/internal/wire"
+	"golang.org/x/sys/unix"
+)
+
+// sourceReader reads what the worker's loop waits for: the data channel,
+// the reply sockets and the direct socket, in turn, so that none can
+// starve another. Each recv leaves one read in hand: src says from which
+// source (-1 the data channel; else the reply socket read, or the direct
+// socket after them), rerr its error, and the fields of that source its
+// bytes.
+type sourceReader struct {
+	dataFD   int
+	replyFDs []int
+	directFD int // -1 without a direct socket
+	// split: the loop waits on the direct socket alone through the
+	// network poller, and dataReady says the data channel became readable.
+	split     bool
+	dataReady *atomic.Bool
+
+	sources int
+	// maybe says, by source (the data channel first), whether it may have
+	// something to read: a source found empty is not read again until the
+	// poll set says it is ready, so that a wake-up costs a read of what
+	// came and no read that finds nothing.
+	maybe    []bool
+	sourceOf map[int32]int
+	ready    [4]syscall.EpollEvent
+	turn     int
+
+	// The data channel's frame, or a reply socket's datagram after
+	// wire.MsgHeaderLen: n bytes of buf, oobn of oob.
+	buf, oob []byte
+	n, oobn  int
+	from     netip.AddrPort
+	src      int
+	rerr     error
+	// The direct socket is read in batches (recvmmsg); dframe and doob are
+	// the datagram of it in hand, bn and bi how many the last batch read
+	// and which is next.
+	batch        *rawio.Batch
+	bn, bi       int
+	dframe, doob []byte
+}
+
+func newSourceReader(dataFD int, replies []*sendSocket, direct *direct, split bool, dataReady *atomic.Bool) *sourceReader {
+	r := &sourceReader{
+		dataFD:    dataFD,
+		directFD:  -1,
+		split:     split,
+		dataReady: dataReady,
+		sources:   1 + len(replies),
+		buf:       make([]byte, wire.MaxFrame),
+		oob:       make([]byte, unix.CmsgSpace(4)),
+		sourceOf:  map[int32]int{int32(dataFD): 0},
+	}
+	for i, s := range replies {
+		r.replyFDs = append(r.replyFDs, s.fd)
+		r.sourceOf[int32(s.fd)] = 1 + i
+	}
+	if direct != nil {
+		r.directFD = direct.fd
+		r.sources++
+		r.sourceOf[int32(direct.fd)] = r.sources - 1
+		r.batch = rawio.NewBatch(directBatch, wire.MsgHeaderLen, wire.MaxFrame-wire.MsgHeaderLen, len(direct.oob))
+	}
+	r.maybe = make([]bool, r.sources)
+	for j := range r.maybe {
+		r.maybe[j] = true
+	}
+	return r
+}
+
+// recv reads from the next source that has something, and reports whether
+// it read (or failed to); false means there is nothing to read, and the
+// loop waits: on the poll set set, or in split mode on the direct socket.
+func (r *sourceReader) recv(set uintptr) bool {
+	var e syscall.Errno
+	if r.sources == 1 {
+		r.n, r.oobn, e = rawio.Recvmsg(r.dataFD, r.buf, r.oob)
+		r.src, r.rerr = -1, nil
+		if e != 0 {
+			r.rerr = e
+		}
+		return e != rawio.EAGAIN && e != rawio.EINTR
+	}
+	if r.split && r.dataReady.Swap(false) {
+		r.maybe[0] = true
+	}
+	direct := r.sources - 1
+	for {
+		if r.bi < r.bn {
+			r.dframe, r.doob, r.from = r.batch.Msg(r.bi)
+			r.bi++
+			r.src, r.rerr = len(r.replyFDs), nil
+			return true
+		}
+		for k := 0; k < r.sources; k++ {
+			j := (r.turn + k) % r.sources
+			if !r.maybe[j] {
+				continue
+			}
+			i := j - 1
+			switch {
+			case i < 0:
+				r.n, r.oobn, e = rawio.Recvmsg(r.dataFD, r.buf, r.oob)
+			case i < len(r.replyFDs):
+				r.n, r.from, e = rawio.Recvfrom(r.replyFDs[i], r.buf[wire.MsgHeaderLen:])
+			default:
+				// A short batch emptied the socket: it is read again once
+				// the poller or the set says it is ready. A full one may
+				// have left more, which no wake-up would announce (the
+				// network poller waits edge-triggered: the datagrams that
+				// came before the read woke it once, and only a new one
+				// wakes it again), so the socket is read again after the
+				// other sources' turn.
+				r.bn, r.bi = 0, 0
+				r.bn, e = rawio.Recvmmsg(r.directFD, r.batch)
+				r.maybe[j] = e == 0 && r.bn == r.batch.Len()
+			}
+			if e == rawio.EAGAIN {
+				r.maybe[j] = false
+				continue
+			}
+			r.turn = j + 1
+			if e == 0 && i >= len(r.replyFDs) {
+				break
+			}
+			r.src, r.rerr = i, nil
+			if e != 0 {
+				r.rerr = e
+			}
+			return e != rawio.EINTR
+		}
+		if r.bi < r.bn {
+			continue
+		}
+		if r.split {
+			// The poller wakes the wait when the socket becomes
+			// readable; the data channel's goroutine sets its flag.
+			r.maybe[direct] = true
+			r.rerr = nil
+			return false
+		}
+		// Nothing known to wait: the set says what is ready, and the
+		// poll empties it of what was ready and no longer is, without
+		// which it never signals again once the poller waits on it.
+		k, _ := rawio.EpollPoll(int(set), r.ready[:])
+		if k <= 0 {
+			// What wakes the wait is most often a datagram of the
+			// direct socket: it is read first then, without asking the
+			// set.
+			if r.directFD >= 0 {
+				r.maybe[direct] = true
+			}
+			r.rerr = nil
+			return false
+		}
+		for _, ev := range r.ready[:k] {
+			if j, ok := r.sourceOf[ev.Fd]; ok {
+				r.maybe[j] = true
+			}
+		}
+	}
+}
