@@ -72,6 +72,20 @@ type Target interface {
 	Waiting(seq uint64) bool
 }
 
+// Immediate is a Target that handles each frame before the door sees
+// another (a worker's door and the worker itself, or the supervisor's door
+// it passes to): none of its requests waits in a queue, so the door keeps
+// no record of them for absorbing retransmissions, which would only be
+// written and swept.
+type Immediate interface {
+	Immediate() bool
+}
+
+func immediate(w Target) bool {
+	i, ok := w.(Immediate)
+	return ok && i.Immediate()
+}
+
 // Passer is a Target that passes datagrams on to another door, which
 // decides and counts them (a worker reading its own socket passes some to
 // the supervisor's): when Passes reports true the door neither counts the
@@ -162,17 +176,27 @@ type queuedReq struct {
 	seq uint64
 }
 
-// ttl is how long the Call-ID of m stays bound after m: long after an
+// affinitySlack is how much longer than its time a Call-ID may stay bound:
+// a binding moves on only when its time would grow, and then by the slack
+// too, so that a call's messages of the next second leave the table as it
+// is instead of writing it at each one.
+const affinitySlack = int64(time.Second)
+
+// ttl is until when the Call-ID of m stays bound after m: long after an
 // INVITE, short again after its ACK, and never shortened by anything else
 // while an INVITE may still be pending.
 func ttl(m *sipscan.Msg, now, until int64) int64 {
+	want := now + int64(AffinityTTL)
 	switch {
 	case m.IsRequest && m.Method == sipscan.Invite:
-		return max(until, now+int64(PendingInviteTTL))
+		want = now + int64(PendingInviteTTL)
 	case m.IsRequest && m.Method == sipscan.Ack:
-		return now + int64(AffinityTTL)
+		return want
 	}
-	return max(until, now+int64(AffinityTTL))
+	if until >= want {
+		return until
+	}
+	return want + affinitySlack
 }
 
 // Stats are the door's counters.
@@ -322,11 +346,13 @@ func (d *Door) handle(frame []byte, from netip.AddrPort, now int64) {
 
 	if e, ok := d.aff[key]; ok && now < e.until {
 		if seq, err := e.w.SendSeq(frame, now); err == nil {
-			e.until = ttl(m, now, e.until)
-			d.aff[key] = e
+			if u := ttl(m, now, e.until); u != e.until {
+				e.until = u
+				d.aff[key] = e
+			}
 			d.Stats.Forwarded.Add(1)
 			d.track(m, key, now)
-			if tx != 0 {
+			if tx != 0 && !immediate(e.w) {
 				d.queued[tx] = queuedReq{e.w, seq}
 			}
 			return
@@ -413,7 +439,7 @@ func (d *Door) handle(frame []byte, from netip.AddrPort, now int64) {
 		d.Stats.Admitted[kind].Add(1)
 	}
 	d.track(m, key, now)
-	if tx != 0 {
+	if tx != 0 && !immediate(w) {
 		d.queued[tx] = queuedReq{w, seq}
 	}
 	// Stray ACKs for non-2xx answers and responses nobody waits for need no

@@ -51,14 +51,15 @@ func TestTTL(t *testing.T) {
 		now, until int64
 		want       int64
 	}{
-		{"new INVITE", sipMsg("INVITE", "c", "", 0), 10 * s, 0, 10*s + long},
-		{"new REGISTER", sipMsg("REGISTER", "c", "", 0), 10 * s, 0, 10*s + short},
+		{"new INVITE", sipMsg("INVITE", "c", "", 0), 10 * s, 0, 10*s + long + affinitySlack},
+		{"new REGISTER", sipMsg("REGISTER", "c", "", 0), 10 * s, 0, 10*s + short + affinitySlack},
 		{"ringing keeps the INVITE's time", sipMsg("INVITE", "c", "t", 180), 11 * s, 10*s + long, 10*s + long},
 		{"answer keeps the INVITE's time", sipMsg("INVITE", "c", "t", 200), 50 * s, 10*s + long, 10*s + long},
 		{"CANCEL keeps the INVITE's time", sipMsg("CANCEL", "c", "", 0), 60 * s, 10*s + long, 10*s + long},
 		{"ACK ends it", sipMsg("ACK", "c", "t", 0), 60 * s, 10*s + long, 60*s + short},
-		{"BYE after the ACK", sipMsg("BYE", "c", "t", 0), 70 * s, 60*s + short, 70*s + short},
-		{"re-INVITE is pending again", sipMsg("INVITE", "c", "t", 0), 80 * s, 70*s + short, 80*s + long},
+		{"BYE after the ACK", sipMsg("BYE", "c", "t", 0), 70 * s, 60*s + short, 70*s + short + affinitySlack},
+		{"a message within the slack keeps the time", sipMsg("BYE", "c", "t", 200), 70*s + affinitySlack/2, 70*s + short + affinitySlack, 70*s + short + affinitySlack},
+		{"re-INVITE is pending again", sipMsg("INVITE", "c", "t", 0), 80 * s, 70*s + short, 80*s + long + affinitySlack},
 	} {
 		var m sipscan.Msg
 		if err := sipscan.Scan(c.msg, &m); err != nil {

@@ -187,6 +187,38 @@ func TestRetransmissionAbsorbed(t *testing.T) {
 	}
 }
 
+// handleNow is a worker that handles each frame as it is handed, as a
+// worker's own door hands to the worker (frontdoor.Immediate).
+type handleNow struct{ queue }
+
+func (h *handleNow) SendSeq(frame []byte, now int64) (uint64, error) {
+	seq, err := h.queue.SendSeq(frame, now)
+	h.take()
+	return seq, err
+}
+
+func (*handleNow) Immediate() bool { return true }
+
+// A target that handles each frame at once leaves the door nothing to
+// remember as queued: every retransmission goes through to it.
+func TestImmediateTargetLeavesNothingQueued(t *testing.T) {
+	t.Parallel()
+	w := &handleNow{}
+	d := New(0, func(*sipscan.Msg, bool, int64) Target { return w }, nil, nil)
+	now := time.Now().UnixNano()
+	inv := request("INVITE", "im-1", "im1", "", 1, -1)
+	for i := range 3 {
+		d.Handle(frame(inv), src, now+int64(i)*int64(500*time.Millisecond))
+	}
+	d.Handle(frame(request("ACK", "im-1", "im1", "x", 1, -1)), src, now+int64(2*time.Second))
+	if n := len(d.queued); n != 0 {
+		t.Errorf("want no request remembered as queued, have %d", n)
+	}
+	if n, a := w.received(), d.Stats.Absorbed.Load(); n != 4 || a != 0 {
+		t.Errorf("want all 4 requests handed and none absorbed, have %d handed and %d absorbed", n, a)
+	}
+}
+
 // TestDoorMemory measures what a call in progress costs the front door
 // (its affinity entry, its session, its requests while queued), and what a
 // finished one leaves once they have lapsed: nothing beyond the maps' room,

@@ -303,6 +303,7 @@ func (t *selfTarget) SendSeq(f []byte, now int64) (uint64, error) {
 
 // Waiting is false: a frame is handled before the door sees another.
 func (t *selfTarget) Waiting(uint64) bool { return false }
+func (t *selfTarget) Immediate() bool     { return true }
 
 // passTarget is the supervisor's door as the worker's door's target.
 type passTarget struct{ d *direct }
@@ -321,7 +322,10 @@ func (t *passTarget) SendSeq(f []byte, now int64) (uint64, error) {
 	return d.seq, nil
 }
 
+// Waiting is false: the supervisor's door decides about what it is passed,
+// and absorbs its retransmissions there.
 func (t *passTarget) Waiting(uint64) bool { return false }
+func (t *passTarget) Immediate() bool     { return true }
 
 // Passes is true but for a handed frame, which stays here: the supervisor's
 // door decides about, counts and follows what is passed to it.
@@ -476,9 +480,8 @@ func (d *direct) take(sock int, from netip.AddrPort, at int64) {
 		d.w.stats.Add(wire.OffStale, 1)
 		return
 	}
-	start := time.Now().UnixNano()
-	d.w.busy(func() { d.w.h.HandleMessage(&m) })
-	d.cost += (float64(time.Now().UnixNano()-start) - d.cost) / 16
+	took := d.w.busy(func() { d.w.h.HandleMessage(&m) })
+	d.cost += (float64(took) - d.cost) / 16
 }
 
 // setSteer takes a FrameSteer.

@@ -980,14 +980,17 @@ func (w *workerLoop) checkDrained() {
 }
 
 // busy runs fn and adds its wall time to the busy counter, which is the load
-// OpenSIPS defines: time inside the handler, not CPU time.
-func (w *workerLoop) busy(fn func()) {
+// OpenSIPS defines: time inside the handler, not CPU time. It returns that
+// time (ns), which a caller timing fn too would read the clock twice more
+// for.
+func (w *workerLoop) busy(fn func()) (took int64) {
 	start := time.Now().UnixNano()
 	w.stats.Store(wire.OffBusySince, uint64(start))
 	fn()
-	end := time.Now().UnixNano()
-	w.stats.Add(wire.OffBusyNs, uint64(end-start))
+	took = time.Now().UnixNano() - start
+	w.stats.Add(wire.OffBusyNs, uint64(took))
 	w.stats.Store(wire.OffBusySince, 0)
+	return took
 }
 
 // reportHeap puts the heap in use, the GC's CPU time and the process's on
