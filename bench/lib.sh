@@ -162,6 +162,24 @@ tree_cpu() {
 		END { printf "%.2f\n", t / hz }'
 }
 
+# machine_steal prints the machine's CPU time stolen by its host and its
+# whole CPU time, in ticks, from /proc/stat: on a virtual machine whose host
+# runs other guests, a span with steal runs every process slower, and the
+# CPU per call measured over it reads higher whichever server ran.
+machine_steal() {
+	awk '$1 == "cpu" { print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9; exit }' /proc/stat
+}
+
+# steal_pct "STEAL0 TOTAL0" "STEAL1 TOTAL1" prints the share of the span's
+# CPU time the host took, in percent.
+steal_pct() {
+	awk -v a="$1" -v b="$2" 'BEGIN {
+		split(a, x, " "); split(b, y, " ")
+		t = y[2] - x[2]
+		printf "%.1f", (t > 0) ? 100 * (y[1] - x[1]) / t : 0
+	}'
+}
+
 # tree_ctxsw PID prints the context switches (voluntary and not) of every
 # thread of PID's live process tree.
 tree_ctxsw() {

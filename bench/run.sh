@@ -41,7 +41,11 @@
 # on over the calls completed from S on. REGISTER runs longer than S
 # (--reg-secs) are counted the same way; shorter ones whole.
 #
-# Writes DIR/results.csv, DIR/summary.md and DIR/machine.txt.
+# Writes DIR/results.csv, DIR/summary.md and DIR/machine.txt. Each row of
+# results.csv also has the share of the machine's CPU its host took over the
+# span counted (steal_pct, from /proc/stat): on a virtual machine it makes
+# every process of the span dearer, and the summary names the rows it
+# touched.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -117,7 +121,7 @@ case ",$servers," in *,sipvisor,*) build_sipvisor "$out" ;; esac
 machine_info >"$out/machine.txt"
 echo "settings: servers=$servers rates=$rates reg_rates=$reg_rates refuse_rates=$refuse_rates reps=$reps secs=$secs reg_secs=$reg_secs settle=$settle warmup=$warmup children=$CHILDREN kamailio_store=$kamailio_store transport=$TRANSPORT kamailio_wb_timer=$KAMAILIO_WB_TIMER kamailio_db_dir=${KAMAILIO_DB_DIR:-}" >>"$out/machine.txt"
 csv=$out/results.csv
-echo "server,kind,rate,rep,offered,successful,failed,retransmissions,rt_p50_ms,rt_p99_ms,elapsed_s,cpu_s,cpu_s_per_1k" >"$csv"
+echo "server,kind,rate,rep,offered,successful,failed,retransmissions,rt_p50_ms,rt_p99_ms,elapsed_s,cpu_s,cpu_s_per_1k,steal_pct" >"$csv"
 
 for ((rep = 1; rep <= reps; rep++)); do
 	for server in ${servers//,/ }; do
@@ -132,7 +136,7 @@ for ((rep = 1; rep <= reps; rep++)); do
 		c0=$(tree_cpu_exact "$SERVER_PID")
 		sleep "$settle"
 		c1=$(tree_cpu_exact "$SERVER_PID")
-		echo "$server,idle,0,$rep,0,0,0,0,NA,NA,$settle,$(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.4f", b-a}'),NA" >>"$csv"
+		echo "$server,idle,0,$rep,0,0,0,0,NA,NA,$settle,$(awk -v a="$c0" -v b="$c1" 'BEGIN{printf "%.4f", b-a}'),NA,NA" >>"$csv"
 		for kind in call register refuse; do
 			case $kind in
 			call) list=$rates d=$secs ;;
@@ -147,6 +151,7 @@ for ((rep = 1; rep <= reps; rep++)); do
 				rm -rf "$dir"
 				log "rep $rep/$reps $server $kind $rate/s for ${d}s"
 				c0=$(tree_cpu "$SERVER_PID")
+				s0=$(machine_steal)
 				ok0=0
 				if [ "$kind" != refuse ] && ((warmup > 0 && warmup < d)); then
 					run_uac "$dir" $kind "$rate" $((rate * d)) "$UAC_PORT" -d 0 &
@@ -154,6 +159,7 @@ for ((rep = 1; rep <= reps; rep++)); do
 					BG_PIDS+=("$uac")
 					sleep "$warmup"
 					c0=$(tree_cpu "$SERVER_PID")
+					s0=$(machine_steal)
 					ok0=$(stat_last "$dir" 'SuccessfulCall(C)')
 					[[ $ok0 =~ ^[0-9]+$ ]] || ok0=0
 					wait "$uac" || true
@@ -164,6 +170,7 @@ for ((rep = 1; rep <= reps; rep++)); do
 				# wait timer, sipvisor's 5 s); their cleanup belongs to the run.
 				sleep "$settle"
 				c1=$(tree_cpu "$SERVER_PID")
+				steal=$(steal_pct "$s0" "$(machine_steal)")
 				kill -0 "$SERVER_PID" 2>/dev/null || die "$server exited during the run"
 				ok=$(stat_last "$dir" 'SuccessfulCall(C)')
 				failed=$(stat_last "$dir" 'FailedCall(C)')
@@ -176,8 +183,8 @@ for ((rep = 1; rep <= reps; rep++)); do
 					n = ok - ok0
 					printf "%.2f,%s", cpu, (n > 0) ? sprintf("%.3f", cpu / n * 1000) : "NA"
 				}')
-				echo "$server,$kind,$rate,$rep,$((rate * d)),$ok,$failed,$retrans,$p50,$p99,$elapsed,$row" >>"$csv"
-				log "  successful $ok failed $failed p50 ${p50}ms p99 ${p99}ms cpu ${row/,/ s, per 1000: }"
+				echo "$server,$kind,$rate,$rep,$((rate * d)),$ok,$failed,$retrans,$p50,$p99,$elapsed,$row,$steal" >>"$csv"
+				log "  successful $ok failed $failed p50 ${p50}ms p99 ${p99}ms cpu ${row/,/ s, per 1000: }, host's steal ${steal} %"
 			done
 		done
 		[ -z "$refuse_rates" ] || server_refuse "$server" "$work" off
@@ -215,6 +222,11 @@ median() { stats "$@" | cut -d' ' -f1; }
 		done
 		echo "$line |"
 	done
+	echo
+	# The host's steal inflates every figure of its span: the repetitions
+	# it touched are named, so that a reader can tell an outlier's cause.
+	stolen=$(awk -F, 'NR > 1 && $14 != "NA" && $14 + 0 >= 2 { printf "%s%s %s/s rep %s: %s %%", sep, $1, $3, $4, $14; sep = "; " }' "$csv")
+	echo "Counted spans during which the host took 2 % or more of the machine's CPU (steal): ${stolen:-none}."
 	echo
 	echo "Idle CPU seconds over ${settle} s (median of $reps):"
 	for server in ${servers//,/ }; do
