@@ -48,7 +48,13 @@ func TestForward(t *testing.T) {
 	if _, ok := w.peers[42]; !ok {
 		t.Fatal("a full channel: want the link kept")
 	}
-	// Ended: the link dropped.
+	// Ended: the link dropped. Shut down first, as the kernel does when the
+	// peer's last descriptor closes: a close alone ends the socket only if
+	// no child another test forks at that moment still holds a copy until it
+	// execs, and until then the full channel answers EAGAIN.
+	if err := syscall.Shutdown(theirs, syscall.SHUT_RDWR); err != nil {
+		t.Fatal(err)
+	}
 	rawio.Close(theirs)
 	if w.forward(42, "127.0.0.1:5060", msg) {
 		t.Error("an ended peer: want false")
