@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"runtime/metrics"
 	"strconv"
 	"strings"
@@ -19,7 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sipvisor/sipvisor/internal/rawio"
 	"github.com/sipvisor/sipvisor/internal/ticketkey"
 	"github.com/sipvisor/sipvisor/internal/wire"
 	"github.com/sipvisor/sipvisor/overload"
@@ -435,6 +435,7 @@ type workerLoop struct {
 	drained  bool
 	timed    Timed
 	mem      [4]metrics.Sample // heap in use, GC CPU seconds, CPU seconds available and idle
+	rd       *sourceReader
 	heapDue  time.Time
 	closer   fileCloser  // the files of handed connections that ended
 	peers    map[int]int // by worker pid, its data channel (wire.FramePeer)
@@ -500,53 +501,12 @@ func (w *workerLoop) run(ctx context.Context) error {
 	if err := unix.SetNonblock(w.dataFD, true); err != nil {
 		return fmt.Errorf("data channel: %w", err)
 	}
-	// With reply sockets there are several descriptors to wait for, and one
-	// goroutine: the loop waits on an epoll set of them all, which the
-	// network poller can wait on as it does on any descriptor.
+	// With reply sockets or a socket of its own there are several
+	// descriptors to wait for, and one goroutine: the loop waits on an
+	// epoll set of them all, in the set itself (rawWait) or through the
+	// network poller, which can wait on the set as on any descriptor.
 	var wait *os.File
-	// split: a worker that reads its socket directly and has no reply
-	// sockets waits on that socket alone, through the network poller, and
-	// a second goroutine waits on the data channel and wakes the loop
-	// when a frame comes, which is rare beside the datagrams. A datagram
-	// then costs the poller's wait and the read that takes it, where the
-	// set of both cost a poll of the set besides. (Waiting in epoll_pwait
-	// as a blocking system call of the loop's own, as Kamailio waits in
-	// recvfrom, was measured far worse: the runtime's monitor then polls
-	// and takes the P back from the call; with two Ps, 28.6 system calls
-	// and 20 context switches per proxied call against 15 and 5 this way,
-	// and with one the worker fell behind its socket.)
-	split := w.direct != nil && len(w.replies) == 0
-	var dataReady atomic.Bool
 	switch {
-	case split:
-		// A copy of the descriptor: the poller's file closes it, while the
-		// socket still sends for the handler.
-		fd, err := unix.Dup(w.direct.fd)
-		if err != nil {
-			return fmt.Errorf("direct socket: %w", err)
-		}
-		unix.CloseOnExec(fd)
-		wait = os.NewFile(uintptr(fd), "direct")
-		// The loop sends on the socket raw: without the registration for
-		// writability, each datagram sent made the next wait return at
-		// once (rawio.PollReadsOnly). Where it cannot, that goes on.
-		_ = rawio.PollReadsOnly(fd)
-		data := os.NewFile(uintptr(w.dataFD), "data")
-		defer data.Close()
-		drc, err := data.SyscallConn()
-		if err != nil {
-			return fmt.Errorf("data channel: %w", err)
-		}
-		go func() {
-			// Each time the data channel becomes readable: the loop reads
-			// it until empty, and a frame that comes after that makes it
-			// readable again.
-			drc.Read(func(uintptr) bool {
-				dataReady.Store(true)
-				wait.SetReadDeadline(time.Now())
-				return false
-			})
-		}()
 	case len(w.replies) > 0 || w.direct != nil:
 		set, err := w.pollSet()
 		if err != nil {
@@ -573,8 +533,10 @@ func (w *workerLoop) run(ctx context.Context) error {
 			}
 		}()
 	}
-	rd := newSourceReader(w.dataFD, w.replies, w.direct, split, &dataReady)
+	rd := newSourceReader(w.dataFD, w.replies, w.direct)
+	w.rd = rd
 	recv := rd.recv
+	raw := rawWait{on: rd.sources > 1, base: runtime.NumGoroutine()}
 	// armed is the read deadline in force, so that it is set only when it
 	// moves: every change of a timer that may be the earliest wakes another
 	// thread of the runtime, which a deadline set per frame paid each time.
@@ -619,16 +581,6 @@ func (w *workerLoop) run(ctx context.Context) error {
 				wake = due
 			}
 		}
-		if !wake.Equal(armed) {
-			wait.SetReadDeadline(wake)
-			armed = wake
-		}
-		// Work submitted after runSubmitted set its own deadline to now
-		// after ours, so it cannot wait for the tick.
-		if len(w.submit) > 0 {
-			armed = time.Time{}
-			continue
-		}
 		read := false
 		if held {
 			if now := time.Now(); !now.Before(due) {
@@ -647,6 +599,29 @@ func (w *workerLoop) run(ctx context.Context) error {
 			// or for the deadline at idle.
 		}
 		if !read {
+			if d, ok := raw.wait(time.Now(), wake); ok {
+				if len(w.submit) > 0 {
+					continue
+				}
+				rd.wait = int64(d)
+				if !recv(setFD) {
+					continue
+				}
+				raw.fresh = true
+				read = true
+			}
+		}
+		if !read {
+			if !wake.Equal(armed) {
+				wait.SetReadDeadline(wake)
+				armed = wake
+			}
+			// Work submitted after runSubmitted set its own deadline to
+			// now after ours, so it cannot wait for the tick.
+			if len(w.submit) > 0 {
+				armed = time.Time{}
+				continue
+			}
 			if err := rc.Read(recv); err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					armed = time.Time{}
@@ -654,6 +629,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 				}
 				return fmt.Errorf("data channel: %w", err)
 			}
+			raw.fresh = true
 		}
 		if rd.src >= len(w.replies) {
 			if rd.rerr == nil {
@@ -701,6 +677,74 @@ func (w *workerLoop) run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// rawWait decides, before each wait, whether the loop waits in its poll set
+// itself (rawio.EpollWait), holding its P, or through the network poller.
+//
+// Through the poller, a wake-up costs the scheduler's park, a poll of the
+// network poller without waiting before it sleeps, its wait, and the
+// wake-up; in the set, one system call. Profiled at 1,000 proxied calls a
+// second, the park and the two polls were a quarter of a worker's CPU, and
+// a worker sleeps about twice a call. Holding the P is safe only while
+// nothing else in the process needs it, and cheap only while the wait is
+// short: see rawWaitFor.
+type rawWait struct {
+	on bool // the loop has a poll set to wait in
+	// fresh says a message was read since the last wait; since is when
+	// the loop began to wait with nothing read after.
+	fresh   bool
+	since   time.Time
+	yielded time.Time
+	// base is the process's goroutines as the loop began: the loop's own,
+	// and those the handler started, which wait on channels the loop
+	// feeds (database/sql's opener of connections).
+	base int
+}
+
+// rawSpan is how long the loop may go on waiting in its set with nothing
+// read: a worker quiet for longer waits through the network poller, as an
+// idle process should. While a P is held the runtime's monitor thread
+// wakes every 10 ms and signals a goroutine it has seen run that long.
+const rawSpan = 20 * time.Millisecond
+
+// yieldEvery is how often, at most, the loop yields its P to the scheduler
+// before waiting in its set: the scheduler runs the runtime's timers and
+// the collector's background work only when asked, and the monitor thread
+// preempts a goroutine that has not yielded for 10 ms.
+const yieldEvery = time.Millisecond
+
+// rawWaitFor says whether the loop waits in its set, and how long: until
+// wake, and no later than rawSpan after since, when the loop began waiting
+// with nothing read. started is how many goroutines the process has
+// started since the loop began and still runs (a connection's reader, a
+// profile being taken): any of them may wait for the network poller,
+// which nothing polls while the loop holds the P but the monitor thread,
+// every 10 ms.
+func rawWaitFor(now, wake, since time.Time, started int) (time.Duration, bool) {
+	if started > 0 {
+		return 0, false
+	}
+	until := since.Add(rawSpan)
+	if wake.Before(until) {
+		until = wake
+	}
+	d := until.Sub(now)
+	return d, d > 0
+}
+
+func (r *rawWait) wait(now, wake time.Time) (time.Duration, bool) {
+	if !r.on {
+		return 0, false
+	}
+	if r.fresh {
+		r.fresh, r.since = false, now
+	}
+	if now.Sub(r.yielded) >= yieldEvery {
+		runtime.Gosched()
+		r.yielded = now
+	}
+	return rawWaitFor(now, wake, r.since, runtime.NumGoroutine()-r.base)
 }
 
 // directBatch is how many datagrams of the direct socket one read takes
@@ -1011,8 +1055,14 @@ func (w *workerLoop) reportHeap(now time.Time) {
 	// stop-the-world pause on every P, whether or not the kernel ran the
 	// thread; against the kernel's CPU time the share would grow with the
 	// machine's load rather than the collector's work.
+	// The loop's waits in its own poll set hold a P, which the runtime
+	// counts as busy: they are idle time too.
 	if w.mem[2].Value.Kind() == metrics.KindFloat64 && w.mem[3].Value.Kind() == metrics.KindFloat64 {
-		busy := max(0, w.mem[2].Value.Float64()-w.mem[3].Value.Float64())
+		idle := w.mem[3].Value.Float64()
+		if w.rd != nil {
+			idle += w.rd.blocked.Seconds()
+		}
+		busy := max(0, w.mem[2].Value.Float64()-idle)
 		w.stats.Store(wire.OffCPU, math.Float64bits(busy))
 	}
 	w.heapDue = now.Add(heapEvery)

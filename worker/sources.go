@@ -2,8 +2,8 @@ package worker
 
 import (
 	"net/netip"
-	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/sipvisor/sipvisor/internal/rawio"
 	"github.com/sipvisor/sipvisor/internal/wire"
@@ -20,10 +20,13 @@ type sourceReader struct {
 	dataFD   int
 	replyFDs []int
 	directFD int // -1 without a direct socket
-	// split: the loop waits on the direct socket alone through the
-	// network poller, and dataReady says the data channel became readable.
-	split     bool
-	dataReady *atomic.Bool
+
+	// wait is how long, in nanoseconds, the next recv that finds nothing
+	// waits in the poll set itself (rawio.EpollWait) before it returns
+	// false; 0 polls the set only, for a loop that waits through the
+	// network poller. blocked sums the time spent waiting so.
+	wait    int64
+	blocked time.Duration
 
 	sources int
 	// maybe says, by source (the data channel first), whether it may have
@@ -50,16 +53,14 @@ type sourceReader struct {
 	dframe, doob []byte
 }
 
-func newSourceReader(dataFD int, replies []*sendSocket, direct *direct, split bool, dataReady *atomic.Bool) *sourceReader {
+func newSourceReader(dataFD int, replies []*sendSocket, direct *direct) *sourceReader {
 	r := &sourceReader{
-		dataFD:    dataFD,
-		directFD:  -1,
-		split:     split,
-		dataReady: dataReady,
-		sources:   1 + len(replies),
-		buf:       make([]byte, wire.MaxFrame),
-		oob:       make([]byte, unix.CmsgSpace(4)),
-		sourceOf:  map[int32]int{int32(dataFD): 0},
+		dataFD:   dataFD,
+		directFD: -1,
+		sources:  1 + len(replies),
+		buf:      make([]byte, wire.MaxFrame),
+		oob:      make([]byte, unix.CmsgSpace(4)),
+		sourceOf: map[int32]int{int32(dataFD): 0},
 	}
 	for i, s := range replies {
 		r.replyFDs = append(r.replyFDs, s.fd)
@@ -79,8 +80,8 @@ func newSourceReader(dataFD int, replies []*sendSocket, direct *direct, split bo
 }
 
 // recv reads from the next source that has something, and reports whether
-// it read (or failed to); false means there is nothing to read, and the
-// loop waits: on the poll set set, or in split mode on the direct socket.
+// it read (or failed to); false means there is nothing to read (after the
+// wait r.wait asked for, if any), and the loop waits, or goes round.
 func (r *sourceReader) recv(set uintptr) bool {
 	var e syscall.Errno
 	if r.sources == 1 {
@@ -90,9 +91,6 @@ func (r *sourceReader) recv(set uintptr) bool {
 			r.rerr = e
 		}
 		return e != rawio.EAGAIN && e != rawio.EINTR
-	}
-	if r.split && r.dataReady.Swap(false) {
-		r.maybe[0] = true
 	}
 	direct := r.sources - 1
 	for {
@@ -142,21 +140,23 @@ func (r *sourceReader) recv(set uintptr) bool {
 		if r.bi < r.bn {
 			continue
 		}
-		if r.split {
-			// The poller wakes the wait when the socket becomes
-			// readable; the data channel's goroutine sets its flag.
-			r.maybe[direct] = true
-			r.rerr = nil
-			return false
-		}
-		// Nothing known to wait: the set says what is ready, and the
-		// poll empties it of what was ready and no longer is, without
-		// which it never signals again once the poller waits on it.
-		k, _ := rawio.EpollPoll(int(set), r.ready[:])
-		if k <= 0 {
-			// What wakes the wait is most often a datagram of the
-			// direct socket: it is read first then, without asking the
-			// set.
+		// Nothing known to read: the set says what is ready, and the poll
+		// empties it of what was ready and no longer is, without which it
+		// never signals again once the network poller waits on it.
+		var k int
+		if wait := r.wait; wait > 0 {
+			r.wait = 0
+			start := time.Now()
+			k, _ = rawio.EpollWait(int(set), r.ready[:], wait)
+			r.blocked += time.Since(start)
+			if k <= 0 {
+				r.rerr = nil
+				return false
+			}
+		} else if k, _ = rawio.EpollPoll(int(set), r.ready[:]); k <= 0 {
+			// What wakes the network poller's wait is most often a
+			// datagram of the direct socket: it is read first then,
+			// without asking the set.
 			if r.directFD >= 0 {
 				r.maybe[direct] = true
 			}

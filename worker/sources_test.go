@@ -3,8 +3,8 @@ package worker
 import (
 	"fmt"
 	"net"
-	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,44 +15,9 @@ import (
 // however long that takes (once, the answers to 20 calls a TCP worker
 // relayed waited 500 ms, until its retransmissions drew more).
 func TestSourceReaderReadsBurstBeforeWaiting(t *testing.T) {
-	for _, withSet := range []bool{false, true} {
-		t.Run(fmt.Sprintf("set=%v", withSet), func(t *testing.T) {
-			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
-			sock, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { sock.Close() })
-			f, err := sock.File()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { f.Close() })
-			fd := int(f.Fd())
-			if err := unix.SetNonblock(fd, true); err != nil {
-				t.Fatal(err)
-			}
-			var set uintptr
-			if withSet {
-				ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { unix.Close(ep) })
-				for _, fd := range []int{fds[0], fd} {
-					if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
-						t.Fatal(err)
-					}
-				}
-				set = uintptr(ep)
-			}
-			var dataReady atomic.Bool
-			r := newSourceReader(fds[0], nil, &direct{fd: fd, oob: make([]byte, 64)}, !withSet, &dataReady)
-
+	for _, wait := range []time.Duration{0, 20 * time.Millisecond} {
+		t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
+			r, set, fds, sock := newTestSources(t)
 			c, err := net.DialUDP("udp4", nil, sock.LocalAddr().(*net.UDPAddr))
 			if err != nil {
 				t.Fatal(err)
@@ -68,9 +33,8 @@ func TestSourceReaderReadsBurstBeforeWaiting(t *testing.T) {
 			if _, err := unix.Write(fds[1], []byte("frame")); err != nil {
 				t.Fatal(err)
 			}
-			dataReady.Store(true)
 			var got, frames int
-			for r.recv(set) {
+			for r.wait = int64(wait); r.recv(set); r.wait = int64(wait) {
 				if r.rerr != nil {
 					t.Fatalf("read %d: %v", got, r.rerr)
 				}
@@ -86,6 +50,124 @@ func TestSourceReaderReadsBurstBeforeWaiting(t *testing.T) {
 			}
 			if got != burst || frames != 1 {
 				t.Errorf("read %d datagrams of %d and %d frames of 1 before waiting", got, burst, frames)
+			}
+		})
+	}
+}
+
+// newTestSources is a reader of a data channel (fds[0]; the supervisor's
+// end is fds[1]) and a direct socket, and their poll set.
+func newTestSources(t *testing.T) (r *sourceReader, set uintptr, fds [2]int, sock *net.UDPConn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
+	sock, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sock.Close() })
+	f, err := sock.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	fd := int(f.Fd())
+	if err := unix.SetNonblock(fd, true); err != nil {
+		t.Fatal(err)
+	}
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(ep) })
+	for _, fd := range []int{fds[0], fd} {
+		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return newSourceReader(fds[0], nil, &direct{fd: fd, oob: make([]byte, 64)}), uintptr(ep), [2]int{fds[0], fds[1]}, sock
+}
+
+// A read asked to wait waits in the set itself: it returns with what comes
+// from either source, or with nothing once its time is up, and counts the
+// time it waited.
+func TestSourceReaderWaitsInSet(t *testing.T) {
+	r, set, fds, sock := newTestSources(t)
+	c, err := net.DialUDP("udp4", nil, sock.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+
+	// Nothing is known to be readable: the read goes to the set at once.
+	for j := range r.maybe {
+		r.maybe[j] = false
+	}
+	const long = int64(time.Minute)
+	sent := make(chan error, 1)
+	go func() {
+		// Most likely after the reader began to wait; if not, the set
+		// says the socket is readable as it begins.
+		time.Sleep(10 * time.Millisecond)
+		_, err := c.Write([]byte("datagram"))
+		sent <- err
+	}()
+	// A signal of the runtime's may end the wait early, with nothing.
+	for r.wait = long; !r.recv(set); r.wait = long {
+	}
+	if r.rerr != nil || r.src != 0 || string(r.dframe[len(r.dframe)-8:]) != "datagram" {
+		t.Fatalf("recv = src %d, error %v, %q (bn %d bi %d); want the datagram", r.src, r.rerr, r.dframe, r.bn, r.bi)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := unix.Write(fds[1], []byte("frame")); err != nil {
+		t.Fatal(err)
+	}
+	for r.wait = long; !r.recv(set); r.wait = long {
+	}
+	if r.rerr != nil || r.src != -1 || string(r.buf[:r.n]) != "frame" {
+		t.Fatalf("recv = src %d, error %v; want the data channel's frame", r.src, r.rerr)
+	}
+
+	// With nothing sent, the read returns nothing, and counts the time it
+	// waited. A signal of the runtime's may end a wait early: the read is
+	// asked again for what is left, as the worker's loop does.
+	before := r.blocked
+	for r.blocked-before < 20*time.Millisecond {
+		r.wait = int64(20*time.Millisecond - (r.blocked - before))
+		if r.recv(set) {
+			t.Fatalf("recv read from source %d with nothing sent", r.src)
+		}
+	}
+}
+
+func TestRawWaitFor(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name      string
+		now, wake time.Time
+		since     time.Time
+		started   int
+		want      time.Duration
+		ok        bool
+	}{
+		{"until the wake-up", t0, t0.Add(5 * ms), t0, 0, 5 * ms, true},
+		{"no longer than rawSpan after the last read", t0.Add(15 * ms), t0.Add(time.Second), t0, 0, rawSpan - 15*ms, true},
+		{"quiet for rawSpan: through the poller", t0.Add(rawSpan), t0.Add(time.Second), t0, 0, 0, false},
+		{"quiet for longer", t0.Add(time.Second), t0.Add(2 * time.Second), t0, 0, 0, false},
+		{"the wake-up has come", t0.Add(5 * ms), t0.Add(5 * ms), t0, 0, 0, false},
+		{"a goroutine started since may wait for the poller", t0, t0.Add(5 * ms), t0, 1, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, ok := rawWaitFor(tc.now, tc.wake, tc.since, tc.started)
+			if ok != tc.ok || (ok && d != tc.want) {
+				t.Errorf("rawWaitFor = %v, %v; want %v, %v", d, ok, tc.want, tc.ok)
 			}
 		})
 	}

@@ -14,14 +14,18 @@
 //
 // A call on a non-blocking descriptor returns at once, so there is nothing to
 // hand off: RawSyscall is enough, and the monitor sleeps on. Every function
-// here is for non-blocking descriptors only; on a blocking one it would stall
-// its thread, and with it a P, for as long as the call blocks.
+// here but EpollWait is for non-blocking descriptors only; on a blocking one
+// it would stall its thread, and with it a P, for as long as the call blocks.
+// EpollWait does that on purpose, for a caller that has nothing else to run.
 package rawio
 
 import (
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Errors the callers test for.
@@ -164,6 +168,41 @@ func EpollPoll(epfd int, events []syscall.EpollEvent) (int, syscall.Errno) {
 	n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(p), uintptr(len(events)), 0, 0, 0)
 	return int(n), e
 }
+
+// EpollWait waits in the epoll set epfd until a descriptor of it is ready
+// or timeout (nanoseconds) has passed, and reports the ready ones; a
+// timeout of 0 or less only polls. Unlike everything else here it blocks,
+// and on purpose holds the thread's P while it does: a process whose one
+// goroutine of work waits in it spares the scheduler's park and wake-up
+// and the poll the scheduler makes before it sleeps. A signal ends the
+// wait early (EINTR): the runtime's preemption and stop-the-world signal
+// the thread, and the caller must return to Go code, where the runtime
+// takes the P when it wants it.
+func EpollWait(epfd int, events []syscall.EpollEvent, timeout int64) (int, syscall.Errno) {
+	if timeout <= 0 {
+		return EpollPoll(epfd, events)
+	}
+	var p unsafe.Pointer
+	if len(events) > 0 {
+		p = unsafe.Pointer(&events[0])
+	}
+	if !noPwait2.Load() {
+		ts := unix.NsecToTimespec(timeout)
+		n, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_PWAIT2, uintptr(epfd), uintptr(p), uintptr(len(events)), uintptr(unsafe.Pointer(&ts)), 0, 0)
+		if e != syscall.ENOSYS {
+			return int(n), e
+		}
+		noPwait2.Store(true)
+	}
+	// Kernels before 5.11 count the timeout in milliseconds, rounded up
+	// so that the wait does not end before its time.
+	ms := (timeout + 999_999) / 1_000_000
+	n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(p), uintptr(len(events)), uintptr(ms), 0, 0)
+	return int(n), e
+}
+
+// noPwait2 says the kernel has no epoll_pwait2.
+var noPwait2 atomic.Bool
 
 // SocketMemory is a socket's receive memory (SO_MEMINFO): the bytes its
 // queued datagrams take (SK_MEMINFO_RMEM_ALLOC, kernel overhead included)
