@@ -358,6 +358,14 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 		if err != nil {
 			return fmt.Errorf("%s: the socket to read: %w", wire.EnvDirect, err)
 		}
+		// The responses of a wake-up leave together (sendSocket.batch).
+		var lostLog overload.Pacer
+		own.batchSends(func(to netip.AddrPort, err error) {
+			if ok, n := lostLog.Line(); ok {
+				env.Logger.Warn("send failed", "to", to.String(), "error", err, "failed_since_last_line", n)
+			}
+		})
+		w.out = own
 		env.Sockets[sock] = own
 	}
 	env.Submit = w.submitFn
@@ -377,6 +385,7 @@ func Run(ctx context.Context, logger *slog.Logger, newHandler func(env *Env) (Ha
 	w.notes.ctl = ctl
 	env.Call = func(req []byte) ([]byte, error) {
 		w.notes.flush()
+		w.out.flush()
 		return calls.call(req)
 	}
 	env.Note = func(note []byte) error {
@@ -436,6 +445,7 @@ type workerLoop struct {
 	timed    Timed
 	mem      [4]metrics.Sample // heap in use, GC CPU seconds, CPU seconds available and idle
 	rd       *sourceReader
+	out      *sendSocket // the direct socket, which holds responses; nil without
 	heapDue  time.Time
 	closer   fileCloser  // the files of handed connections that ended
 	peers    map[int]int // by worker pid, its data channel (wire.FramePeer)
@@ -534,6 +544,8 @@ func (w *workerLoop) run(ctx context.Context) error {
 		}()
 	}
 	rd := newSourceReader(w.dataFD, w.replies, w.direct)
+	rd.out = w.out
+	defer w.out.flush()
 	w.rd = rd
 	recv := rd.recv
 	raw := rawWait{on: rd.sources > 1, base: runtime.NumGoroutine()}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/sipvisor/sipvisor/internal/rawio"
@@ -18,7 +19,35 @@ import (
 type sendSocket struct {
 	fd    int
 	local *net.UDPAddr
+	// batch, when the worker's loop batches this socket's sends (batchSends),
+	// holds the responses sent since the loop last waited: they leave in one
+	// sendmmsg with the next request sent, or as the loop is about to wait.
+	// A request is never held: its sender acts on its error (another
+	// destination, a reply to the caller), and the kernel reports a
+	// datagram's error only when it is the first of a call.
+	batch *rawio.SendBatch
+	// lost is told of a held response the kernel would not send.
+	lost func(to netip.AddrPort, err error)
 }
+
+// sendBatch is how many responses a socket holds at most, and in how many
+// bytes: a wake-up's worth at thousands of calls a second, the loop reading
+// directBatch datagrams at a time.
+const (
+	sendBatch      = 16
+	sendBatchBytes = 32 << 10
+)
+
+// batchSends makes s hold its responses until flush, or until a request
+// is sent; lost is told of one the kernel would not send.
+func (s *sendSocket) batchSends(lost func(netip.AddrPort, error)) {
+	s.batch = rawio.NewSendBatch(sendBatch, sendBatchBytes)
+	s.lost = lost
+}
+
+// isResponse says whether b is a SIP response: a status line begins with
+// the protocol, a request line with its method.
+func isResponse(b []byte) bool { return len(b) >= 4 && string(b[:4]) == "SIP/" }
 
 var errSendOnly = errors.New("worker sockets only send: the supervisor reads them")
 
@@ -75,9 +104,32 @@ func bindReplySocket(ip net.IP) (*sendSocket, error) {
 	return s, nil
 }
 
-// WriteToUDPAddrPort sends b to ap without allocating.
+// WriteToUDPAddrPort sends b to ap without allocating; a response, when
+// s holds its responses, leaves at the next request or flush.
 func (s *sendSocket) WriteToUDPAddrPort(b []byte, ap netip.AddrPort) (int, error) {
 	sa := rawio.MakeSockaddr(ap, s.local.IP.To4() == nil)
+	if s.batch != nil {
+		switch {
+		case isResponse(b):
+			if s.batch.Add(b, &sa) {
+				return len(b), nil
+			}
+			s.flush()
+			if s.batch.Add(b, &sa) {
+				return len(b), nil
+			}
+		case s.batch.Len() > 0:
+			// The request leaves last, after the responses held, in the
+			// same call; its error is its own.
+			if s.batch.Add(b, &sa) {
+				if e := s.send(true); e != 0 {
+					return 0, &net.OpError{Op: "write", Net: "udp", Addr: net.UDPAddrFromAddrPort(ap), Err: e}
+				}
+				return len(b), nil
+			}
+			s.flush()
+		}
+	}
 	for tries := 0; ; tries++ {
 		n, e := rawio.Sendto(s.fd, b, &sa)
 		switch e {
@@ -89,13 +141,56 @@ func (s *sendSocket) WriteToUDPAddrPort(b []byte, ap netip.AddrPort) (int, error
 			// The socket is the supervisor's and non-blocking; a full send
 			// buffer empties in microseconds on loopback or a LAN.
 			if tries < 100 {
-				fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLOUT}}
-				unix.Poll(fds, 10)
+				waitWritable(s.fd)
 				continue
 			}
 		}
 		return 0, &net.OpError{Op: "write", Net: "udp", Addr: net.UDPAddrFromAddrPort(ap), Err: e}
 	}
+}
+
+// flush sends the responses s holds; s may be nil.
+func (s *sendSocket) flush() {
+	if s != nil && s.batch != nil && s.batch.Len() > 0 {
+		s.send(false)
+	}
+}
+
+// send sends what the batch holds, in order, and empties it. The error of
+// its last datagram is returned when last says the caller wants it (a
+// request's); any other datagram's goes to s.lost.
+func (s *sendSocket) send(last bool) syscall.Errno {
+	var lastErr syscall.Errno
+	n := s.batch.Len()
+	for from, tries := 0, 0; from < n; {
+		k, e := rawio.Sendmmsg(s.fd, s.batch, from)
+		switch e {
+		case 0:
+			from += k
+			continue
+		case rawio.EINTR:
+			continue
+		case rawio.EAGAIN:
+			if tries < 100 {
+				tries++
+				waitWritable(s.fd)
+				continue
+			}
+		}
+		if last && from == n-1 {
+			lastErr = e
+		} else if s.lost != nil {
+			s.lost(s.batch.To(from), e)
+		}
+		from++
+	}
+	s.batch.Reset()
+	return lastErr
+}
+
+// waitWritable waits, 10 ms at most, for fd to have room to send.
+func waitWritable(fd int) {
+	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}, 10)
 }
 
 // WriteTo sends b to addr, a *net.UDPAddr.

@@ -27,6 +27,11 @@ type sourceReader struct {
 	// network poller. blocked sums the time spent waiting so.
 	wait    int64
 	blocked time.Duration
+	// out holds the responses the loop sent (sendSocket.batch): they
+	// leave before the reader reads the sockets or waits again, so that
+	// a wake-up's responses share a call and none waits longer than the
+	// handling of one batch.
+	out *sendSocket
 
 	sources int
 	// maybe says, by source (the data channel first), whether it may have
@@ -100,6 +105,7 @@ func (r *sourceReader) recv(set uintptr) bool {
 			r.src, r.rerr = len(r.replyFDs), nil
 			return true
 		}
+		r.out.flush()
 		for k := 0; k < r.sources; k++ {
 			j := (r.turn + k) % r.sources
 			if !r.maybe[j] {

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // mmsghdr is the kernel's struct mmsghdr: a msghdr and the length the call
@@ -83,3 +85,71 @@ func (b *Batch) Msg(i int) (frame, oob []byte, from netip.AddrPort) {
 	h := &b.hdrs[i]
 	return b.bufs[i][:b.room+int(h.n)], b.oobs[i][:h.hdr.Controllen], addrPort(&b.names[i])
 }
+
+// SendBatch is datagrams waiting to leave in one Sendmmsg: each copied into
+// the batch's own buffer, with its destination, so that the caller's
+// buffers are free again at once. It allocates nothing once made.
+type SendBatch struct {
+	hdrs  []mmsghdr
+	iovs  []syscall.Iovec
+	names []Sockaddr
+	buf   []byte // the datagrams, one after another; never grown
+	n     int
+}
+
+// NewSendBatch makes a batch of up to n datagrams of size bytes in all.
+func NewSendBatch(n, size int) *SendBatch {
+	b := &SendBatch{
+		hdrs:  make([]mmsghdr, n),
+		iovs:  make([]syscall.Iovec, n),
+		names: make([]Sockaddr, n),
+		buf:   make([]byte, 0, size),
+	}
+	for i := range b.hdrs {
+		h := &b.hdrs[i].hdr
+		h.Name = (*byte)(unsafe.Pointer(&b.names[i].raw))
+		h.Iov = &b.iovs[i]
+		h.Iovlen = 1
+	}
+	return b
+}
+
+// Len is how many datagrams wait in the batch.
+func (b *SendBatch) Len() int { return b.n }
+
+// Add puts p, for to, last in the batch, and reports whether it had room.
+func (b *SendBatch) Add(p []byte, to *Sockaddr) bool {
+	if b.n == len(b.hdrs) || cap(b.buf)-len(b.buf) < len(p) || len(p) == 0 {
+		return false
+	}
+	start := len(b.buf)
+	b.buf = append(b.buf, p...)
+	b.names[b.n] = *to
+	b.iovs[b.n].Base = &b.buf[start]
+	b.iovs[b.n].SetLen(len(p))
+	b.hdrs[b.n].hdr.Namelen = uint32(to.size)
+	b.n++
+	return true
+}
+
+// Reset empties the batch.
+func (b *SendBatch) Reset() { b.n, b.buf = 0, b.buf[:0] }
+
+// Sendmmsg sends the batch's datagrams from the one at from on fd, in
+// order, in one call, and says how many left. An error is the datagram at
+// from's, none of which left: the kernel stops at a datagram it cannot
+// send, and reports its error only when it is the first of the call.
+func Sendmmsg(fd int, b *SendBatch, from int) (int, syscall.Errno) {
+	if from >= b.n {
+		return 0, 0
+	}
+	n, _, e := syscall.RawSyscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.hdrs[from])), uintptr(b.n-from),
+		0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), 0
+}
+
+// To is the destination of datagram i.
+func (b *SendBatch) To(i int) netip.AddrPort { return b.names[i].AddrPort() }

@@ -3,6 +3,7 @@ package rawio
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -65,5 +66,58 @@ func TestRecvmmsgAllocates0(t *testing.T) {
 	b := NewBatch(4, 0, 100, 64)
 	if a := testing.AllocsPerRun(100, func() { Recvmmsg(fd, b) }); a != 0 {
 		t.Errorf("%v allocations per read, want 0", a)
+	}
+}
+
+// A send batch leaves in order in one call, each datagram to its own
+// destination; a datagram the kernel refuses stops the call there, with
+// its error when it is the first, and the rest go on from after it.
+func TestSendmmsg(t *testing.T) {
+	_, fd := udpFD(t, "udp4", "127.0.0.1:0")
+	a, afd := udpFD(t, "udp4", "127.0.0.1:0")
+	bc, bfd := udpFD(t, "udp4", "127.0.0.1:0")
+	toA := MakeSockaddr(a.LocalAddr().(*net.UDPAddr).AddrPort(), false)
+	toB := MakeSockaddr(bc.LocalAddr().(*net.UDPAddr).AddrPort(), false)
+	// Port 0 is no destination: the kernel refuses it (EINVAL).
+	bad := MakeSockaddr(netip.MustParseAddrPort("127.0.0.1:0"), false)
+
+	b := NewSendBatch(4, 64)
+	for i, to := range []*Sockaddr{&toA, &toB, &bad, &toA} {
+		if !b.Add(fmt.Appendf(nil, "datagram %d", i), to) {
+			t.Fatalf("datagram %d: no room", i)
+		}
+	}
+	if b.Add([]byte("one more"), &toB) {
+		t.Fatal("a fifth datagram found room in a batch of 4")
+	}
+	if got := b.To(1); got != bc.LocalAddr().(*net.UDPAddr).AddrPort() {
+		t.Errorf("To(1) = %v", got)
+	}
+	n, e := Sendmmsg(fd, b, 0)
+	if n != 2 || e != 0 {
+		t.Fatalf("first call: %d sent, %v; want 2 and no error", n, e)
+	}
+	if n, e = Sendmmsg(fd, b, 2); n != 0 || e == 0 {
+		t.Fatalf("from the refused datagram: %d sent, %v; want its error", n, e)
+	}
+	if n, e = Sendmmsg(fd, b, 3); n != 1 || e != 0 {
+		t.Fatalf("after it: %d sent, %v; want 1", n, e)
+	}
+	buf := make([]byte, 64)
+	for _, want := range []struct {
+		fd   int
+		text string
+	}{{afd, "datagram 0"}, {bfd, "datagram 1"}, {afd, "datagram 3"}} {
+		if n, _ := recvWait(t, want.fd, buf); string(buf[:n]) != want.text {
+			t.Errorf("read %q, want %q", buf[:n], want.text)
+		}
+	}
+
+	b.Reset()
+	if b.Len() != 0 || !b.Add(make([]byte, 64), &toA) || b.Add([]byte("x"), &toA) {
+		t.Error("a reset batch does not take exactly its size in bytes")
+	}
+	if a := testing.AllocsPerRun(100, func() { b.Reset(); b.Add([]byte("datagram"), &toA); Sendmmsg(fd, b, 0) }); a != 0 {
+		t.Errorf("%v allocations per batch sent, want 0", a)
 	}
 }

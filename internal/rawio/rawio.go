@@ -65,6 +65,15 @@ func MakeSockaddr(ap netip.AddrPort, v6 bool) Sockaddr {
 	return s
 }
 
+// AddrPort is the address s names, unmapped.
+func (s *Sockaddr) AddrPort() netip.AddrPort {
+	if s.raw.Family == syscall.AF_INET {
+		p := (*syscall.RawSockaddrInet4)(unsafe.Pointer(&s.raw))
+		return netip.AddrPortFrom(netip.AddrFrom4(p.Addr), port(p.Port))
+	}
+	return netip.AddrPortFrom(netip.AddrFrom16(s.raw.Addr).Unmap(), port(s.raw.Port))
+}
+
 // Sendto sends b to the address on fd.
 func Sendto(fd int, b []byte, to *Sockaddr) (int, syscall.Errno) {
 	n, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(fd), uintptr(bufPtr(b)), uintptr(len(b)),
