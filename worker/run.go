@@ -536,16 +536,17 @@ func (w *workerLoop) run(ctx context.Context) error {
 	var setFD uintptr
 	rc.Control(func(fd uintptr) { setFD = fd })
 	ender, _ := w.h.(TurnEnder)
-	if ender != nil {
-		defer func() {
+	defer func() {
+		if ender != nil {
 			if held, _, _ := ender.Batched(); held {
 				w.busy(ender.EndTurn)
 			}
-		}()
-	}
+		}
+		// The held work's answers too.
+		w.out.flush()
+	}()
 	rd := newSourceReader(w.dataFD, w.replies, w.direct)
 	rd.out = w.out
-	defer w.out.flush()
 	w.rd = rd
 	recv := rd.recv
 	raw := rawWait{on: rd.sources > 1, base: runtime.NumGoroutine()}
@@ -596,6 +597,9 @@ func (w *workerLoop) run(ctx context.Context) error {
 		read := false
 		if held {
 			if now := time.Now(); !now.Before(due) {
+				// The answers held so far leave before the turn's
+				// writes to the store, which may take milliseconds.
+				w.out.flush()
 				w.busy(ender.EndTurn)
 				continue
 			} else if !now.Before(idle) {
