@@ -67,15 +67,15 @@ const (
 // grown to the rate's size.
 //
 // The indexes go by a hash of the key, which a lookup checks against the
-// record's key: an entry of a 64-bit hash and a sequence number takes 16
-// bytes of a map's room where one of the key's string took 24, and the
-// maps were as much of a lingering call's memory as its records.
+// record's key (index): an entry takes 8 bytes, where one of the key's
+// string in a map took 24, and the maps were as much of a lingering call's
+// memory as its records.
 type settledSet struct {
 	seed                      maphash.Seed
-	servers, dialogs, clients map[uint64]uint64 // hash of the key → sequence number
-	ring                      []Settled         // by sequence number modulo its length, a power of 2
-	head, tail                uint64            // sequence numbers of the oldest record and the next
-	chunks                    []chunk           // the arena, oldest first; the last is written to
+	servers, dialogs, clients index     // by hash of the key, the low half of the sequence number
+	ring                      []Settled // by sequence number modulo its length, a power of 2
+	head, tail                uint64    // sequence numbers of the oldest record and the next
+	chunks                    []chunk   // the arena, oldest first; the last is written to
 	spare                     [][]byte
 }
 
@@ -87,7 +87,7 @@ type chunk struct {
 }
 
 func newSettledSet() settledSet {
-	return settledSet{seed: maphash.MakeSeed(), servers: map[uint64]uint64{}, dialogs: map[uint64]uint64{}, clients: map[uint64]uint64{}}
+	return settledSet{seed: maphash.MakeSeed()}
 }
 
 func (s *settledSet) len() int { return int(s.tail - s.head) }
@@ -140,14 +140,18 @@ func (s *settledSet) add(server, dialog, client string, last []byte, invite bool
 	sk, dk := uint32(len(server)), uint32(len(server)+len(dialog))
 	r := s.at(seq)
 	*r = Settled{b: b, sk: sk, dk: dk, ck: dk + uint32(len(client)), at: at.UnixNano(), Up: up, Invite: invite}
-	// A later record of a key takes the earlier one's place; two keys of
-	// one hash, a chance of 2^-64 a pair, leave the earlier unfound.
-	s.servers[s.hash(server)] = seq
+	// A later record of a key takes the earlier one's place.
+	id := uint32(seq)
+	s.servers.put(s.hash(server), id, func(id uint32) bool { return s.byID(id).ServerKey() == server })
 	if dialog != "" {
-		s.dialogs[s.hash(dialog)] = seq
+		s.dialogs.put(s.hash(dialog), id, func(id uint32) bool { return s.byID(id).DialogKey() == dialog })
 	}
-	s.clients[s.hash(client)] = seq
+	s.clients.put(s.hash(client), id, func(id uint32) bool { return s.byID(id).ClientKey() == client })
 }
+
+// byID is the record whose sequence number's low half is id: the records
+// held lie within 2^32 of head.
+func (s *settledSet) byID(id uint32) *Settled { return s.at(s.head + uint64(id-uint32(s.head))) }
 
 // grow doubles the ring, keeping each record at its sequence number.
 func (s *settledSet) grow() {
@@ -167,12 +171,12 @@ func (s *settledSet) expire(now time.Time) {
 		if r.at > ns {
 			break
 		}
-		seq := s.head
-		drop(s.servers, s.hash(r.ServerKey()), seq)
+		id := uint32(s.head)
+		s.servers.remove(s.hash(r.ServerKey()), id)
 		if r.dk > r.sk {
-			drop(s.dialogs, s.hash(r.DialogKey()), seq)
+			s.dialogs.remove(s.hash(r.DialogKey()), id)
 		}
-		drop(s.clients, s.hash(r.ClientKey()), seq)
+		s.clients.remove(s.hash(r.ClientKey()), id)
 		*r = Settled{}
 		s.head++
 	}
@@ -193,14 +197,6 @@ func (s *settledSet) expire(now time.Time) {
 	}
 }
 
-// drop takes k out of m when it still names record seq: a later record
-// of the same key took its place.
-func drop(m map[uint64]uint64, k uint64, seq uint64) {
-	if v, ok := m[k]; ok && v == seq {
-		delete(m, k)
-	}
-}
-
 // next is when the oldest record ends.
 func (s *settledSet) next() (time.Time, bool) {
 	if s.head == s.tail {
@@ -211,14 +207,11 @@ func (s *settledSet) next() (time.Time, bool) {
 
 func (s *settledSet) hash(k string) uint64 { return maphash.String(s.seed, k) }
 
-// find is the record whose key, as key reads it, is k, by index m.
-func (s *settledSet) find(m map[uint64]uint64, k []byte, key func(*Settled) string) *Settled {
-	seq, ok := m[maphash.Bytes(s.seed, k)]
+// find is the record whose key, as key reads it, is k, by index ix.
+func (s *settledSet) find(ix *index, k []byte, key func(*Settled) string) *Settled {
+	id, ok := ix.find(maphash.Bytes(s.seed, k), func(id uint32) bool { return key(s.byID(id)) == string(k) })
 	if !ok {
 		return nil
 	}
-	if r := s.at(seq); key(r) == string(k) {
-		return r
-	}
-	return nil
+	return s.byID(id)
 }

@@ -119,7 +119,7 @@ func TestSettledArena(t *testing.T) {
 			}
 		}
 		tb.Expire(base.Add(timers.Linger))
-		if tb.Len() != 0 || len(tb.settled.servers)+len(tb.settled.clients) != 0 {
+		if tb.Len() != 0 || tb.settled.servers.n+tb.settled.clients.n != 0 {
 			t.Fatalf("wave %d: want nothing left, have %d", wave, tb.Len())
 		}
 	}

@@ -115,19 +115,19 @@ func (tb *Table[S, C]) Settle(s S, c C, last []byte, up uint64, now time.Time) {
 // SettledServer is the settled record of a server transaction key, or nil.
 // It is valid until the next Settle or Expire.
 func (tb *Table[S, C]) SettledServer(key []byte) *Settled {
-	return tb.settled.find(tb.settled.servers, key, (*Settled).ServerKey)
+	return tb.settled.find(&tb.settled.servers, key, (*Settled).ServerKey)
 }
 
 // SettledDialog is the settled INVITE whose 2xx an ACK of dialog key
 // acknowledges, or nil; as SettledServer.
 func (tb *Table[S, C]) SettledDialog(key []byte) *Settled {
-	return tb.settled.find(tb.settled.dialogs, key, (*Settled).DialogKey)
+	return tb.settled.find(&tb.settled.dialogs, key, (*Settled).DialogKey)
 }
 
 // SettledClient is the settled record of a branch's key, or nil; as
 // SettledServer.
 func (tb *Table[S, C]) SettledClient(key []byte) *Settled {
-	return tb.settled.find(tb.settled.clients, key, (*Settled).ClientKey)
+	return tb.settled.find(&tb.settled.clients, key, (*Settled).ClientKey)
 }
 
 // Expire ends the settled records whose lingering is over at now.
@@ -142,7 +142,7 @@ func (tb *Table[S, C]) Len() int { return len(tb.servers) + len(tb.clients) + tb
 
 // Dialogs is the number of INVITE server transactions an ACK of their
 // 2xx may still match, settled ones included.
-func (tb *Table[S, C]) Dialogs() int { return len(tb.dialogs) + len(tb.settled.dialogs) }
+func (tb *Table[S, C]) Dialogs() int { return len(tb.dialogs) + tb.settled.dialogs.n }
 
 // Servers are the live server transactions.
 func (tb *Table[S, C]) Servers() iter.Seq[S] {
