@@ -701,10 +701,13 @@ func (w *workerLoop) run(ctx context.Context) error {
 // Through the poller, a wake-up costs the scheduler's park, a poll of the
 // network poller without waiting before it sleeps, its wait, and the
 // wake-up; in the set, one system call. Profiled at 1,000 proxied calls a
-// second, the park and the two polls were a quarter of a worker's CPU, and
-// a worker sleeps about twice a call. Holding the P is safe only while
-// nothing else in the process needs it, and cheap only while the wait is
-// short: see rawWaitFor. (The same wait through Go's hooked system call,
+// second, the park and the two polls were a quarter of a worker's samples,
+// and a worker sleeps about twice a call. Measured since (docs/PERFORMANCE.md):
+// 14.3 system calls a call at 400/s against 16.4, no change of CPU a call
+// that shows at 3,000/s, and at 200/s a context switch about every second
+// call, the monitor thread's ticks while the P is held. Holding the P is
+// safe only while nothing else in the process needs it, and cheap only
+// while the wait is short: see rawWaitFor. (The same wait through Go's hooked system call,
 // which gives the P up, measured far worse: the runtime's monitor polls
 // and takes the P back from the call; with two Ps, 28.6 system calls and
 // 20 context switches per proxied call against 15 and 5 through the

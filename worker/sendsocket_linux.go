@@ -20,8 +20,9 @@ type sendSocket struct {
 	fd    int
 	local *net.UDPAddr
 	// batch, when the worker's loop batches this socket's sends (batchSends),
-	// holds the responses sent since the loop last waited: they leave in one
-	// sendmmsg with the next request sent, or as the loop is about to wait.
+	// holds the responses sent since the loop last read its sources: they
+	// leave in one sendmmsg with the next request sent, or as the loop is
+	// about to read or wait again.
 	// A request is never held: its sender acts on its error (another
 	// destination, a reply to the caller), and the kernel reports a
 	// datagram's error only when it is the first of a call.
@@ -166,7 +167,8 @@ func (s *sendSocket) send(last bool) syscall.Errno {
 		k, e := rawio.Sendmmsg(s.fd, s.batch, from)
 		switch e {
 		case 0:
-			from += k
+			// Each datagram has its own tries at a full buffer.
+			from, tries = from+k, 0
 			continue
 		case rawio.EINTR:
 			continue
@@ -182,7 +184,7 @@ func (s *sendSocket) send(last bool) syscall.Errno {
 		} else if s.lost != nil {
 			s.lost(s.batch.To(from), e)
 		}
-		from++
+		from, tries = from+1, 0
 	}
 	s.batch.Reset()
 	return lastErr
