@@ -38,6 +38,8 @@ func TestMain(m *testing.M) {
 			newHandler = func(env *Env) (Handler, error) { return &batcher{echo: echo{env}}, nil }
 		case "notes":
 			newHandler = func(env *Env) (Handler, error) { return noter{echo{env}}, nil }
+		case "timer":
+			newHandler = func(env *Env) (Handler, error) { return &timer{echo: echo{env}}, nil }
 		}
 		if err := Run(context.Background(), nil, newHandler); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
@@ -115,6 +117,32 @@ func (n noter) HandleMessage(m *Message) {
 	case "call":
 		ans, _ := n.env.Call([]byte(rest))
 		n.echo.HandleMessage(&Message{Socket: m.Socket, From: m.From, Data: ans})
+	}
+}
+
+// timer echoes, and its first message starts a timer due timerAfter
+// later, which sends "tick" from the socket that message came from.
+type timer struct {
+	echo
+	due  time.Time
+	from Message
+}
+
+const timerAfter = 100 * time.Millisecond
+
+func (t *timer) HandleMessage(m *Message) {
+	t.echo.HandleMessage(m)
+	if t.from.Data == nil {
+		t.due, t.from = time.Now().Add(timerAfter), Message{Socket: m.Socket, From: m.From, Data: []byte{}}
+	}
+}
+
+func (t *timer) NextTimer() (time.Time, bool) { return t.due, !t.due.IsZero() }
+
+func (t *timer) Tick(now time.Time) {
+	if !t.due.IsZero() && !now.Before(t.due) {
+		t.due = time.Time{}
+		t.env.Sockets[t.from.Socket].WriteTo([]byte("tick"), net.UDPAddrFromAddrPort(t.from.From))
 	}
 }
 
@@ -592,4 +620,49 @@ func TestNotesSoon(t *testing.T) {
 	}
 	cl.expect(t, w.sup[0], "handled answer")
 	w.end(t)
+}
+
+// A worker stopped past its timer's expiry (as a starved machine stalls
+// it) reads what came meanwhile before it runs the timer: the message
+// answered first, then the tick. Run first, a transaction's timer acts
+// as though its queued answer had never come.
+func TestStalledLoopReadsBeforeTimers(t *testing.T) {
+	t.Parallel()
+	for _, direct := range []string{"", "0:3"} {
+		t.Run("direct="+direct, func(t *testing.T) {
+			t.Parallel()
+			w := startChildAs(t, "timer", direct, true)
+			cl := newClient(t)
+			to, from := w.sup[0], w.sup[0]
+			send := func(callID string) {
+				b := testkit.Request{Method: "BYE", CallID: callID, ToTag: "b"}.Bytes()
+				if direct == "" {
+					w.send(t, messageFrame(0, cl.addr, time.Now().UnixNano(), b))
+				} else {
+					cl.sendTo(t, to, b)
+				}
+			}
+			if direct != "" {
+				settled := time.Now().UnixNano() - int64(sessions.PendingInvite) - int64(time.Minute)
+				w.send(t, wholeTable(3, settled))
+				w.handled(t)
+				w.stats.Store(wire.OffGate, wire.Gate(true, false, 0))
+				to, from = w.direct, w.direct
+			}
+			armed := time.Now()
+			send("arm")
+			cl.expect(t, from, "handled BYE")
+			resume := testkit.StopProcess(t, w.cmd.Process.Pid)
+			send("late")
+			// Stopped until its timer is overdue by more than the loop's
+			// grain, which is what tells a stalled loop.
+			time.Sleep(time.Until(armed.Add(timerAfter + 3*tickEvery)))
+			resume()
+			if r := cl.expect(t, from, ""); !strings.HasPrefix(r, "handled BYE") || !strings.Contains(r, "late") {
+				t.Fatalf("want the late BYE handled first, have %q, then %q", r, cl.expect(t, from, ""))
+			}
+			cl.expect(t, from, "tick")
+			w.end(t)
+		})
+	}
 }

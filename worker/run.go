@@ -246,6 +246,24 @@ func (b *noteBatch) flushLocked() {
 // its wake-up at most 20 times a second.
 const tickEvery = 50 * time.Millisecond
 
+// catchUp is how long a loop that finds its tick overdue by more than a
+// grain puts the tick off, reading what came meanwhile: see catchUpFirst.
+const catchUp = 10 * time.Millisecond
+
+// catchUpFirst says whether the loop, its tick due since next, reads what
+// is queued before it runs the handler's timers. Overdue by more than a
+// grain, the loop was stalled (the machine starved or stopped the
+// process): the answers that came meanwhile are older than the timers'
+// expiry as the loop sees it, and a timer run first acts as though they
+// had never come (an INVITE sent again after its 200 was queued, which a
+// peer may take for a new call; a transaction timed out whose answer is
+// waiting). The messages are read for catchUp at most, and only once in
+// a row, so that the timers still run under a load that never empties the
+// queues.
+func catchUpFirst(now, next time.Time, caught bool) bool {
+	return !caught && now.Sub(next) > tickEvery
+}
+
 // idleTick is how long a worker with no timer pending sleeps: it still
 // reports its heap and checks whether it has drained that often.
 const idleTick = time.Second
@@ -557,12 +575,16 @@ func (w *workerLoop) run(ctx context.Context) error {
 	now := time.Now()
 	w.reportHeap(now)
 	next := w.nextTick(now)
+	caught := false
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		w.runSubmitted()
-		if now := time.Now(); !now.Before(next) {
+		if now := time.Now(); !now.Before(next) && catchUpFirst(now, next, caught) {
+			next, caught = now.Add(catchUp), true
+		} else if !now.Before(next) {
+			caught = false
 			w.h.Tick(now)
 			if w.direct != nil {
 				w.direct.tick(now.UnixNano())
@@ -656,6 +678,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 				if t := w.direct.due(); t != 0 && t < next.UnixNano() {
 					next = time.Unix(0, t)
 				}
+				next = w.sooner(next)
 			} else {
 				w.env.Logger.Warn("read direct socket", "error", rd.rerr)
 			}
@@ -664,6 +687,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 		if rd.src >= 0 {
 			if rd.rerr == nil {
 				w.handleReply(rd.src, rd.from, rd.buf[wire.MsgHeaderLen:wire.MsgHeaderLen+rd.n])
+				next = w.sooner(next)
 			} else {
 				w.env.Logger.Warn("read reply socket", "socket", w.replies[rd.src].local.String(), "error", rd.rerr)
 			}
@@ -686,13 +710,21 @@ func (w *workerLoop) run(ctx context.Context) error {
 		if w.handle(frame{buf: rd.buf[:rd.n], fd: fd}) {
 			return nil
 		}
-		// The frame may have started a timer due before the wake-up armed.
-		if t, ok := w.timed.NextTimer(); ok && t.Before(next) {
-			if t = later(t, time.Now().Add(tickEvery)); t.Before(next) {
-				next = t
-			}
+		next = w.sooner(next)
+	}
+}
+
+// sooner is next, or the handler's earliest timer if the message just
+// handled started one due before it: a wake-up armed for the idle tick
+// would otherwise fire a new transaction's first retransmission up to
+// idleTick late.
+func (w *workerLoop) sooner(next time.Time) time.Time {
+	if t, ok := w.timed.NextTimer(); ok && t.Before(next) {
+		if t = later(t, time.Now().Add(tickEvery)); t.Before(next) {
+			return t
 		}
 	}
+	return next
 }
 
 // rawWait decides, before each wait, whether the loop waits in its poll set

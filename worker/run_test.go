@@ -53,3 +53,23 @@ func TestNextTick(t *testing.T) {
 		}
 	}
 }
+
+func TestCatchUpFirst(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, c := range []struct {
+		name   string
+		next   time.Time
+		caught bool
+		want   bool
+	}{
+		{"due now", now, false, false},
+		{"late by a grain: a busy loop", now.Add(-tickEvery), false, false},
+		{"late by more: stalled", now.Add(-tickEvery - time.Millisecond), false, true},
+		{"stalled long", now.Add(-time.Minute), false, true},
+		{"the tick put off already: it runs", now.Add(-time.Minute), true, false},
+	} {
+		if got := catchUpFirst(now, c.next, c.caught); got != c.want {
+			t.Errorf("%s: catchUpFirst = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
