@@ -162,7 +162,11 @@ func openDirect(fd int) (v6 bool, err error) {
 	default:
 		return false, fmt.Errorf("descriptor %d: not an IP socket", fd)
 	}
-	if err := unix.SetNonblock(fd, true); err != nil {
+	if err := unix.SetNonblock(fd, false); err != nil {
+		return false, fmt.Errorf("descriptor %d: %w", fd, err)
+	}
+	tv := unix.NsecToTimeval(int64(blockFor))
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return false, fmt.Errorf("descriptor %d: %w", fd, err)
 	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {

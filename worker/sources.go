@@ -27,6 +27,13 @@ type sourceReader struct {
 	// network poller. blocked sums the time spent waiting so.
 	wait    int64
 	blocked time.Duration
+	// blockOn: the reader waits on the direct socket itself first (see
+	// recv); not with reply sockets, which would wait behind it.
+	blockOn bool
+	// slow: the last wait lasted blockFor or longer, so the next goes to
+	// the set at once: on the socket first, a wait that outlasts blockFor
+	// costs two wake-ups and three system calls, against one and two.
+	slow bool
 	// out holds the responses the loop sent (sendSocket.batch): they
 	// leave before the reader reads the sockets or waits again, so that
 	// a wake-up's responses share a call and none waits longer than the
@@ -58,6 +65,11 @@ type sourceReader struct {
 	dframe, doob []byte
 }
 
+// blockFor is how long a wait on the direct socket alone lasts at most
+// (its SO_RCVTIMEO, set by openDirect): a frame of the data channel, the
+// socket's neighbour in the poll set, waits that long at worst to be read.
+const blockFor = 2 * time.Millisecond
+
 func newSourceReader(dataFD int, replies []*sendSocket, direct *direct) *sourceReader {
 	r := &sourceReader{
 		dataFD:   dataFD,
@@ -76,6 +88,7 @@ func newSourceReader(dataFD int, replies []*sendSocket, direct *direct) *sourceR
 		r.sources++
 		r.sourceOf[int32(direct.fd)] = r.sources - 1
 		r.batch = rawio.NewBatch(directBatch, wire.MsgHeaderLen, wire.MaxFrame-wire.MsgHeaderLen, len(direct.oob))
+		r.blockOn = len(replies) == 0
 	}
 	r.maybe = make([]bool, r.sources)
 	for j := range r.maybe {
@@ -153,8 +166,36 @@ func (r *sourceReader) recv(set uintptr) bool {
 		if wait := r.wait; wait > 0 {
 			r.wait = 0
 			start := time.Now()
-			k, _ = rawio.EpollWait(int(set), r.ready[:], wait)
-			r.blocked += time.Since(start)
+			if wait >= int64(blockFor) && r.blockOn && !r.slow {
+				// Most waits of a busy worker end with a datagram of its
+				// socket: waited for on the socket itself, it comes with
+				// one system call, not two (the set's wait, then the
+				// read). The set is asked for what is left of the wait
+				// only after blockFor without one, which is as long as a
+				// data channel's frame may wait.
+				r.bn, r.bi = 0, 0
+				r.bn, e = rawio.RecvmmsgWait(r.directFD, r.batch)
+				if e == 0 {
+					r.blocked += time.Since(start)
+					r.maybe[direct] = r.bn == r.batch.Len()
+					r.turn = direct + 1
+					continue
+				}
+				if e != rawio.EAGAIN && e != rawio.EINTR {
+					r.blocked += time.Since(start)
+					r.src, r.rerr, r.turn = len(r.replyFDs), e, direct+1
+					return true
+				}
+				wait -= int64(time.Since(start))
+			}
+			if wait > 0 {
+				k, _ = rawio.EpollWait(int(set), r.ready[:], wait)
+			}
+			took := time.Since(start)
+			r.blocked += took
+			// A wait as long as blockFor says the next one will likely be
+			// too: it goes to the set at once rather than wake twice.
+			r.slow = took >= blockFor
 			if k <= 0 {
 				r.rerr = nil
 				return false

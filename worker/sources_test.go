@@ -75,7 +75,7 @@ func newTestSources(t *testing.T) (r *sourceReader, set uintptr, fds [2]int, soc
 	}
 	t.Cleanup(func() { f.Close() })
 	fd := int(f.Fd())
-	if err := unix.SetNonblock(fd, true); err != nil {
+	if _, err := openDirect(fd); err != nil {
 		t.Fatal(err)
 	}
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
@@ -91,22 +91,41 @@ func newTestSources(t *testing.T) (r *sourceReader, set uintptr, fds [2]int, soc
 	return newSourceReader(fds[0], nil, &direct{fd: fd, oob: make([]byte, 64)}), uintptr(ep), [2]int{fds[0], fds[1]}, sock
 }
 
-// A read asked to wait waits in the set itself: it returns with what comes
-// from either source, or with nothing once its time is up, and counts the
-// time it waited.
+// A read asked to wait waits on the direct socket, then in the set, or in
+// the set alone (with reply sockets): it returns with what comes from
+// either source, or with nothing once its time is up, and counts the time
+// it waited.
 func TestSourceReaderWaitsInSet(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("socket first %v", on), func(t *testing.T) { testSourceReaderWaits(t, on) })
+	}
+}
+
+func testSourceReaderWaits(t *testing.T, blockOn bool) {
 	r, set, fds, sock := newTestSources(t)
+	r.blockOn = blockOn
 	c, err := net.DialUDP("udp4", nil, sock.LocalAddr().(*net.UDPAddr))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 
-	// Nothing is known to be readable: the read goes to the set at once.
+	// Nothing is known to be readable: the read goes to its wait at once.
 	for j := range r.maybe {
 		r.maybe[j] = false
 	}
 	const long = int64(time.Minute)
+	// A datagram there as the wait begins.
+	if _, err := c.Write([]byte("datagram")); err != nil {
+		t.Fatal(err)
+	}
+	for r.wait = long; !r.recv(set); r.wait = long {
+	}
+	if r.rerr != nil || r.src != 0 || string(r.dframe[len(r.dframe)-8:]) != "datagram" {
+		t.Fatalf("recv = src %d, error %v, %q (bn %d bi %d); want the datagram", r.src, r.rerr, r.dframe, r.bn, r.bi)
+	}
+	// One that comes while it waits.
+	r.maybe[len(r.maybe)-1] = false
 	sent := make(chan error, 1)
 	go func() {
 		// Most likely after the reader began to wait; if not, the set
@@ -125,6 +144,11 @@ func TestSourceReaderWaitsInSet(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A frame, which the wait on the socket alone leaves to the set's
+	// after blockFor (the wait before lasted longer: the next would go to
+	// the set at once).
+	r.maybe[len(r.maybe)-1] = false
+	r.slow = false
 	if _, err := unix.Write(fds[1], []byte("frame")); err != nil {
 		t.Fatal(err)
 	}

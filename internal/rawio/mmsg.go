@@ -64,6 +64,17 @@ func (b *Batch) Len() int { return len(b.hdrs) }
 // empty when the call returned, which spares the caller a read that would
 // find nothing.
 func Recvmmsg(fd int, b *Batch) (int, syscall.Errno) {
+	return recvmmsg(fd, b, syscall.MSG_DONTWAIT)
+}
+
+// RecvmmsgWait is Recvmmsg on a blocking socket: it waits for the first
+// datagram, as long as the socket's SO_RCVTIMEO at most (then EAGAIN),
+// and takes the others queued with it.
+func RecvmmsgWait(fd int, b *Batch) (int, syscall.Errno) {
+	return recvmmsg(fd, b, unix.MSG_WAITFORONE)
+}
+
+func recvmmsg(fd int, b *Batch, flags int) (int, syscall.Errno) {
 	for i := range b.hdrs {
 		h := &b.hdrs[i].hdr
 		h.Namelen = uint32(unsafe.Sizeof(b.names[i]))
@@ -71,7 +82,7 @@ func Recvmmsg(fd int, b *Batch) (int, syscall.Errno) {
 		h.Flags = 0
 	}
 	n, _, e := syscall.RawSyscall6(syscall.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(len(b.hdrs)),
-		0, 0, 0)
+		uintptr(flags), 0, 0)
 	if e != 0 {
 		return 0, e
 	}
@@ -144,7 +155,7 @@ func Sendmmsg(fd int, b *SendBatch, from int) (int, syscall.Errno) {
 		return 0, 0
 	}
 	n, _, e := syscall.RawSyscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.hdrs[from])), uintptr(b.n-from),
-		0, 0, 0)
+		syscall.MSG_DONTWAIT, 0, 0)
 	if e != 0 {
 		return 0, e
 	}

@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sipvisor/sipvisor/internal/testkit"
 )
@@ -119,5 +122,61 @@ func TestSendmmsg(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(100, func() { b.Reset(); b.Add([]byte("datagram"), &toA); Sendmmsg(fd, b, 0) }); a != 0 {
 		t.Errorf("%v allocations per batch sent, want 0", a)
+	}
+}
+
+// On a blocking socket RecvmmsgWait waits for the first datagram, up to
+// the socket's SO_RCVTIMEO, and takes those queued with it; Recvmmsg does
+// not wait.
+func TestRecvmmsgWait(t *testing.T) {
+	t.Parallel()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := unix.Getsockname(fd)
+	to := MakeSockaddr(netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(sa.(*unix.SockaddrInet4).Port)), false)
+	_, out := udpFD(t, "udp4", "127.0.0.1:0")
+	b := NewBatch(4, 0, 100, 64)
+
+	// No timeout set: a Recvmmsg that waited would never return.
+	done := make(chan syscall.Errno, 1)
+	go func() { _, e := Recvmmsg(fd, b); done <- e }()
+	select {
+	case e := <-done:
+		if e != EAGAIN {
+			t.Fatalf("Recvmmsg of an empty blocking socket: want EAGAIN, have %v", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Recvmmsg waited on a blocking socket")
+	}
+
+	tv := unix.NsecToTimeval(int64(20 * time.Millisecond))
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		t.Fatal(err)
+	}
+	// The runtime's preemption signal may end the wait early (EINTR).
+	n, e := RecvmmsgWait(fd, b)
+	for e == EINTR {
+		n, e = RecvmmsgWait(fd, b)
+	}
+	if n != 0 || e != EAGAIN {
+		t.Fatalf("an empty socket: want EAGAIN after the timeout, have %d, %v", n, e)
+	}
+	for i := range 3 {
+		if _, e := Sendto(out, []byte(fmt.Sprintf("datagram %d", i)), &to); e != 0 {
+			t.Fatal(e)
+		}
+	}
+	// Sent on 127.0.0.1, all three are queued: taken together.
+	if n, e := RecvmmsgWait(fd, b); n != 3 || e != 0 {
+		t.Fatalf("three queued: want 3, have %d, %v", n, e)
+	}
+	if f, _, _ := b.Msg(2); string(f) != "datagram 2" {
+		t.Errorf("third datagram %q", f)
 	}
 }

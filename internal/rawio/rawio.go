@@ -77,7 +77,7 @@ func (s *Sockaddr) AddrPort() netip.AddrPort {
 // Sendto sends b to the address on fd.
 func Sendto(fd int, b []byte, to *Sockaddr) (int, syscall.Errno) {
 	n, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(fd), uintptr(bufPtr(b)), uintptr(len(b)),
-		0, uintptr(unsafe.Pointer(&to.raw)), to.size)
+		syscall.MSG_DONTWAIT, uintptr(unsafe.Pointer(&to.raw)), to.size)
 	return int(n), e
 }
 
@@ -90,7 +90,7 @@ func Recvfrom(fd int, b []byte) (int, netip.AddrPort, syscall.Errno) {
 		size = uint32(unsafe.Sizeof(sa))
 	)
 	n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(bufPtr(b)), uintptr(len(b)),
-		0, uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&size)))
+		syscall.MSG_DONTWAIT, uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&size)))
 	if e != 0 {
 		return 0, netip.AddrPort{}, e
 	}
