@@ -34,6 +34,12 @@ type sourceReader struct {
 	// the set at once: on the socket first, a wait that outlasts blockFor
 	// costs two wake-ups and three system calls, against one and two.
 	slow bool
+	// setAt is when the reader last asked the set. Datagrams that never
+	// stop for blockFor would keep every wait on the socket, and the data
+	// channel's frames unread (the supervisor's echo unanswered, which its
+	// RTT throttle takes for a stalled worker): a wait blockFor after the
+	// set's last goes to the set, which says what both have.
+	setAt time.Time
 	// out holds the responses the loop sent (sendSocket.batch): they
 	// leave before the reader reads the sockets or waits again, so that
 	// a wake-up's responses share a call and none waits longer than the
@@ -63,6 +69,12 @@ type sourceReader struct {
 	batch        *rawio.Batch
 	bn, bi       int
 	dframe, doob []byte
+}
+
+// rawEpollPoll polls the set, and says when.
+func rawEpollPoll(set uintptr, ready []syscall.EpollEvent) (int, time.Time) {
+	k, _ := rawio.EpollPoll(int(set), ready)
+	return k, time.Now()
 }
 
 // blockFor is how long a wait on the direct socket alone lasts at most
@@ -166,7 +178,7 @@ func (r *sourceReader) recv(set uintptr) bool {
 		if wait := r.wait; wait > 0 {
 			r.wait = 0
 			start := time.Now()
-			if wait >= int64(blockFor) && r.blockOn && !r.slow {
+			if wait >= int64(blockFor) && r.blockOn && !r.slow && start.Sub(r.setAt) < blockFor {
 				// Most waits of a busy worker end with a datagram of its
 				// socket: waited for on the socket itself, it comes with
 				// one system call, not two (the set's wait, then the
@@ -190,6 +202,7 @@ func (r *sourceReader) recv(set uintptr) bool {
 			}
 			if wait > 0 {
 				k, _ = rawio.EpollWait(int(set), r.ready[:], wait)
+				r.setAt = start
 			}
 			took := time.Since(start)
 			r.blocked += took
@@ -200,7 +213,7 @@ func (r *sourceReader) recv(set uintptr) bool {
 				r.rerr = nil
 				return false
 			}
-		} else if k, _ = rawio.EpollPoll(int(set), r.ready[:]); k <= 0 {
+		} else if k, r.setAt = rawEpollPoll(set, r.ready[:]); k <= 0 {
 			// What wakes the network poller's wait is most often a
 			// datagram of the direct socket: it is read first then,
 			// without asking the set.

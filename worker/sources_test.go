@@ -196,3 +196,42 @@ func TestRawWaitFor(t *testing.T) {
 		})
 	}
 }
+
+// Datagrams that never pause for blockFor do not keep the data channel's
+// frame unread: a reader that waited on its socket alone each time would
+// never ask the set, and the supervisor's echo would go unanswered.
+func TestSourceReaderReadsFramesBetweenDatagrams(t *testing.T) {
+	r, set, fds, sock := newTestSources(t)
+	c, err := net.DialUDP("udp4", nil, sock.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for j := range r.maybe {
+		r.maybe[j] = false
+	}
+	if _, err := unix.Write(fds[1], []byte("frame")); err != nil {
+		t.Fatal(err)
+	}
+	r.setAt = time.Now()
+	// Each read finds a datagram already there.
+	deadline := time.Now().Add(10 * time.Second)
+	for n := 0; time.Now().Before(deadline); n++ {
+		if _, err := c.Write([]byte("datagram")); err != nil {
+			t.Fatal(err)
+		}
+		for r.wait = int64(time.Minute); !r.recv(set); r.wait = int64(time.Minute) {
+		}
+		if r.rerr != nil {
+			t.Fatal(r.rerr)
+		}
+		if r.src == -1 {
+			if string(r.buf[:r.n]) != "frame" {
+				t.Fatalf("read %q from the data channel", r.buf[:r.n])
+			}
+			t.Logf("the frame read after %d datagrams", n)
+			return
+		}
+	}
+	t.Fatal("the frame was never read while datagrams kept coming")
+}
