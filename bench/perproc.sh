@@ -42,9 +42,13 @@ snap() {
 }
 snap >"$work/before"
 calls=$((RATE * SECS))
-sipp -sn uac 127.0.0.1:$SIP -i 127.0.0.1 -p $UAC -r "$RATE" -m "$calls" -nostdin >"$work/uac.out" 2>&1 || true
+sipp -sn uac 127.0.0.1:$SIP -i 127.0.0.1 -p $UAC -r "$RATE" -m "$calls" -nostdin \
+	-trace_stat -stf "$work/stat.csv" -fd 1 >"$work/uac.out" 2>&1 || true
 snap >"$work/after"
-echo "${SETTING:-defaults}, $calls calls at $RATE/s:"
+# A refused call costs less than a proxied one: the count of those that
+# completed says whether the figures below are of proxied calls.
+ok=$(awk -F';' 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "SuccessfulCall(C)") c = i; next } { v = $c } END { print (c && v != "") ? v : "NA" }' "$work/stat.csv" 2>/dev/null || echo NA)
+echo "${SETTING:-defaults}, $calls calls at $RATE/s, $ok completed:"
 join "$work/before" "$work/after" | awk -v n="$calls" -v hz="$(getconf CLK_TCK)" '
 	{ printf "  %-8s %-28s %.3f CPU ms, %.2f context switches per call\n", $1, $4, ($5 - $2) * 1000 / hz / n, ($6 - $3) / n
 	  c += $5 - $2; s += $6 - $3 }
