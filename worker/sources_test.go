@@ -18,11 +18,7 @@ func TestSourceReaderReadsBurstBeforeWaiting(t *testing.T) {
 	for _, wait := range []time.Duration{0, 20 * time.Millisecond} {
 		t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
 			r, set, fds, sock := newTestSources(t)
-			c, err := net.DialUDP("udp4", nil, sock.LocalAddr().(*net.UDPAddr))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
+			c := dialTo(t, sock)
 			const burst = 3*directBatch + 2
 			for i := range burst {
 				if _, err := fmt.Fprintf(c, "datagram %d", i); err != nil {
@@ -52,6 +48,24 @@ func TestSourceReaderReadsBurstBeforeWaiting(t *testing.T) {
 				t.Errorf("read %d datagrams of %d and %d frames of 1 before waiting", got, burst, frames)
 			}
 		})
+	}
+}
+
+// dialTo is a UDP client of sock.
+func dialTo(t *testing.T, sock *net.UDPConn) *net.UDPConn {
+	t.Helper()
+	c, err := net.DialUDP("udp4", nil, sock.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// quiet marks every source of r as known to have nothing.
+func quiet(r *sourceReader) {
+	for j := range r.maybe {
+		r.maybe[j] = false
 	}
 }
 
@@ -104,16 +118,10 @@ func TestSourceReaderWaitsInSet(t *testing.T) {
 func testSourceReaderWaits(t *testing.T, blockOn bool) {
 	r, set, fds, sock := newTestSources(t)
 	r.blockOn = blockOn
-	c, err := net.DialUDP("udp4", nil, sock.LocalAddr().(*net.UDPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := dialTo(t, sock)
 
 	// Nothing is known to be readable: the read goes to its wait at once.
-	for j := range r.maybe {
-		r.maybe[j] = false
-	}
+	quiet(r)
 	const long = int64(time.Minute)
 	// A datagram there as the wait begins.
 	if _, err := c.Write([]byte("datagram")); err != nil {
@@ -202,14 +210,8 @@ func TestRawWaitFor(t *testing.T) {
 // never ask the set, and the supervisor's echo would go unanswered.
 func TestSourceReaderReadsFramesBetweenDatagrams(t *testing.T) {
 	r, set, fds, sock := newTestSources(t)
-	c, err := net.DialUDP("udp4", nil, sock.LocalAddr().(*net.UDPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	for j := range r.maybe {
-		r.maybe[j] = false
-	}
+	c := dialTo(t, sock)
+	quiet(r)
 	if _, err := unix.Write(fds[1], []byte("frame")); err != nil {
 		t.Fatal(err)
 	}
