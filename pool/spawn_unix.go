@@ -17,14 +17,15 @@ import (
 // worker's heap grows before it collects again. The memory limit
 // (GOMEMLIMIT, from worker_memory_limit) bounds the heap whatever this
 // says, the collector working harder as the heap nears it. Chosen by
-// bench/gc.sh, the collector's share of the workers' CPU at 1,000 calls/s
-// (the runtime's busy CPU / the kernel's), once a call allocated 10 times
-// (commit 5feab15): GOGC 100 1.6 % / 1.9 %, 200 0.8 % / 0.7 %, 400 0.4 % /
-// 0.6 %. 200 keeps the share well under 2 % and the heap's garbage at twice
-// what is live, where 400 would let it reach four times for 0.1 % of CPU;
-// the heap monitor (suspend_heap_usage_high) counts that garbage too.
-// Before, at 129 allocations a call, 100 cost 3.8 % and 400 0.9 %.
-const WorkerGOGC = 200
+// bench/gc.sh (the collector's share of the workers' CPU at 1,000 calls/s)
+// and bench/soak.sh (a worker's heap at 3,200 calls/s for 5 minutes), at 4
+// allocations a call (commit dd121cb): GOGC 150 0.28-0.30 % of CPU, 200
+// 0.21 %; the heap's peak 28.9-29.6 MiB at 150, 37.6-39.6 MiB at 200, over
+// the 40 MB a worker is to stay under with about 14 MiB held by its calls.
+// The heap monitor (suspend_heap_usage_high) counts the garbage too.
+// At 10 allocations a call (commit 5feab15) 100 cost 1.6 %, 200 0.8 %, 400
+// 0.4 %; at 129, 100 cost 3.8 % and 400 0.9 %.
+const WorkerGOGC = 150
 
 // Command is how a worker process is started: normally the supervisor's own
 // executable with the argument "worker"; tests use their own binary.
