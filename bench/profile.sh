@@ -3,7 +3,7 @@
 # taken with perf (Debian linux-perf) at the kernel's view, so time spent in
 # system calls and in the Go runtime shows beside the SIP code.
 #
-#   bench/profile.sh [--server sipvisor|kamailio] [--kind call|register|idle]
+#   bench/profile.sh [--server sipvisor|kamailio] [--kind call|register|refuse|idle]
 #                    [--rate 500] [--secs 20] [--warmup 0] [--freq 999]
 #                    [--bindings 0] [--children N] [--transport u1|t1|tn]
 #                    [--out DIR]
@@ -11,6 +11,10 @@
 # --transport is SIPp's -t on both sides, as in run.sh and ctxsw.sh: over TCP
 # (t1, one connection; tn, one per call) the server also listens on TCP with
 # --children TCP workers and relays to the UAS over TCP.
+#
+# --kind refuse has the server refuse every new session (as run.sh
+# --refuse-rates does) and offers INVITEs that are answered 503 and
+# acknowledged.
 #
 # --kind idle offers nothing and counts per second instead of per call: what
 # the server costs waiting (its timers, its supervisor's rounds).
@@ -49,7 +53,7 @@ need_whole seconds warmup
 [[ $bindings =~ ^[0-9]+$ ]] || die "--bindings must be a whole number, have '$bindings'"
 ((bindings == 0)) || { [ "$kind" = idle ] && [ "$server" = sipvisor ]; } || die "--bindings is for --kind idle with sipvisor"
 need_positive rate secs freq CHILDREN
-case $kind in call | register | idle) ;; *) die "--kind must be call, register or idle, have '$kind'" ;; esac
+case $kind in call | register | refuse | idle) ;; *) die "--kind must be call, register, refuse or idle, have '$kind'" ;; esac
 command -v perf >/dev/null || die "perf not installed (apt-get install -y linux-perf)"
 command -v sipp >/dev/null || die "sipp not installed: run make bench-install"
 
@@ -89,6 +93,7 @@ if ((bindings > 0)); then
 		die "could not add the bindings to $work/location.db"
 fi
 [ "$kind" != idle ] || sleep 10
+[ "$kind" != refuse ] || server_refuse "$server" "$work" on
 pids=$(tree_pids "$SERVER_PID" | paste -sd,)
 # With a warm-up the load starts first, for the warm-up and the recording,
 # and the calls counted are those completed from the end of the warm-up on.
@@ -122,7 +127,7 @@ else
 	# A REGISTER takes no call time; -d 0 is only for the call scenario.
 	case $kind in
 	call) run_uac "$work/$kind" "$kind" "$rate" $((rate * secs)) "$UAC_PORT" -d 0 ;;
-	register) run_uac "$work/$kind" "$kind" "$rate" $((rate * secs)) "$UAC_PORT" ;;
+	register | refuse) run_uac "$work/$kind" "$kind" "$rate" $((rate * secs)) "$UAC_PORT" ;;
 	idle) sleep "$secs" ;;
 	esac
 fi
