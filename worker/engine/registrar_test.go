@@ -155,10 +155,10 @@ func TestCommitTimes(t *testing.T) {
 		since, last time.Time
 		due, idle   time.Time
 	}{
-		{"after a quiet gap: at once", 1, ms(100), ms(0), ms(110), ms(10)},
-		{"never committed: at once", 1, ms(100), time.Time{}, ms(110), time.Time{}.Add(commitGap)},
-		{"soon after a commit: the gap's end", 1, ms(3), ms(0), ms(13), ms(10)},
-		{"two held, a commit just before the first", 2, ms(5), ms(4), ms(15), ms(14)},
+		{"after a quiet gap: at once", 1, ms(100), ms(0), ms(100).Add(batchWait), ms(0).Add(commitGap)},
+		{"never committed: at once", 1, ms(100), time.Time{}, ms(100).Add(batchWait), time.Time{}.Add(commitGap)},
+		{"soon after a commit: the gap's end", 1, ms(3), ms(0), ms(3).Add(batchWait), ms(0).Add(commitGap)},
+		{"two held, a commit just before the first", 2, ms(5), ms(4), ms(5).Add(batchWait), ms(4).Add(commitGap)},
 		{"full: now", maxBatch, ms(5), ms(4), ms(5), ms(5)},
 	} {
 		due, idle := commitTimes(tc.n, tc.since, tc.last)
