@@ -19,7 +19,7 @@ func (s *Supervisor) newSteering(gr *groupRun, name string, sock *listeners.Sock
 		// workers' sockets.
 		Workers:   func() []*pool.Worker { return gr.g.Workers() },
 		Routable:  func() []*pool.Worker { return gr.g.Routable() },
-		Admission: s.ov, Gate: gr.gate, Ramps: gr.ramps, RetryAfter: s.retryAfter,
+		Admission: s.ov, Gate: gr.gate, Ramps: gr.ramps, RetryAfter: s.retryAfter, RetryAfterDrawn: s.retryAfterDrawn,
 		MaxCallDuration: func() time.Duration {
 			if gr.door == nil {
 				return 0

@@ -677,7 +677,7 @@ func (s *Supervisor) makeGroups() {
 		if kind == pool.KindTCP {
 			gr.stream = steering.NewStream(steering.StreamOptions{
 				Workers:   func() []*pool.Worker { return gr.g.Workers() },
-				Admission: s.ov, Gate: gr.gate, RetryAfter: s.retryAfter, HandedOver: s.up.old.Load,
+				Admission: s.ov, Gate: gr.gate, RetryAfter: s.retryAfter, RetryAfterDrawn: s.retryAfterDrawn, HandedOver: s.up.old.Load,
 				Admitted: &gr.admittedConn, Refused: &gr.refusedConn, ProbesRefused: &gr.probesRefusedConn})
 			onRoutable = gr.stream.Poke
 		}
@@ -978,6 +978,12 @@ func sameProfile(a, b *profile.Profile) bool {
 
 // retryAfter is the Retry-After of a refusal.
 func (s *Supervisor) retryAfter() int { return s.config().RetryAfter.Draw() }
+
+// retryAfterDrawn reports whether retry_after is a range to draw from.
+func (s *Supervisor) retryAfterDrawn() bool {
+	r := s.config().RetryAfter
+	return r.Max > r.Min
+}
 
 // config is the running config; a reload swaps it whole.
 func (s *Supervisor) config() *config.Config { return s.cfg.Load() }

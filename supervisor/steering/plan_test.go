@@ -113,21 +113,26 @@ func TestPace(t *testing.T) {
 	for _, c := range []struct {
 		name        string
 		closed      string
+		drawn       bool
 		limited     bool
 		direct      bool
 		sinceChange time.Duration
 		want        time.Duration
 	}{
-		{"open, unlimited, direct, settled: quiet", "", false, true, settled, quiet},
-		{"a session limit or queue admission set", "", true, true, settled, Every},
-		{"throttled: the door decides", "throttle", false, false, settled, Every},
-		{"suspended, workers refusing", "suspended", false, true, settled, Every},
-		{"datagrams through the door", "", false, false, settled, Every},
-		{"a change just now", "", false, true, 0, Every},
-		{"a change just within the settling time", "", false, true, settle - time.Nanosecond, Every},
-		{"settled at the settling time", "", false, true, settle, quiet},
+		{"open, unlimited, direct, settled: quiet", "", false, false, true, settled, quiet},
+		{"open, a Retry-After drawn from a range: quiet", "", true, false, true, settled, quiet},
+		{"a session limit or queue admission set", "", false, true, true, settled, Every},
+		{"throttled: the door decides", "throttle", false, false, false, settled, Every},
+		{"suspended, workers refusing, one Retry-After: quiet", overload.ClosedSuspended, false, false, true, settled, quiet},
+		{"suspended, a Retry-After drawn from a range", overload.ClosedSuspended, true, false, true, settled, Every},
+		{"suspended just now", overload.ClosedSuspended, false, false, true, 0, Every},
+		{"stopping", "stopping", false, false, true, settled, Every},
+		{"datagrams through the door", "", false, false, false, settled, Every},
+		{"a change just now", "", false, false, true, 0, Every},
+		{"a change just within the settling time", "", false, false, true, settle - time.Nanosecond, Every},
+		{"settled at the settling time", "", false, false, true, settle, quiet},
 	} {
-		if got := pace(c.closed, c.limited, c.direct, c.sinceChange); got != c.want {
+		if got := pace(c.closed, c.drawn, c.limited, c.direct, c.sinceChange); got != c.want {
 			t.Errorf("%s: want %v, have %v", c.name, c.want, got)
 		}
 	}

@@ -48,8 +48,11 @@ type Options struct {
 	Admission         *overload.Admission
 	Gate              *overload.Gate
 	Ramps             *overload.Ramps[*pool.Worker]
-	// RetryAfter draws the configured Retry-After, in seconds.
-	RetryAfter func() int
+	// RetryAfter draws the configured Retry-After, in seconds;
+	// RetryAfterDrawn reports whether it is drawn from a range (nil for
+	// never).
+	RetryAfter      func() int
+	RetryAfterDrawn func() bool
 	// MaxCallDuration is the group's door's max_call_duration.
 	MaxCallDuration func() time.Duration
 	// Drain passes what waits in a member socket through the port's door.
@@ -180,7 +183,7 @@ func (p *Port) Refresh(now time.Time) {
 	defer p.refreshMu.Unlock()
 	ws := p.o.Workers()
 	in := Inputs{Now: now, Ramps: p.o.Ramps.Len()}
-	ReadAdmission(&in, p.o.Admission, p.o.Gate, p.o.RetryAfter)
+	ReadAdmission(&in, p.o.Admission, p.o.Gate, p.o.RetryAfter, p.o.RetryAfterDrawn)
 	in.HandedOver = p.o.HandedOver != nil && p.o.HandedOver()
 	if p.o.MaxCallDuration != nil {
 		in.MaxCallDuration = uint64(p.o.MaxCallDuration())
@@ -221,7 +224,8 @@ func (p *Port) Refresh(now time.Time) {
 // for the group of g: whether it is open to all, the room the limits
 // leave, whether it refuses every new session, the Retry-After, and the
 // queue guards the workers apply themselves.
-func ReadAdmission(in *Inputs, ov *overload.Admission, g *overload.Gate, retryAfter func() int) {
+func ReadAdmission(in *Inputs, ov *overload.Admission, g *overload.Gate, retryAfter func() int, drawn func() bool) {
+	in.RetryAfterDrawn = drawn != nil && drawn()
 	in.Closed, in.Room = ov.Closed(g), ov.Room(g)
 	in.QueueDelay = uint64(max(ov.Limits().QueueDelay.Load(), 0))
 	in.QueueAdmission = ov.Limits().QueueAdmission.Load() > 0

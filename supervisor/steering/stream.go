@@ -13,10 +13,12 @@ import (
 // StreamOptions is what a Stream is made of.
 type StreamOptions struct {
 	// Workers are the group's workers (pool.Group.Workers).
-	Workers    func() []*pool.Worker
-	Admission  *overload.Admission
-	Gate       *overload.Gate
-	RetryAfter func() int
+	Workers   func() []*pool.Worker
+	Admission *overload.Admission
+	Gate      *overload.Gate
+	// RetryAfter and RetryAfterDrawn are Options'.
+	RetryAfter      func() int
+	RetryAfterDrawn func() bool
 	// HandedOver reports whether the supervisor has handed the node to
 	// the next generation (Inputs.HandedOver); nil for never.
 	HandedOver func() bool
@@ -73,7 +75,7 @@ func NewStream(o StreamOptions) *Stream {
 func (s *Stream) Refresh(now time.Time) {
 	ws := s.o.Workers()
 	in := Inputs{Now: now}
-	ReadAdmission(&in, s.o.Admission, s.o.Gate, s.o.RetryAfter)
+	ReadAdmission(&in, s.o.Admission, s.o.Gate, s.o.RetryAfter, s.o.RetryAfterDrawn)
 	in.HandedOver = s.o.HandedOver != nil && s.o.HandedOver()
 	s.found(in.Closed)
 
