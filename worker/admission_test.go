@@ -175,7 +175,7 @@ func TestOneAdmissionDecision(t *testing.T) {
 				// measure of the wait, and the ask beyond them.
 				a, g = server()
 				in := steering.Inputs{Now: time.Unix(100, 0), Workers: []steering.Worker{{ID: 1}}}
-				steering.ReadAdmission(&in, a, g, func() int { return retryAfter })
+				steering.ReadAdmission(&in, a, g, func() int { return retryAfter }, nil)
 				plan := steering.Plan(in)
 				local := admitLocal(c, k, plan.Gate, plan.Quotas[0][k], 0, int64(plan.QueueDelay), int64(tc.st.delay))
 				if local.Ask {
@@ -193,7 +193,7 @@ func TestOneAdmissionDecision(t *testing.T) {
 				if askable {
 					a, g = server()
 					in := steering.Inputs{Now: time.Unix(100, 0), Workers: []steering.Worker{{ID: 1}}}
-					steering.ReadAdmission(&in, a, g, func() int { return retryAfter })
+					steering.ReadAdmission(&in, a, g, func() int { return retryAfter }, nil)
 					plan := steering.PlanStream(in)
 					pg := newPage(t)
 					pg.Store(wire.OffQueueDelayLimit, plan.QueueDelay)
