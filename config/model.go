@@ -259,12 +259,21 @@ type RetryAfter struct {
 // Draw is the Retry-After seconds of one refusal: fixed, or drawn from the
 // range so that refused clients do not all return at once.
 func (r RetryAfter) Draw() int {
-	lo, hi := int(r.Min.Seconds()), int(r.Max.Seconds())
+	lo, hi := r.seconds()
 	if hi <= lo {
 		return lo
 	}
 	return lo + int(rand.Uint64N(uint64(hi-lo+1)))
 }
+
+// Drawn reports whether Draw draws: the range spans more than one whole
+// second.
+func (r RetryAfter) Drawn() bool {
+	lo, hi := r.seconds()
+	return hi > lo
+}
+
+func (r RetryAfter) seconds() (lo, hi int) { return int(r.Min.Seconds()), int(r.Max.Seconds()) }
 
 // Bans: pike_requests per pike_window (0 = off), auth_failures_per_source
 // and auth_failures_per_user per auth_failure_window (0 = off), ban_time,

@@ -980,10 +980,7 @@ func sameProfile(a, b *profile.Profile) bool {
 func (s *Supervisor) retryAfter() int { return s.config().RetryAfter.Draw() }
 
 // retryAfterDrawn reports whether retry_after is a range to draw from.
-func (s *Supervisor) retryAfterDrawn() bool {
-	r := s.config().RetryAfter
-	return r.Max > r.Min
-}
+func (s *Supervisor) retryAfterDrawn() bool { return s.config().RetryAfter.Drawn() }
 
 // config is the running config; a reload swaps it whole.
 func (s *Supervisor) config() *config.Config { return s.cfg.Load() }
