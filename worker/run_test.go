@@ -40,15 +40,35 @@ func TestNextTick(t *testing.T) {
 		timer Timed
 		want  time.Duration // after now
 	}{
-		{"no timer: sleep the idle tick", fixedTimer{}, idleTick},
+		{"no timer: sleep the idle wait", fixedTimer{}, idleWait},
 		{"timer in 300 ms", fixedTimer{now.Add(300 * time.Millisecond), true}, 300 * time.Millisecond},
 		{"timer overdue: one grain on", fixedTimer{now.Add(-time.Second), true}, tickEvery},
 		{"timer within the grain: the grain", fixedTimer{now.Add(10 * time.Millisecond), true}, tickEvery},
-		{"timer beyond the idle tick: the idle tick", fixedTimer{now.Add(time.Minute), true}, idleTick},
+		{"timer beyond the idle wait: the idle wait", fixedTimer{now.Add(time.Minute), true}, idleWait},
 		{"handler without timers: every grain", tickTimed{}, tickEvery},
 	} {
 		w := &workerLoop{timed: c.timer}
 		if have := w.nextTick(now).Sub(now); have != c.want {
+			t.Errorf("%s: want %v, have %v", c.name, c.want, have)
+		}
+	}
+}
+
+func TestEchoRunsTick(t *testing.T) {
+	t.Parallel()
+	last := time.Unix(1000, 0)
+	for _, c := range []struct {
+		name  string
+		after time.Duration
+		want  bool
+	}{
+		{"a second after the last tick", time.Second, true},
+		{"an echo a little early", 800 * time.Millisecond, true},
+		{"long after: the tick's own wake-up did not come", idleWait, true},
+		{"half a second after: the tick ran for a timer", 500 * time.Millisecond, false},
+		{"right after a tick under load", tickEvery, false},
+	} {
+		if have := echoRunsTick(last.Add(c.after), last); have != c.want {
 			t.Errorf("%s: want %v, have %v", c.name, c.want, have)
 		}
 	}

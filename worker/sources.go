@@ -30,10 +30,11 @@ type sourceReader struct {
 	// blockOn: the reader waits on the direct socket itself first (see
 	// recv); not with reply sockets, which would wait behind it.
 	blockOn bool
-	// slow: the last wait lasted blockFor or longer, so the next goes to
-	// the set at once: on the socket first, a wait that outlasts blockFor
-	// costs two wake-ups and three system calls, against one and two.
-	slow bool
+	// slow counts the short waits still to come before a wait goes to the
+	// socket first (see afterWait): on the socket first, a wait that
+	// outlasts blockFor costs two wake-ups and three system calls, against
+	// one and two.
+	slow int
 	// setAt is when the reader last asked the set. Datagrams that never
 	// stop for blockFor would keep every wait on the socket, and the data
 	// channel's frames unread (the supervisor's echo unanswered, which its
@@ -71,6 +72,11 @@ type sourceReader struct {
 	dframe, doob []byte
 }
 
+// echo says whether the read in hand is the supervisor's echo.
+func (r *sourceReader) echo() bool {
+	return r.src == -1 && r.rerr == nil && r.n > 0 && r.buf[0] == wire.FrameEcho
+}
+
 // rawEpollPoll polls the set, and says when.
 func rawEpollPoll(set uintptr, ready []syscall.EpollEvent) (int, time.Time) {
 	k, _ := rawio.EpollPoll(int(set), ready)
@@ -81,6 +87,23 @@ func rawEpollPoll(set uintptr, ready []syscall.EpollEvent) (int, time.Time) {
 // (its SO_RCVTIMEO, set by openDirect): a frame of the data channel, the
 // socket's neighbour in the poll set, waits that long at worst to be read.
 const blockFor = 2 * time.Millisecond
+
+// slowWaits is how many short waits in a row (shorter than blockFor) it
+// takes, after one as long, before a wait goes to the socket first.
+// Datagrams that come in pairs, as a refused INVITE and its ACK do, wait
+// short then long in turn: one short wait would send the long one to the
+// socket first, where it times out, every time.
+const slowWaits = 3
+
+// afterWait is slow after a wait that took took: slowWaits after a long
+// one, one less after a short one, down to 0, when the next wait goes to
+// the socket first.
+func afterWait(slow int, took time.Duration) int {
+	if took >= blockFor {
+		return slowWaits
+	}
+	return max(slow-1, 0)
+}
 
 func newSourceReader(dataFD int, replies []*sendSocket, direct *direct) *sourceReader {
 	r := &sourceReader{
@@ -178,7 +201,7 @@ func (r *sourceReader) recv(set uintptr) bool {
 		if wait := r.wait; wait > 0 {
 			r.wait = 0
 			start := time.Now()
-			if wait >= int64(blockFor) && r.blockOn && !r.slow && start.Sub(r.setAt) < blockFor {
+			if wait >= int64(blockFor) && r.blockOn && r.slow == 0 && start.Sub(r.setAt) < blockFor {
 				// Most waits of a busy worker end with a datagram of its
 				// socket: waited for on the socket itself, it comes with
 				// one system call, not two (the set's wait, then the
@@ -206,9 +229,7 @@ func (r *sourceReader) recv(set uintptr) bool {
 			}
 			took := time.Since(start)
 			r.blocked += took
-			// A wait as long as blockFor says the next one will likely be
-			// too: it goes to the set at once rather than wake twice.
-			r.slow = took >= blockFor
+			r.slow = afterWait(r.slow, took)
 			if k <= 0 {
 				r.rerr = nil
 				return false

@@ -156,7 +156,7 @@ func testSourceReaderWaits(t *testing.T, blockOn bool) {
 	// after blockFor (the wait before lasted longer: the next would go to
 	// the set at once).
 	r.maybe[len(r.maybe)-1] = false
-	r.slow = false
+	r.slow = 0
 	if _, err := unix.Write(fds[1], []byte("frame")); err != nil {
 		t.Fatal(err)
 	}
@@ -178,6 +178,40 @@ func testSourceReaderWaits(t *testing.T, blockOn bool) {
 	}
 }
 
+func TestAfterWait(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name string
+		slow int
+		took time.Duration
+		want int
+	}{
+		{"a long wait", 0, blockFor, slowWaits},
+		{"a long wait while slow", 1, 20 * ms, slowWaits},
+		{"a short wait after a long one", slowWaits, blockFor - 1, slowWaits - 1},
+		{"the last short wait", 1, ms, 0},
+		{"short waits in a row", 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := afterWait(tc.slow, tc.took); got != tc.want {
+				t.Errorf("afterWait(%d, %v) = %d, want %d", tc.slow, tc.took, got, tc.want)
+			}
+		})
+	}
+	// A refused INVITE and its ACK: short and long waits in turn never
+	// send a wait to the socket first.
+	slow := 0
+	for i := range 10 {
+		took := 10 * ms
+		if i%2 == 1 {
+			took = 100 * time.Microsecond
+		}
+		if slow = afterWait(slow, took); i > 0 && slow == 0 {
+			t.Fatalf("wait %d: the next goes to the socket first", i)
+		}
+	}
+}
+
 func TestRawWaitFor(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ms := time.Millisecond
@@ -190,7 +224,7 @@ func TestRawWaitFor(t *testing.T) {
 		ok        bool
 	}{
 		{"until the wake-up", t0, t0.Add(5 * ms), t0, 0, 5 * ms, true},
-		{"no longer than rawSpan after the last read", t0.Add(15 * ms), t0.Add(time.Second), t0, 0, rawSpan - 15*ms, true},
+		{"no longer than rawSpan after the last read", t0.Add(rawSpan / 2), t0.Add(time.Second), t0, 0, rawSpan - rawSpan/2, true},
 		{"quiet for rawSpan: through the poller", t0.Add(rawSpan), t0.Add(time.Second), t0, 0, 0, false},
 		{"quiet for longer", t0.Add(time.Second), t0.Add(2 * time.Second), t0, 0, 0, false},
 		{"the wake-up has come", t0.Add(5 * ms), t0.Add(5 * ms), t0, 0, 0, false},
