@@ -80,10 +80,11 @@ func (o *ocRun) tick(now time.Time) (quiet bool) {
 			smp.Admitted, smp.Refused = 0, 0 // a counter restarted
 		}
 		o.admitted, o.refused = admitted, refused
+		before := o.ctl.Feedback().Loss
 		fb := o.ctl.Observe(smp, now)
 		o.loss.Set(float64(fb.Loss) / 100)
 		word = wire.OCWord(fb.Loss, o.s.config().OC.Validity, int64(fb.Seq.Sec)*1000+int64(fb.Seq.Frac/1000))
-		quiet = smp.Admitted+smp.Refused == 0 && !smp.RefuseAll && fb.Loss == 0
+		quiet = ocSettled(smp, before, fb.Loss, o.s.config().OC.Validity)
 	} else {
 		quiet = true
 		if o.word.Load() != 0 {
@@ -101,6 +102,19 @@ func (o *ocRun) tick(now time.Time) (quiet bool) {
 		}
 	}
 	return quiet
+}
+
+// ocSettled says whether the next interval may be ocQuiet: nothing
+// offered and no loss left to decay; or a suspension whose loss of 100 %
+// was already said, which nothing but its end changes, and whose oc-seq,
+// renewed every ocQuiet, keeps the clients shedding as long as an
+// oc-validity of at least ocQuiet holds it. A suspended server refusing a
+// trickle would otherwise wake every ocInterval to say the same.
+func ocSettled(smp oc.Sample, before, loss int, validity time.Duration) bool {
+	if smp.RefuseAll {
+		return before == 100 && loss == 100 && validity >= ocQuiet
+	}
+	return smp.Admitted+smp.Refused == 0 && loss == 0
 }
 
 // feedback is the feedback to stamp into a response now, for the doors.
