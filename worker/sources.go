@@ -163,6 +163,13 @@ func (r *sourceReader) recv(set uintptr) bool {
 			switch {
 			case i < 0:
 				r.n, r.oobn, e = rawio.Recvmsg(r.dataFD, r.buf, r.oob)
+				if e == 0 && r.n > 0 && r.buf[0] != wire.FrameEcho {
+					// Frames other than the echo (the datagrams the
+					// supervisor's door hands on, above all) come on
+					// the data channel, where a wait on the socket
+					// first would leave them for up to blockFor.
+					r.slow = slowWaits
+				}
 			case i < len(r.replyFDs):
 				r.n, r.from, e = rawio.Recvfrom(r.replyFDs[i], r.buf[wire.MsgHeaderLen:])
 			default:

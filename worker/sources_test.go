@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -164,6 +165,24 @@ func testSourceReaderWaits(t *testing.T, blockOn bool) {
 	}
 	if r.rerr != nil || r.src != -1 || string(r.buf[:r.n]) != "frame" {
 		t.Fatalf("recv = src %d, error %v; want the data channel's frame", r.src, r.rerr)
+	}
+	// A frame other than the echo sends the next waits to the set; an
+	// echo leaves them as they were.
+	if r.slow != slowWaits {
+		t.Fatalf("after a frame slow = %d, want %d", r.slow, slowWaits)
+	}
+	r.slow = 0
+	echo := wire.PutEcho(nil, wire.FrameEcho, 1, 0)
+	if _, err := unix.Write(fds[1], echo); err != nil {
+		t.Fatal(err)
+	}
+	for r.wait = long; !r.recv(set); r.wait = long {
+	}
+	if r.rerr != nil || r.src != -1 || !r.echo() {
+		t.Fatalf("recv = src %d, error %v, %q; want the echo", r.src, r.rerr, r.buf[:r.n])
+	}
+	if r.slow != 0 {
+		t.Fatalf("after an echo slow = %d, want 0", r.slow)
 	}
 
 	// With nothing sent, the read returns nothing, and counts the time it
