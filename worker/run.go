@@ -901,7 +901,7 @@ func (w *workerLoop) openReplySockets() ([]net.PacketConn, error) {
 
 // nextTick is when the loop must next run the handler's timers: at its
 // earliest timer, but no sooner than tickEvery from now and no later than
-// idleTick.
+// idleWait.
 func (w *workerLoop) nextTick(now time.Time) time.Time {
 	idle := now.Add(idleWait)
 	if w.direct != nil {
