@@ -5,8 +5,8 @@
 #
 #   bench/profile.sh [--server sipvisor|kamailio] [--kind call|register|refuse|idle]
 #                    [--rate 500] [--secs 20] [--warmup 0] [--freq 999]
-#                    [--bindings 0] [--children N] [--transport u1|t1|tn]
-#                    [--out DIR]
+#                    [--bindings 0] [--suspended no] [--children N]
+#                    [--transport u1|t1|tn] [--out DIR]
 #
 # --transport is SIPp's -t on both sides, as in run.sh and ctxsw.sh: over TCP
 # (t1, one connection; tn, one per call) the server also listens on TCP with
@@ -18,6 +18,9 @@
 #
 # --kind idle offers nothing and counts per second instead of per call: what
 # the server costs waiting (its timers, its supervisor's rounds).
+#
+# --suspended yes (with --kind idle) has the server refuse every new session
+# first, as --kind refuse does: what a suspended server costs waiting.
 #
 # --bindings N (with --kind idle, sipvisor) fills its location store with N
 # live bindings before the idle count: what a registrar of that size costs
@@ -41,12 +44,13 @@ rate=500
 secs=20
 warmup=0
 bindings=0
+suspended=no
 freq=999
 CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/profile}
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-FLAGS=(server kind rate secs warmup bindings freq children=CHILDREN transport=TRANSPORT out)
+usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+FLAGS=(server kind rate secs warmup bindings suspended freq children=CHILDREN transport=TRANSPORT out)
 parse_flags "$@"
 need_transport
 need_whole seconds warmup
@@ -54,6 +58,8 @@ need_whole seconds warmup
 ((bindings == 0)) || { [ "$kind" = idle ] && [ "$server" = sipvisor ]; } || die "--bindings is for --kind idle with sipvisor"
 need_positive rate secs freq CHILDREN
 case $kind in call | register | refuse | idle) ;; *) die "--kind must be call, register, refuse or idle, have '$kind'" ;; esac
+case $suspended in yes | no) ;; *) die "--suspended must be yes or no, have '$suspended'" ;; esac
+[ "$suspended" = no ] || [ "$kind" = idle ] || die "--suspended is for --kind idle"
 command -v perf >/dev/null || die "perf not installed (apt-get install -y linux-perf)"
 command -v sipp >/dev/null || die "sipp not installed: run make bench-install"
 
@@ -93,7 +99,7 @@ if ((bindings > 0)); then
 		die "could not add the bindings to $work/location.db"
 fi
 [ "$kind" != idle ] || sleep 10
-[ "$kind" != refuse ] || server_refuse "$server" "$work" on
+{ [ "$kind" != refuse ] && [ "$suspended" = no ]; } || server_refuse "$server" "$work" on
 pids=$(tree_pids "$SERVER_PID" | paste -sd,)
 # With a warm-up the load starts first, for the warm-up and the recording,
 # and the calls counted are those completed from the end of the warm-up on.
