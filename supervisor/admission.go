@@ -175,7 +175,10 @@ func (s *Supervisor) sample(now time.Time) {
 	smp[watermark.HeapUsage] = heap
 	total, _ := s.ov.Sessions()
 	smp[watermark.NumberOfSessions] = float64(total)
-	if mem, err := watermark.ReadSystemMemory("/"); err == nil {
+	if s.mem == nil {
+		s.mem = watermark.NewMemoryReader("/")
+	}
+	if mem, err := s.mem.Read(now); err == nil {
 		smp[watermark.SystemMemoryUsage] = mem
 	} else {
 		s.m.sampleFailures.WithLabelValues("system_memory_usage").Inc()

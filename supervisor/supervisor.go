@@ -29,6 +29,7 @@ import (
 	"github.com/sipvisor/sipvisor/location"
 	"github.com/sipvisor/sipvisor/overload"
 	"github.com/sipvisor/sipvisor/overload/slowstart"
+	"github.com/sipvisor/sipvisor/overload/watermark"
 	"github.com/sipvisor/sipvisor/pool"
 	"github.com/sipvisor/sipvisor/profile"
 	"github.com/sipvisor/sipvisor/supervisor/steering"
@@ -73,6 +74,8 @@ type Supervisor struct {
 
 	cfg     atomic.Pointer[config.Config]
 	started time.Time
+	// mem reads system_memory_usage for the cycle, which alone uses it.
+	mem *watermark.MemoryReader
 
 	// sockets is what it reads and writes the network through.
 	sockets sockParts

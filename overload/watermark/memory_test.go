@@ -1,11 +1,14 @@
 package watermark
 
 import (
+	"io/fs"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestReadSystemMemory(t *testing.T) {
@@ -147,4 +150,115 @@ func FuzzParseMeminfo(f *testing.F) {
 			t.Fatalf("used %v%% from %q", p, b)
 		}
 	})
+}
+
+// copyTree copies the fixture tree testdata/name under dst.
+func copyTree(t *testing.T, name, dst string) {
+	t.Helper()
+	src := filepath.Join("testdata", name)
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMemoryReaderKeepsFile reads meminfo through the descriptor it keeps:
+// what the file says now, not what it said at the open, however long.
+func TestMemoryReaderKeepsFile(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	copyTree(t, "host", root)
+	r := NewMemoryReader(root)
+	defer r.Close()
+	now := time.Unix(1000, 0)
+	read := func(want float64) {
+		t.Helper()
+		have, err := r.Read(now)
+		if err != nil || math.Abs(have-want) > 1e-9 {
+			t.Fatalf("want %v, have %v %v", want, have, err)
+		}
+	}
+	read(86.2)
+	meminfo := filepath.Join(root, "proc", "meminfo")
+	if err := os.WriteFile(meminfo, []byte("MemTotal: 1000 kB\nMemAvailable: 250 kB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	read(75)
+	// Longer than the first buffer: read whole all the same.
+	long := "MemTotal: 1000 kB\n" + strings.Repeat("Padding: 1 kB\n", 1000) + "MemAvailable: 900 kB\n"
+	if err := os.WriteFile(meminfo, []byte(long), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	read(10)
+	// Closed, it opens the file again.
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	read(10)
+	// A file gone is an error, never a figure.
+	r.Close()
+	if err := os.Remove(meminfo); err != nil {
+		t.Fatal(err)
+	}
+	if have, err := r.Read(now); err == nil || !strings.Contains(err.Error(), "read system memory") {
+		t.Fatalf("want a read error, have %v %v", have, err)
+	}
+}
+
+// TestMemoryReaderCgroupRecheck looks for an absent memory.max again only
+// CgroupRecheck after it found none; a present one it reads every time.
+func TestMemoryReaderCgroupRecheck(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	copyTree(t, "container", root)
+	cgroup := filepath.Join(root, "sys", "fs", "cgroup")
+	held := filepath.Join(root, "held")
+	if err := os.Rename(cgroup, held); err != nil {
+		t.Fatal(err)
+	}
+	r := NewMemoryReader(root)
+	defer r.Close()
+	t0 := time.Unix(1000, 0)
+	for _, step := range []struct {
+		at    time.Duration
+		do    func()
+		want  float64
+		about string
+	}{
+		{at: 0, want: 25, about: "no cgroup: the host's figure"},
+		{at: time.Second, do: func() { must(t, os.Rename(held, cgroup)) }, want: 25, about: "a limit that came is not looked for yet"},
+		{at: CgroupRecheck - time.Nanosecond, want: 25, about: "nor just before the recheck"},
+		{at: CgroupRecheck, want: 78.125, about: "at the recheck it is read"},
+		{at: CgroupRecheck + time.Second, do: func() {
+			must(t, os.WriteFile(filepath.Join(cgroup, "memory.current"), []byte("1073741824\n"), 0o644))
+		}, want: 90.234375, about: "a present limit is read at every Read"},
+	} {
+		if step.do != nil {
+			step.do()
+		}
+		have, err := r.Read(t0.Add(step.at))
+		if err != nil || math.Abs(have-step.want) > 1e-9 {
+			t.Fatalf("%s: want %v, have %v %v", step.about, step.want, have, err)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }
