@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -63,6 +64,11 @@ func startSipp(t *testing.T, args ...string) *sippRun {
 	s := &sippRun{done: make(chan error, 1), stf: filepath.Join(dir, "stat.csv")}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
+	if !slices.Contains(args, "-p") {
+		// SIPp's own default is 5060 when it is free, which the quick
+		// start's test (e2e/lifecycle) needs to itself.
+		args = append(args, "-p", strconv.Itoa(testkit.FreePort(t)))
+	}
 	args = append(args, "-trace_stat", "-stf", s.stf, "-fd", "1", "-buff_size", "4194304", "-nostdin", "-timeout", "40")
 	cmd := exec.CommandContext(ctx, sippPath, args...)
 	cmd.Dir = dir
