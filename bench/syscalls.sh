@@ -4,11 +4,14 @@
 # system call and a wake-up cost more than the SIP work, the counts say
 # where two servers' CPU per call differs.
 #
-#   bench/syscalls.sh [--server sipvisor|kamailio] [--kind call|register]
+#   bench/syscalls.sh [--server sipvisor|kamailio] [--kind call|register|refuse]
 #                     [--rate 200] [--secs 10] [--children N]
 #                     [--transport u1|t1|tn] [--out DIR]
 #
 # --transport is SIPp's -t on both sides, as in run.sh and ctxsw.sh.
+#
+# --kind refuse has the server refuse every new session (as run.sh
+# --refuse-rates does) and counts per refused INVITE, its 503 and ACK.
 #
 # strace slows every system call it sees, so the server runs slower while
 # counted, and its batches may differ from an unwatched run's; the counts
@@ -24,12 +27,12 @@ secs=10
 CHILDREN=$(nproc)
 out=${BENCH_OUT:-/tmp/sipvisor-bench/syscalls}
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 FLAGS=(server kind rate secs children=CHILDREN transport=TRANSPORT out)
 parse_flags "$@"
 need_transport
 need_positive rate secs CHILDREN
-case $kind in call | register) ;; *) die "--kind must be call or register, have '$kind'" ;; esac
+case $kind in call | register | refuse) ;; *) die "--kind must be call, register or refuse, have '$kind'" ;; esac
 command -v strace >/dev/null || die "strace not installed (apt-get install -y strace)"
 command -v sipp >/dev/null || die "sipp not installed: run make bench-install"
 
@@ -44,6 +47,7 @@ start_uas "$work"
 start_server "$server" "$work"
 # Direct reads begin once admission has been open a second.
 sleep 2
+[ "$kind" != refuse ] || server_refuse "$server" "$work" on
 pids=$(tree_pids "$SERVER_PID")
 # SIPp runs 3 s before the count and past its end, so that the count sees
 # the steady rate only.
