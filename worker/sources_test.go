@@ -290,3 +290,72 @@ func TestSourceReaderReadsFramesBetweenDatagrams(t *testing.T) {
 	}
 	t.Fatal("the frame was never read while datagrams kept coming")
 }
+
+// A wait in the set that ends with nothing leaves it as a poll does: the
+// read that goes to the network poller next does not poll it again, and
+// the set, as the poller watches it (edge-triggered), still signals the
+// datagram that comes after.
+func TestSourceReaderSparesPollAfterQuietWait(t *testing.T) {
+	r, set, _, sock := newTestSources(t)
+	c := dialTo(t, sock)
+	outer, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(outer)
+	if err := unix.EpollCtl(outer, unix.EPOLL_CTL_ADD, int(set), &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(set)}); err != nil {
+		t.Fatal(err)
+	}
+	quiet(r)
+	// A signal of the runtime's may end a wait early (not quiet then).
+	for i := 0; !r.setQuiet; i++ {
+		if i == 100 {
+			t.Fatal("no wait in the set ended quiet in 100")
+		}
+		r.wait = int64(2 * time.Millisecond)
+		if r.recv(set) {
+			t.Fatalf("recv read src %d (error %v) from sources with nothing", r.src, r.rerr)
+		}
+	}
+	polls := r.polls
+	if r.wait = 0; r.recv(set) {
+		t.Fatalf("recv read src %d (error %v) from sources with nothing", r.src, r.rerr)
+	}
+	if r.polls != polls {
+		t.Fatalf("the set was polled %d times after a quiet wait, want 0", r.polls-polls)
+	}
+	if !r.maybe[len(r.maybe)-1] {
+		t.Fatal("the direct socket is not read first after the network poller's wait")
+	}
+	// The network poller's wait: the datagram wakes it.
+	if _, err := c.Write([]byte("datagram")); err != nil {
+		t.Fatal(err)
+	}
+	ev := make([]unix.EpollEvent, 1)
+	for {
+		n, err := unix.EpollWait(outer, ev, 10_000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != 1 {
+			t.Fatalf("the set did not signal the datagram: %d events, %v", n, err)
+		}
+		break
+	}
+	if !r.recv(set) || r.rerr != nil || r.src != 0 || string(r.dframe[len(r.dframe)-8:]) != "datagram" {
+		t.Fatalf("recv = src %d, error %v, %q; want the datagram", r.src, r.rerr, r.dframe)
+	}
+	// A wait that ends with something is not quiet; nor one cut short.
+	if r.setQuiet {
+		t.Fatal("quiet after a read")
+	}
+	// The next read that goes to the poller polls the set.
+	quiet(r)
+	polls = r.polls
+	if r.wait = 0; r.recv(set) {
+		t.Fatalf("recv read src %d (error %v) from sources with nothing", r.src, r.rerr)
+	}
+	if r.polls != polls+1 {
+		t.Fatalf("the set was polled %d times, want 1", r.polls-polls)
+	}
+}
