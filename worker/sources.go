@@ -30,11 +30,10 @@ type sourceReader struct {
 	// blockOn: the reader waits on the direct socket itself first (see
 	// recv); not with reply sockets, which would wait behind it.
 	blockOn bool
-	// slow counts the short waits still to come before a wait goes to the
-	// socket first (see afterWait): on the socket first, a wait that
-	// outlasts blockFor costs two wake-ups and three system calls, against
-	// one and two.
-	slow int
+	// waits says where the next wait goes first (see waitHistory): on the
+	// socket first, a wait that outlasts blockFor costs two wake-ups and
+	// three system calls, against one and two.
+	waits waitHistory
 	// setQuiet says the set's last wait ended with nothing ready and
 	// nothing has been read since: its ready list is empty, as a poll
 	// would leave it, and the poll before the network poller's wait is
@@ -119,6 +118,49 @@ func afterWait(slow int, took time.Duration) int {
 	return max(slow-1, 0)
 }
 
+// waitHistory is what the reader's last waits say of the next: whether
+// it goes to the socket first. Two patterns end most waits with a
+// datagram of the socket soon: a stream of datagrams (three short waits
+// in a row, slow at 0), and a burst after a quiet spell, when the
+// datagram that ended a long wait is answered at once (a refused INVITE's
+// ACK, a relayed INVITE's provisional responses). The second is trusted
+// while the last wait that followed a long one was short: datagrams that
+// come alone (INVITEs never acknowledged, as a scanner sends them) stop
+// it after one wait that timed out.
+type waitHistory struct {
+	// slow counts the short waits still to come before a stream is
+	// trusted (afterWait).
+	slow int
+	// afterLong says the last wait took blockFor or more; burst that the
+	// last wait after such a one was short.
+	afterLong, burst bool
+}
+
+// socketFirst says whether the next wait goes to the socket first.
+func (h waitHistory) socketFirst() bool {
+	return h.slow == 0 || (h.afterLong && h.burst)
+}
+
+// waited is h after a wait that took took.
+func (h waitHistory) waited(took time.Duration) waitHistory {
+	long := took >= blockFor
+	if h.afterLong {
+		h.burst = !long
+	}
+	h.afterLong = long
+	h.slow = afterWait(h.slow, took)
+	return h
+}
+
+// framed is h after a frame of the data channel other than the echo (the
+// datagrams the supervisor's door hands on, above all): a wait on the
+// socket first would leave the next for up to blockFor, so the next waits
+// go to the set until the history earns it again.
+func (h waitHistory) framed() waitHistory {
+	h.slow, h.burst = slowWaits, false
+	return h
+}
+
 func newSourceReader(dataFD int, replies []*sendSocket, direct *direct) *sourceReader {
 	r := &sourceReader{
 		dataFD:   dataFD,
@@ -184,7 +226,7 @@ func (r *sourceReader) recv(set uintptr) bool {
 					// supervisor's door hands on, above all) come on
 					// the data channel, where a wait on the socket
 					// first would leave them for up to blockFor.
-					r.slow = slowWaits
+					r.waits = r.waits.framed()
 				}
 			case i < len(r.replyFDs):
 				r.n, r.from, e = rawio.Recvfrom(r.replyFDs[i], r.buf[wire.MsgHeaderLen:])
@@ -224,7 +266,7 @@ func (r *sourceReader) recv(set uintptr) bool {
 		if wait := r.wait; wait > 0 {
 			r.wait = 0
 			start := time.Now()
-			if wait >= int64(blockFor) && r.blockOn && r.slow == 0 && start.Sub(r.setAt) < blockFor {
+			if wait >= int64(blockFor) && r.blockOn && r.waits.socketFirst() && start.Sub(r.setAt) < blockFor {
 				// Most waits of a busy worker end with a datagram of its
 				// socket: waited for on the socket itself, it comes with
 				// one system call, not two (the set's wait, then the
@@ -234,7 +276,11 @@ func (r *sourceReader) recv(set uintptr) bool {
 				r.bn, r.bi = 0, 0
 				r.bn, e = rawio.RecvmmsgWait(r.directFD, r.batch)
 				if e == 0 {
-					r.blocked += time.Since(start)
+					took := time.Since(start)
+					r.blocked += took
+					// A datagram on the socket is what the history
+					// foretold, however long it took: a short wait to it.
+					r.waits = r.waits.waited(min(took, blockFor-1))
 					r.maybe[direct] = r.bn == r.batch.Len()
 					r.turn = direct + 1
 					continue
@@ -247,12 +293,14 @@ func (r *sourceReader) recv(set uintptr) bool {
 				wait -= int64(time.Since(start))
 			}
 			if wait > 0 {
+				// The set is asked as the wait ends: what it says then
+				// covers the data channel up to that moment.
 				k, _ = rawio.EpollWait(int(set), r.ready[:], wait)
-				r.setAt = start
+				r.setAt = time.Now()
 			}
 			took := time.Since(start)
 			r.blocked += took
-			r.slow = afterWait(r.slow, took)
+			r.waits = r.waits.waited(took)
 			if k <= 0 {
 				// Nothing was read in this call before the wait (a read
 				// would have returned): the set is as a poll leaves it,

@@ -157,7 +157,7 @@ func testSourceReaderWaits(t *testing.T, blockOn bool) {
 	// after blockFor (the wait before lasted longer: the next would go to
 	// the set at once).
 	r.maybe[len(r.maybe)-1] = false
-	r.slow = 0
+	r.waits = waitHistory{}
 	if _, err := unix.Write(fds[1], []byte("frame")); err != nil {
 		t.Fatal(err)
 	}
@@ -168,10 +168,10 @@ func testSourceReaderWaits(t *testing.T, blockOn bool) {
 	}
 	// A frame other than the echo sends the next waits to the set; an
 	// echo leaves them as they were.
-	if r.slow != slowWaits {
-		t.Fatalf("after a frame slow = %d, want %d", r.slow, slowWaits)
+	if r.waits.slow != slowWaits {
+		t.Fatalf("after a frame slow = %d, want %d", r.waits.slow, slowWaits)
 	}
-	r.slow = 0
+	r.waits = waitHistory{}
 	echo := wire.PutEcho(nil, wire.FrameEcho, 1, 0)
 	if _, err := unix.Write(fds[1], echo); err != nil {
 		t.Fatal(err)
@@ -181,8 +181,8 @@ func testSourceReaderWaits(t *testing.T, blockOn bool) {
 	if r.rerr != nil || r.src != -1 || !r.echo() {
 		t.Fatalf("recv = src %d, error %v, %q; want the echo", r.src, r.rerr, r.buf[:r.n])
 	}
-	if r.slow != 0 {
-		t.Fatalf("after an echo slow = %d, want 0", r.slow)
+	if r.waits.slow != 0 {
+		t.Fatalf("after an echo slow = %d, want 0", r.waits.slow)
 	}
 
 	// With nothing sent, the read returns nothing, and counts the time it
@@ -357,5 +357,60 @@ func TestSourceReaderSparesPollAfterQuietWait(t *testing.T) {
 	}
 	if r.polls != polls+1 {
 		t.Fatalf("the set was polled %d times, want 1", r.polls-polls)
+	}
+}
+
+// TestWaitHistory plays sequences of waits through waitHistory and checks
+// which go to the socket first.
+func TestWaitHistory(t *testing.T) {
+	long, short := 10*time.Millisecond, 100*time.Microsecond
+	for _, tc := range []struct {
+		name  string
+		waits []time.Duration
+		// want says, for each wait, whether it went to the socket first:
+		// the first, with no history, does.
+		want []bool
+	}{
+		{
+			name:  "a refused INVITE and its ACK, in turn: every ACK after the first waits on the socket",
+			waits: []time.Duration{long, short, long, short, long, short},
+			want:  []bool{true, false, false, true, false, true},
+		},
+		{
+			name:  "INVITEs alone: no wait on the socket",
+			waits: []time.Duration{long, long, long, long, long},
+			want:  []bool{true, false, false, false, false},
+		},
+		{
+			name:  "a burst trusted, then an INVITE alone: one wait on the socket that times out, then none",
+			waits: []time.Duration{long, short, long, long, long, long},
+			want:  []bool{true, false, false, true, false, false},
+		},
+		{
+			name:  "a stream: after three short waits in a row",
+			waits: []time.Duration{long, short, short, short, short},
+			want:  []bool{true, false, false, false, true},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var h waitHistory
+			for i, took := range tc.waits {
+				if got := h.socketFirst(); got != tc.want[i] {
+					t.Fatalf("wait %d: socket first %v, want %v (history %+v)", i, got, tc.want[i], h)
+				}
+				h = h.waited(took)
+			}
+		})
+	}
+	// A frame other than the echo ends the trust in bursts as in streams.
+	h := waitHistory{}.waited(10 * time.Millisecond).waited(time.Microsecond).waited(10 * time.Millisecond)
+	if !h.socketFirst() {
+		t.Fatalf("a burst trusted: want the socket first, have %+v", h)
+	}
+	if h = h.framed(); h.socketFirst() {
+		t.Fatalf("after a frame: want the set first, have %+v", h)
+	}
+	if h = h.waited(time.Microsecond).waited(time.Microsecond).waited(time.Microsecond); !h.socketFirst() {
+		t.Fatalf("three short waits after the frame: want the socket first, have %+v", h)
 	}
 }
