@@ -42,7 +42,7 @@ type sourceReader struct {
 	// polls counts the polls made.
 	setQuiet bool
 	polls    int
-	// setAt is when the reader last asked the set. Datagrams that never
+	// setAt is when the set last answered the reader. Datagrams that never
 	// stop for blockFor would keep every wait on the socket, and the data
 	// channel's frames unread (the supervisor's echo unanswered, which its
 	// RTT throttle takes for a stalled worker): a wait blockFor after the
