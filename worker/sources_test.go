@@ -377,7 +377,7 @@ func TestWaitHistory(t *testing.T) {
 			want:  []bool{true, false, false, true, false, true},
 		},
 		{
-			name:  "INVITEs alone: no wait on the socket",
+			name:  "INVITEs alone: no wait on the socket after the first",
 			waits: []time.Duration{long, long, long, long, long},
 			want:  []bool{true, false, false, false, false},
 		},
