@@ -288,3 +288,29 @@ func TestSocketMemory(t *testing.T) {
 		t.Fatal("a bad descriptor: want an error")
 	}
 }
+
+func TestPread(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "pread")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("MemTotal: 1000 kB\n"); err != nil {
+		t.Fatal(err)
+	}
+	fd := int(f.Fd())
+	b := make([]byte, 64)
+	// Twice from the start: the offset is the call's, not the file's.
+	for range 2 {
+		n, e := Pread(fd, b, 0)
+		if e != 0 || string(b[:n]) != "MemTotal: 1000 kB\n" {
+			t.Fatalf("want the file, have %q (%v)", b[:n], e)
+		}
+	}
+	if n, e := Pread(fd, b, 10); e != 0 || string(b[:n]) != "1000 kB\n" {
+		t.Fatalf("from offset 10: want the rest, have %q (%v)", b[:n], e)
+	}
+	if _, e := Pread(-1, b, 0); e != syscall.EBADF {
+		t.Fatalf("a bad descriptor: want EBADF, have %v", e)
+	}
+}

@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/sipvisor/sipvisor/internal/rawio"
 	"golang.org/x/sys/unix"
 )
 
@@ -107,16 +109,16 @@ func (r *MemoryReader) readMeminfo() (float64, error) {
 	}
 	var n int
 	for {
-		var err error
-		n, err = unix.Pread(r.fd, r.buf, 0)
-		if err == unix.EINTR {
+		var e syscall.Errno
+		n, e = rawio.Pread(r.fd, r.buf, 0)
+		if e == rawio.EINTR {
 			continue
 		}
-		if err != nil {
+		if e != 0 {
 			// Opened anew at the next read: what broke this descriptor
 			// may not break the next.
 			r.Close()
-			return 0, fmt.Errorf("read system memory: read %s: %w", path, err)
+			return 0, fmt.Errorf("read system memory: read %s: %w", path, e)
 		}
 		if n < len(r.buf) {
 			break
@@ -184,37 +186,46 @@ func percent(used, total uint64) float64 {
 }
 
 // parseMeminfo returns MemTotal and MemAvailable in bytes from the text of
-// /proc/meminfo.
+// /proc/meminfo. It reads up to the later of the two lines (the third of
+// fifty-odd on Linux) and allocates nothing on the way: it runs every
+// cycle.
 func parseMeminfo(b []byte) (total, available uint64, err error) {
 	var haveTotal, haveAvail bool
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for line := 1; sc.Scan(); line++ {
-		key, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			return 0, 0, fmt.Errorf("line %d: no colon in %q", line, sc.Text())
+	for line := 1; len(b) > 0 && !(haveTotal && haveAvail); line++ {
+		l := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			l, b = b[:i], b[i+1:]
+		} else {
+			b = nil
 		}
-		if key != "MemTotal" && key != "MemAvailable" {
+		l = bytes.TrimSuffix(l, []byte{'\r'})
+		key, rest, ok := bytes.Cut(l, []byte{':'})
+		if !ok {
+			return 0, 0, fmt.Errorf("line %d: no colon in %q", line, l)
+		}
+		isTotal := string(key) == "MemTotal"
+		if !isTotal && string(key) != "MemAvailable" {
 			continue
 		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 || len(fields) > 2 || (len(fields) == 2 && fields[1] != "kB") {
-			return 0, 0, fmt.Errorf("line %d: want %s: N kB, have %q", line, key, sc.Text())
+		num, unit := bytes.TrimSpace(rest), []byte(nil)
+		if i := bytes.IndexAny(num, " \t"); i >= 0 {
+			num, unit = num[:i], bytes.TrimSpace(num[i:])
 		}
-		n, err := strconv.ParseUint(fields[0], 10, 64)
+		if len(num) == 0 || (len(unit) > 0 && string(unit) != "kB") {
+			return 0, 0, fmt.Errorf("line %d: want %s: N kB, have %q", line, key, l)
+		}
+		n, err := strconv.ParseUint(string(num), 10, 64)
 		if err != nil {
 			return 0, 0, fmt.Errorf("line %d: %s: %w", line, key, err)
 		}
 		if n > 1<<54 {
 			return 0, 0, fmt.Errorf("line %d: %s %d kB is out of range", line, key, n)
 		}
-		if key == "MemTotal" {
+		if isTotal {
 			total, haveTotal = n*1024, true
 		} else {
 			available, haveAvail = n*1024, true
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, 0, err
 	}
 	switch {
 	case !haveTotal:

@@ -78,6 +78,12 @@ func TestParseMeminfo(t *testing.T) {
 		{name: "zero total", in: "MemTotal: 0 kB\nMemAvailable: 0 kB\n", err: "MemTotal is 0"},
 		{name: "available over total", in: "MemTotal: 10 kB\nMemAvailable: 20 kB\n", err: "MemAvailable 20 kB exceeds MemTotal 10 kB"},
 		{name: "huge", in: "MemTotal: 99999999999999999 kB\n", err: "line 1: MemTotal 99999999999999999 kB is out of range"},
+		{name: "tabs", in: "MemTotal:\t1000\tkB\nMemAvailable:\t250 kB\n", total: 1024000, av: 256000},
+		{name: "three fields", in: "MemTotal: 1000 kB more\n", err: `line 1: want MemTotal: N kB, have "MemTotal: 1000 kB more"`},
+		{name: "no number", in: "MemTotal:   \nMemAvailable: 250 kB\n", err: `line 1: want MemTotal: N kB, have "MemTotal:   "`},
+		{name: "no newline at the end", in: "MemTotal: 1000 kB\nMemAvailable: 250 kB", total: 1024000, av: 256000},
+		// Read up to the later of the two: what follows is not its concern.
+		{name: "lines after both unread", in: "MemTotal: 1000 kB\nMemAvailable: 250 kB\nno colon\n", total: 1024000, av: 256000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			total, av, err := parseMeminfo([]byte(tc.in))
@@ -133,6 +139,21 @@ func TestParseInactiveFile(t *testing.T) {
 		if have != tc.want || (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("%q: want %d %q, have %d %v", tc.in, tc.want, tc.err, have, err)
 		}
+	}
+}
+
+// TestParseMeminfoAllocates nothing: it runs every cycle.
+func TestParseMeminfoAllocatesNothing(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "host", "proc", "meminfo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, _, err := parseMeminfo(b); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("want no allocation, have %v", n)
 	}
 }
 
