@@ -582,7 +582,7 @@ func (w *workerLoop) run(ctx context.Context) error {
 	rd := newSourceReader(w.dataFD, w.replies, w.direct)
 	rd.out = w.out
 	w.rd = rd
-	recv := rd.recv
+	recv, recvPolled := rd.recv, rd.recvPolled
 	raw := rawWait{on: rd.sources > 1, base: runtime.NumGoroutine()}
 	// armed is the read deadline in force. It is set again only when the
 	// wake-up comes sooner, or once it has passed: every change of a timer
@@ -679,7 +679,8 @@ func (w *workerLoop) run(ctx context.Context) error {
 				armed = time.Time{}
 				continue
 			}
-			if err := rc.Read(recv); err != nil {
+			rd.polled = false
+			if err := rc.Read(recvPolled); err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					armed = time.Time{}
 					continue

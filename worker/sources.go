@@ -42,12 +42,18 @@ type sourceReader struct {
 	// polls counts the polls made.
 	setQuiet bool
 	polls    int
+	// socketWaits counts the waits that went to the socket first.
+	socketWaits int
 	// setAt is when the set last answered the reader. Datagrams that never
 	// stop for blockFor would keep every wait on the socket, and the data
 	// channel's frames unread (the supervisor's echo unanswered, which its
 	// RTT throttle takes for a stalled worker): a wait blockFor after the
 	// set's last goes to the set, which says what both have.
 	setAt time.Time
+	// polled says the reader was called in the network poller's wait
+	// (recvPolled) since that wait began: a call after the first follows a
+	// wake-up of the poller, which waits on the set.
+	polled bool
 	// out holds the responses the loop sent (sendSocket.batch): they
 	// leave before the reader reads the sockets or waits again, so that
 	// a wake-up's responses share a call and none waits longer than the
@@ -188,6 +194,23 @@ func newSourceReader(dataFD int, replies []*sendSocket, direct *direct) *sourceR
 	return r
 }
 
+// recvPolled is recv for the network poller's wait (rawConn.Read), which
+// calls it once, and again each time the poller's wait on the set wakes:
+// that wake-up is the set answering, as its own wait does, and the wait
+// that follows may go to the socket first (a refused INVITE's ACK after
+// the INVITE woke the poller: one system call, not the set's wait and a
+// read). The poller wakes at the first thing the set has, and the reader
+// emptied every source before it waited: a frame of the data channel
+// unread then came with the datagram, and waits blockFor at most.
+// The caller clears polled before the poller's wait.
+func (r *sourceReader) recvPolled(set uintptr) bool {
+	if r.polled {
+		r.setAt = time.Now()
+	}
+	r.polled = true
+	return r.recv(set)
+}
+
 // recv reads from the next source that has something, and reports whether
 // it read (or failed to); false means there is nothing to read (after the
 // wait r.wait asked for, if any), and the loop waits, or goes round.
@@ -273,6 +296,7 @@ func (r *sourceReader) recv(set uintptr) bool {
 				// read). The set is asked for what is left of the wait
 				// only after blockFor without one, which is as long as a
 				// data channel's frame may wait.
+				r.socketWaits++
 				r.bn, r.bi = 0, 0
 				r.bn, e = rawio.RecvmmsgWait(r.directFD, r.batch)
 				if e == 0 {

@@ -360,6 +360,95 @@ func TestSourceReaderSparesPollAfterQuietWait(t *testing.T) {
 	}
 }
 
+// The network poller's wait is a wait on the set: the reader's call after
+// its wake-up counts as the set's answer, and the wait after it may go to
+// the socket first (a refused INVITE's ACK, after the INVITE woke the
+// poller); the poller's first call, before it waited, is no answer.
+func TestRecvPolledCountsThePollersWake(t *testing.T) {
+	r, set, _, sock := newTestSources(t)
+	c := dialTo(t, sock)
+	outer, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(outer)
+	if err := unix.EpollCtl(outer, unix.EPOLL_CTL_ADD, int(set), &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(set)}); err != nil {
+		t.Fatal(err)
+	}
+	quiet(r)
+	// A quiet wait in the set, as before the loop goes to the poller: the
+	// poller's first call does not poll the set again.
+	for i := 0; !r.setQuiet; i++ {
+		if i == 100 {
+			t.Fatal("no wait in the set ended quiet in 100")
+		}
+		r.wait = int64(2 * time.Millisecond)
+		if r.recv(set) {
+			t.Fatalf("recv read src %d (error %v) from sources with nothing", r.src, r.rerr)
+		}
+	}
+	// The set's answer is made old, as after a long wait.
+	before := time.Now().Add(-time.Second)
+	r.setAt = before
+	r.polled = false
+	if r.recvPolled(set) {
+		t.Fatalf("recv read src %d (error %v) from sources with nothing", r.src, r.rerr)
+	}
+	if !r.setAt.Equal(before) {
+		t.Fatal("the poller's first call, before its wait, counted as the set's answer")
+	}
+	send := func(what string) {
+		t.Helper()
+		if _, err := c.Write([]byte(what)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("invite")
+	ev := make([]unix.EpollEvent, 1)
+	for {
+		n, err := unix.EpollWait(outer, ev, 10_000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != 1 {
+			t.Fatalf("the set did not signal the datagram: %d events, %v", n, err)
+		}
+		break
+	}
+	woke := time.Now()
+	if !r.recvPolled(set) || r.rerr != nil || string(r.dframe[len(r.dframe)-6:]) != "invite" {
+		t.Fatalf("recvPolled = src %d, error %v, %q; want the datagram", r.src, r.rerr, r.dframe)
+	}
+	if r.setAt.Before(woke) {
+		t.Fatalf("the call after the poller's wake-up left the set's answer at %v, before the wake-up", r.setAt)
+	}
+	// The next wait, with a history that foretells a datagram, goes to the
+	// socket first, and the datagram comes with it.
+	quiet(r)
+	r.waits = waitHistory{}
+	send("ack")
+	waits := r.socketWaits
+	if r.wait = int64(time.Second); !r.recv(set) || r.rerr != nil || string(r.dframe[len(r.dframe)-3:]) != "ack" {
+		t.Fatalf("recv = src %d, error %v, %q; want the datagram", r.src, r.rerr, r.dframe)
+	}
+	if r.socketWaits != waits+1 {
+		t.Fatal("the wait after the poller's wake-up did not go to the socket first")
+	}
+	// Without the wake-up's answer, the set's last is too old: the same
+	// wait goes to the set, which has waited on the data channel too.
+	quiet(r)
+	r.waits = waitHistory{}
+	r.setAt = time.Now().Add(-blockFor)
+	send("bye")
+	waits = r.socketWaits
+	if r.wait = int64(time.Second); !r.recv(set) || r.rerr != nil || string(r.dframe[len(r.dframe)-3:]) != "bye" {
+		t.Fatalf("recv = src %d, error %v, %q; want the datagram", r.src, r.rerr, r.dframe)
+	}
+	if r.socketWaits != waits {
+		t.Fatal("a wait blockFor after the set's last answer went to the socket first")
+	}
+}
+
 // TestWaitHistory plays sequences of waits through waitHistory and checks
 // which go to the socket first.
 func TestWaitHistory(t *testing.T) {
