@@ -5,7 +5,9 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
+	"github.com/sipvisor/sipvisor/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -71,5 +73,34 @@ func TestAcceptedConnectionsInheritTheListenersOptions(t *testing.T) {
 	}
 	if _, err := net.Dial("tcp", l.Addr().String()); err == nil {
 		t.Error("a connection to a closed socket was accepted by the kernel: its copy still listens")
+	}
+}
+
+// A close that comes after Accept took its copy of the socket, in the wait
+// or before it, ends Accept with net.ErrClosed too (the poller says "use
+// of closed file" then).
+func TestAcceptEndsWhenClosedAfterItTookItsCopy(t *testing.T) {
+	t.Parallel()
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := &Socket{TCP: l}
+	defer sk.CloseStream()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := sk.Accept()
+		done <- err
+	}()
+	// The copy is made by the first Accept: once it is there, Accept is
+	// past the check of a closed socket.
+	testkit.WaitFor(t, 5*time.Second, "Accept to take its copy of the socket", func() bool {
+		sk.acceptMu.Lock()
+		defer sk.acceptMu.Unlock()
+		return sk.accept != nil
+	})
+	sk.CloseStream()
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Errorf("accept on a closed socket: want net.ErrClosed, have %v", err)
 	}
 }

@@ -424,6 +424,12 @@ func (s *Socket) Accept() (int, netip.AddrPort, error) {
 			}
 		})
 		switch {
+		case err != nil && s.isClosed():
+			// A close after the copy was handed out ends the wait, or
+			// the read before it, with the poller's "use of closed
+			// file", which os translates for its own reads but not
+			// for a raw connection's.
+			return -1, netip.AddrPort{}, net.ErrClosed
 		case errors.Is(err, os.ErrClosed):
 			return -1, netip.AddrPort{}, net.ErrClosed
 		case err != nil:
@@ -435,6 +441,13 @@ func (s *Socket) Accept() (int, netip.AddrPort, error) {
 		}
 		return nfd, peer, nil
 	}
+}
+
+// isClosed says CloseStream was called.
+func (s *Socket) isClosed() bool {
+	s.acceptMu.Lock()
+	defer s.acceptMu.Unlock()
+	return s.closed
 }
 
 // acceptFile is the copy of TCP's descriptor Accept waits on, made at the
