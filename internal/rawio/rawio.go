@@ -229,9 +229,9 @@ func SocketMemory(fd int) (queued, size uint32, e syscall.Errno) {
 
 // Pread reads from offset off of fd into b. For files the kernel answers
 // at once, as procfs ones: the supervisor reads /proc/meminfo every cycle,
-// and through syscall.Syscall that read was the one call of its idle second
-// that woke the monitor thread, which then polled every 20 µs (eight
-// context switches a second of the supervisor's thirteen, idle).
+// and through syscall.Syscall that read was the one call of an idle
+// supervisor's second that woke the monitor thread from its sleep (strace
+// showed it then polling every 20 µs until the process was idle again).
 func Pread(fd int, b []byte, off int64) (int, syscall.Errno) {
 	n, _, e := syscall.RawSyscall6(syscall.SYS_PREAD64, uintptr(fd), uintptr(bufPtr(b)), uintptr(len(b)), uintptr(off), 0, 0)
 	return int(n), e

@@ -142,7 +142,7 @@ func TestParseInactiveFile(t *testing.T) {
 	}
 }
 
-// TestParseMeminfoAllocates nothing: it runs every cycle.
+// TestParseMeminfoAllocatesNothing: the parse runs every cycle.
 func TestParseMeminfoAllocatesNothing(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("testdata", "host", "proc", "meminfo"))
 	if err != nil {
