@@ -17,12 +17,7 @@ import (
 // socket ends a wait for the next.
 func TestAcceptedConnectionsInheritTheListenersOptions(t *testing.T) {
 	t.Parallel()
-	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sk := &Socket{TCP: l}
-	defer sk.CloseStream()
+	l, sk := listenStream(t)
 	if err := sk.SetAcceptOptions(); err != nil {
 		t.Fatal(err)
 	}
@@ -81,12 +76,7 @@ func TestAcceptedConnectionsInheritTheListenersOptions(t *testing.T) {
 // of closed file" then).
 func TestAcceptEndsWhenClosedAfterItTookItsCopy(t *testing.T) {
 	t.Parallel()
-	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sk := &Socket{TCP: l}
-	defer sk.CloseStream()
+	_, sk := listenStream(t)
 	done := make(chan error, 1)
 	go func() {
 		_, _, err := sk.Accept()
@@ -103,4 +93,17 @@ func TestAcceptEndsWhenClosedAfterItTookItsCopy(t *testing.T) {
 	if err := <-done; !errors.Is(err, net.ErrClosed) {
 		t.Errorf("accept on a closed socket: want net.ErrClosed, have %v", err)
 	}
+}
+
+// listenStream is a TCP listener on the loopback and its Socket, closed
+// at the test's end.
+func listenStream(t *testing.T) (*net.TCPListener, *Socket) {
+	t.Helper()
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := &Socket{TCP: l}
+	t.Cleanup(sk.CloseStream)
+	return l, sk
 }

@@ -70,6 +70,53 @@ func quiet(r *sourceReader) {
 	}
 }
 
+// pollerEpoll is an epoll set that watches the reader's set as Go's
+// network poller does (edge-triggered); closed at the test's end.
+func pollerEpoll(t *testing.T, set uintptr) int {
+	t.Helper()
+	outer, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(outer) })
+	if err := unix.EpollCtl(outer, unix.EPOLL_CTL_ADD, int(set), &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(set)}); err != nil {
+		t.Fatal(err)
+	}
+	return outer
+}
+
+// pollerWait waits, as the network poller would, until the set signals.
+func pollerWait(t *testing.T, outer int) {
+	t.Helper()
+	ev := make([]unix.EpollEvent, 1)
+	for {
+		n, err := unix.EpollWait(outer, ev, 10_000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != 1 {
+			t.Fatalf("the set did not signal the datagram: %d events, %v", n, err)
+		}
+		return
+	}
+}
+
+// quietWait marks r's sources empty and waits in its set until a wait
+// ends quiet (a signal of the runtime's may end one early, not quiet then).
+func quietWait(t *testing.T, r *sourceReader, set uintptr) {
+	t.Helper()
+	quiet(r)
+	for i := 0; !r.setQuiet; i++ {
+		if i == 100 {
+			t.Fatal("no wait in the set ended quiet in 100")
+		}
+		r.wait = int64(2 * time.Millisecond)
+		if r.recv(set) {
+			t.Fatalf("recv read src %d (error %v) from sources with nothing", r.src, r.rerr)
+		}
+	}
+}
+
 // newTestSources is a reader of a data channel (fds[0]; the supervisor's
 // end is fds[1]) and a direct socket, and their poll set.
 func newTestSources(t *testing.T) (r *sourceReader, set uintptr, fds [2]int, sock *net.UDPConn) {
@@ -298,25 +345,8 @@ func TestSourceReaderReadsFramesBetweenDatagrams(t *testing.T) {
 func TestSourceReaderSparesPollAfterQuietWait(t *testing.T) {
 	r, set, _, sock := newTestSources(t)
 	c := dialTo(t, sock)
-	outer, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(outer)
-	if err := unix.EpollCtl(outer, unix.EPOLL_CTL_ADD, int(set), &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(set)}); err != nil {
-		t.Fatal(err)
-	}
-	quiet(r)
-	// A signal of the runtime's may end a wait early (not quiet then).
-	for i := 0; !r.setQuiet; i++ {
-		if i == 100 {
-			t.Fatal("no wait in the set ended quiet in 100")
-		}
-		r.wait = int64(2 * time.Millisecond)
-		if r.recv(set) {
-			t.Fatalf("recv read src %d (error %v) from sources with nothing", r.src, r.rerr)
-		}
-	}
+	outer := pollerEpoll(t, set)
+	quietWait(t, r, set)
 	polls := r.polls
 	if r.wait = 0; r.recv(set) {
 		t.Fatalf("recv read src %d (error %v) from sources with nothing", r.src, r.rerr)
@@ -331,17 +361,7 @@ func TestSourceReaderSparesPollAfterQuietWait(t *testing.T) {
 	if _, err := c.Write([]byte("datagram")); err != nil {
 		t.Fatal(err)
 	}
-	ev := make([]unix.EpollEvent, 1)
-	for {
-		n, err := unix.EpollWait(outer, ev, 10_000)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n != 1 {
-			t.Fatalf("the set did not signal the datagram: %d events, %v", n, err)
-		}
-		break
-	}
+	pollerWait(t, outer)
 	if !r.recv(set) || r.rerr != nil || r.src != 0 || string(r.dframe[len(r.dframe)-8:]) != "datagram" {
 		t.Fatalf("recv = src %d, error %v, %q; want the datagram", r.src, r.rerr, r.dframe)
 	}
@@ -367,26 +387,10 @@ func TestSourceReaderSparesPollAfterQuietWait(t *testing.T) {
 func TestRecvPolledCountsThePollersWake(t *testing.T) {
 	r, set, _, sock := newTestSources(t)
 	c := dialTo(t, sock)
-	outer, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(outer)
-	if err := unix.EpollCtl(outer, unix.EPOLL_CTL_ADD, int(set), &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(set)}); err != nil {
-		t.Fatal(err)
-	}
-	quiet(r)
+	outer := pollerEpoll(t, set)
 	// A quiet wait in the set, as before the loop goes to the poller: the
 	// poller's first call does not poll the set again.
-	for i := 0; !r.setQuiet; i++ {
-		if i == 100 {
-			t.Fatal("no wait in the set ended quiet in 100")
-		}
-		r.wait = int64(2 * time.Millisecond)
-		if r.recv(set) {
-			t.Fatalf("recv read src %d (error %v) from sources with nothing", r.src, r.rerr)
-		}
-	}
+	quietWait(t, r, set)
 	// The set's answer is made old, as after a long wait.
 	before := time.Now().Add(-time.Second)
 	r.setAt = before
@@ -404,17 +408,7 @@ func TestRecvPolledCountsThePollersWake(t *testing.T) {
 		}
 	}
 	send("invite")
-	ev := make([]unix.EpollEvent, 1)
-	for {
-		n, err := unix.EpollWait(outer, ev, 10_000)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n != 1 {
-			t.Fatalf("the set did not signal the datagram: %d events, %v", n, err)
-		}
-		break
-	}
+	pollerWait(t, outer)
 	woke := time.Now()
 	if !r.recvPolled(set) || r.rerr != nil || string(r.dframe[len(r.dframe)-6:]) != "invite" {
 		t.Fatalf("recvPolled = src %d, error %v, %q; want the datagram", r.src, r.rerr, r.dframe)
